@@ -1,0 +1,61 @@
+"""The `lab` command: a thin layer over the package's API.
+
+Each subcommand lives in the module that owns its work; that module exposes
+`configure(parser)` and `run(args) -> int`. Modules are imported only when their
+command runs, so `lab size` never pays for importing torch.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from lab import __version__
+from lab.config import ConfigError, UserError
+
+# name -> (module, one-line help)
+COMMANDS = {
+    "prepare": ("lab.corpus_cli", "train the tokenizer and write token shards for constellations"),
+    "train": ("lab.train_cli", "train a GPT in this process (or under torchrun)"),
+    "size": ("lab.sizing_cli", "the sizing calculator: weights, tokens, speed, memory, quota"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="lab", description="The lab kit.")
+    parser.add_argument("--version", action="version", version=f"lab {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (module, help_text) in COMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        p.set_defaults(_module=module)
+        # Parsers are configured lazily below, only for the command being run.
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser()
+    # First pass finds the command; the second parses its own flags.
+    if not argv or argv[0] not in COMMANDS:
+        parser.parse_args(argv or ["--help"])
+        return 2
+    module = importlib.import_module(COMMANDS[argv[0]][0])
+    sub = argparse.ArgumentParser(prog=f"lab {argv[0]}", description=COMMANDS[argv[0]][1])
+    module.configure(sub)
+    args = sub.parse_args(argv[1:])
+    args.argv = argv[1:]  # for commands that re-launch themselves (lab train under torchrun)
+    try:
+        return int(module.run(args) or 0)
+    except ConfigError as e:
+        for p in e.problems:
+            print(f"lab {argv[0]}: error: {p.en}", file=sys.stderr)
+        return 2
+    except UserError as e:
+        print(f"lab {argv[0]}: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

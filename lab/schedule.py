@@ -1,0 +1,51 @@
+"""Learning-rate schedules: pure functions of the step, decaying towards `steps_until`.
+
+Being pure, a resumed run needs no scheduler state: the rate at step s is the same
+whether the run got there in one session or five. A run continued with a raised
+`steps_until` follows the new value; under WSD it does so without a jump as long as it
+is still in the constant phase.
+"""
+from __future__ import annotations
+
+import math
+
+
+def warmup_for(steps_until: int, warmup_steps: int) -> int:
+    # Short runs (tests, the demo) would otherwise never leave warmup.
+    return max(0, min(warmup_steps, steps_until // 10))
+
+
+def lr_at(step: int, *, schedule: str, lr: float, steps_until: int, warmup_steps: int = 200,
+          decay_frac: float = 0.2, min_lr_frac: float = 0.1) -> float:
+    """The rate for the optimizer step that takes the model from `step` to `step + 1`."""
+    warmup = warmup_for(steps_until, warmup_steps)
+    if step < warmup:
+        return lr * (step + 1) / warmup
+    floor = lr * min_lr_frac
+    if step >= steps_until:
+        return floor
+    if schedule == "cosine":
+        progress = (step - warmup) / max(1, steps_until - warmup)
+        return floor + (lr - floor) * 0.5 * (1 + math.cos(math.pi * progress))
+    if schedule == "linear":
+        progress = (step - warmup) / max(1, steps_until - warmup)
+        return lr - (lr - floor) * progress
+    decay_start = steps_until - int(decay_frac * steps_until)
+    if schedule == "wsd":
+        peak = lr
+    elif schedule == "inv_sqrt":
+        # 1/√t after warmup, then the same final cooldown as WSD so it ends at the floor.
+        peak = lr * math.sqrt(max(1, warmup) / max(step, warmup, 1))
+    else:
+        raise ValueError(f"unknown schedule {schedule!r}")
+    if step < decay_start:
+        return peak
+    if schedule == "inv_sqrt":
+        peak = lr * math.sqrt(max(1, warmup) / max(decay_start, warmup, 1))
+    progress = (step - decay_start) / max(1, steps_until - decay_start)
+    return peak - (peak - floor) * progress
+
+
+def lr_for_config(step: int, cfg) -> float:
+    return lr_at(step, schedule=cfg.schedule, lr=cfg.lr, steps_until=cfg.steps_until,
+                 warmup_steps=cfg.warmup_steps, decay_frac=cfg.decay_frac, min_lr_frac=cfg.min_lr_frac)

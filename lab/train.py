@@ -1,0 +1,374 @@
+"""The training loop: one process, DDP under torchrun, or DataParallel.
+
+Read it top to bottom: pick the device and precision, open the data, build or restore
+the model and optimizer, then the step — forward under autocast, scaled backward,
+unscale, clip, step — with logging, evaluation, periodic checkpoints and the time-limit
+saver around it.
+"""
+from __future__ import annotations
+
+import json
+import os
+import random
+import time
+from contextlib import nullcontext
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+
+from lab.checkpoint import (CheckpointError, StopGuard, atomic_write, load_checkpoint, resolve_checkpoint,
+                            save_checkpoint)
+from lab.config import MODEL_FIELDS, RunConfig, check, check_against_data, check_resume, raise_on_errors
+from lab.data import TokenData
+from lab.model import GPT
+from lab.schedule import lr_for_config
+
+
+@dataclass
+class Runtime:
+    """Where this process trains: its rank among `world` processes, device, precision and cards."""
+    rank: int
+    world: int
+    device: torch.device
+    precision: str
+    cards: int  # cards one optimizer step spans: world under DDP, the GPUs under DataParallel
+    data_parallel: bool = False
+
+    @property
+    def main(self) -> bool:
+        return self.rank == 0
+
+
+def pick_precision(device: torch.device, requested: str = "auto") -> str:
+    """fp32 on CPU; on CUDA, bf16 from compute capability 8.0 (Ampere) on, else fp16.
+
+    `torch.cuda.is_bf16_supported()` says True on a T4 (7.5), where bf16 is emulated and
+    slow, so the capability decides.
+    """
+    if requested != "auto":
+        return requested
+    if device.type != "cuda":
+        return "fp32"
+    major, _ = torch.cuda.get_device_capability(device)
+    return "bf16" if major >= 8 else "fp16"
+
+
+def setup_runtime(cfg: RunConfig) -> Runtime:
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    if world > 1:
+        local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        if torch.cuda.is_available():
+            torch.cuda.set_device(local_rank)
+            device = torch.device("cuda", local_rank)
+        else:
+            device = torch.device("cpu")
+        if not dist.is_initialized():
+            dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+        return Runtime(rank, world, device, pick_precision(device, cfg.precision), cards=world)
+    device = torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
+    gpus = torch.cuda.device_count()
+    use_dp = cfg.parallel == "dp" and gpus > 1
+    return Runtime(0, 1, device, pick_precision(device, cfg.precision), cards=gpus if use_dp else 1,
+                   data_parallel=use_dp)
+
+
+def autocast(rt: Runtime):
+    if rt.precision == "fp32":
+        return nullcontext()
+    dtype = torch.float16 if rt.precision == "fp16" else torch.bfloat16
+    return torch.autocast(device_type=rt.device.type, dtype=dtype)
+
+
+def make_optimizer(model: nn.Module, cfg: RunConfig, device: torch.device) -> torch.optim.AdamW:
+    # Decay matrices and embeddings, not vectors (this model has none, but a variant might).
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    rest = [p for p in model.parameters() if p.dim() < 2]
+    groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": rest, "weight_decay": 0.0}]
+    fused = {"fused": True} if device.type == "cuda" else {}
+    return torch.optim.AdamW(groups, lr=cfg.lr, betas=(0.9, 0.95), eps=1e-8, **fused)
+
+
+def rng_state() -> dict:
+    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
+            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []}
+
+
+def set_rng_state(state: dict) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if state["cuda"] and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def all_ranks(obj, rt: Runtime) -> list:
+    if rt.world == 1:
+        return [obj]
+    out = [None] * rt.world
+    dist.all_gather_object(out, obj)
+    return out
+
+
+def agree(values: list[float], rt: Runtime) -> list[float]:
+    """Sums small numbers across ranks (losses, stop flags) in one collective."""
+    t = torch.tensor(values, dtype=torch.float64, device=rt.device if rt.device.type == "cuda" else "cpu")
+    if rt.world > 1:
+        dist.all_reduce(t)
+    return t.tolist()
+
+
+class Trainer:
+    def __init__(self, cfg: RunConfig, out_dir: str | os.PathLike, data_dir: str | os.PathLike,
+                 resume: str | os.PathLike | None = None, allow_fallback: bool = False,
+                 given: set[str] | None = None, log: Callable[[str], None] = print,
+                 on_metrics: Callable[[dict], None] | None = None, started: float | None = None):
+        self.cfg, self.out = cfg, Path(out_dir)
+        self.log_fn, self.on_metrics, self.started = log, on_metrics, started
+        self.rt = setup_runtime(cfg)
+        self.data = TokenData(data_dir)
+        self.ckpt = self._load_resume(resume, allow_fallback, given)
+        raise_on_errors(check(cfg) + check_against_data(cfg, self.data.shortest_split))
+        if self.ckpt is None and (self.out / "metrics.jsonl").exists():
+            raise CheckpointError(f"{self.out} already holds a run (metrics.jsonl): continue it with "
+                                             f"--resume {self.out}, or choose another --out")
+        self._build()
+
+    # --- setup -------------------------------------------------------------------------
+    def log(self, text: str) -> None:
+        if self.rt.main:
+            self.log_fn(text)
+
+    def _load_resume(self, resume, allow_fallback, given) -> dict | None:
+        if not resume:
+            return None
+        path = resolve_checkpoint(resume, allow_fallback)
+        state = load_checkpoint(path)
+        if given is None:  # from a notebook: fields that differ from the defaults were given
+            given = {f for f in MODEL_FIELDS if getattr(self.cfg, f) != getattr(RunConfig(), f)}
+        raise_on_errors(check_resume(self.cfg, state["config"], state["step"], given))
+        for name in MODEL_FIELDS:
+            setattr(self.cfg, name, state["config"][name])
+        if state["tokenizer_sha256"] != self.data.manifest["tokenizer"]["sha256"]:
+            raise CheckpointError(
+                "the data was tokenized with another tokenizer than the checkpoint's: prepare the data with "
+                "constellations that include the checkpoint's, so `lab prepare` reuses its tokenizer")
+        self.log(f"resuming from {path} at step {state['step']:,}")
+        self.resume_path = path
+        return state
+
+    def _continue_metrics(self, ckpt_path: Path, step: int) -> None:
+        """Makes the run folder's metrics end at the checkpoint's step, so the curve reads as
+        one line: rows a killed session logged after its last checkpoint are dropped, and a
+        fresh folder (a new Kaggle session) starts with the earlier links' rows."""
+        run_dir = ckpt_path.parent.parent if ckpt_path.parent.name == "checkpoints" else ckpt_path.parent
+        mine, theirs = self.out / "metrics.jsonl", run_dir / "metrics.jsonl"
+        source = mine if mine.exists() else theirs
+        if not source.exists():
+            return
+        rows = [line for line in source.read_text(encoding="utf-8").splitlines()
+                if line.strip() and json.loads(line)["step"] <= step]
+        self.out.mkdir(parents=True, exist_ok=True)
+        atomic_write(mine, lambda f: f.write("".join(r + "\n" for r in rows).encode("utf-8")))
+
+    def _build(self) -> None:
+        cfg, rt = self.cfg, self.rt
+        seed_everything(cfg.seed + rt.rank)
+        self.model = GPT(self.data.vocab, cfg.context, cfg.width, cfg.heads, cfg.layers).to(rt.device)
+        self.optimizer = make_optimizer(self.model, cfg, rt.device)
+        self.scaler = torch.amp.GradScaler(rt.device.type, enabled=rt.precision == "fp16")
+        self.step, self.tokens, self.elapsed_before, self.session = 0, 0, 0.0, 1
+        if self.ckpt is not None:
+            self.model.load_state_dict(self.ckpt["model"])
+            self.optimizer.load_state_dict(self.ckpt["optimizer"])
+            self.scaler.load_state_dict(self.ckpt["scaler"])
+            self.step, self.tokens = self.ckpt["step"], self.ckpt["tokens"]
+            self.elapsed_before = self.ckpt.get("elapsed_s", 0.0)
+            self.session = self.ckpt.get("session", 0) + 1
+            rngs = self.ckpt["rng"]
+            if len(rngs) == rt.world:
+                set_rng_state(rngs[rt.rank])
+        if rt.world > 1:
+            self.wrapped = nn.parallel.DistributedDataParallel(
+                self.model, device_ids=[rt.device.index] if rt.device.type == "cuda" else None)
+        elif rt.data_parallel:
+            self.wrapped = nn.DataParallel(self.model)
+        else:
+            self.wrapped = self.model
+        # Under DataParallel one process feeds all cards: its rows are the whole step's.
+        self.rows = cfg.batch_per_card * (rt.cards if rt.data_parallel else 1)
+        self.tokens_per_step = cfg.batch_per_card * rt.cards * cfg.grad_accum * cfg.context
+        self.val = self.data.val_batches(rank=rt.rank, world=rt.world, rows=self.rows,
+                                         batches=cfg.eval_batches, context=cfg.context)
+
+    # --- one step ----------------------------------------------------------------------
+    def train_step(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """One optimizer step over `grad_accum` micro-batches; returns (loss, grad norm) on device."""
+        cfg, rt = self.cfg, self.rt
+        lr = lr_for_config(self.step, cfg)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        total = torch.zeros((), device=rt.device)
+        for micro in range(cfg.grad_accum):
+            x, y = self.data.train_batch(seed=cfg.seed, step=self.step, micro=micro, accum=cfg.grad_accum,
+                                         rank=rt.rank, world=rt.world, rows=self.rows, context=cfg.context)
+            x, y = x.to(rt.device, non_blocking=True), y.to(rt.device, non_blocking=True)
+            # Gradients are all-reduced only on the last micro-batch.
+            sync = rt.world == 1 or micro == cfg.grad_accum - 1
+            with (nullcontext() if sync else self.wrapped.no_sync()):
+                with autocast(rt):
+                    loss = self.wrapped(x, y).mean() / cfg.grad_accum
+                self.scaler.scale(loss).backward()
+            total += loss.detach()
+        self.scaler.unscale_(self.optimizer)
+        if cfg.grad_clip > 0:
+            norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip)
+        else:
+            norm = torch.zeros((), device=rt.device)
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.step += 1
+        self.tokens += self.tokens_per_step
+        return total, norm
+
+    @torch.no_grad()
+    def evaluate(self) -> float:
+        self.model.eval()
+        total = torch.zeros((), device=self.rt.device)
+        # Each DDP rank scores its own windows with the bare model; DataParallel spreads them.
+        model = self.model if self.rt.world > 1 else self.wrapped
+        for x, y in self.val:
+            with autocast(self.rt):
+                total += model(x.to(self.rt.device), y.to(self.rt.device)).mean().float()
+        self.model.train()
+        summed, count = agree([total.item(), len(self.val)], self.rt)
+        return summed / count
+
+    @torch.no_grad()
+    def sample(self, tokens: int = 48) -> str:
+        import sentencepiece as spm  # kernel side: on every Kaggle image
+        sp = spm.SentencePieceProcessor(model_file=str(self.data.tokenizer_path))
+        start = torch.tensor([[sp.bos_id() if sp.bos_id() >= 0 else 0]], device=self.rt.device)
+        gen = torch.Generator(device=self.rt.device).manual_seed(self.cfg.seed)
+        self.model.eval()
+        with autocast(self.rt):
+            out = self.model.generate(start, tokens, generator=gen)
+        self.model.train()
+        return sp.decode(out[0, 1:].tolist())
+
+    # --- checkpoints -------------------------------------------------------------------
+    def save(self, elapsed: float) -> Path | None:
+        rngs = all_ranks(rng_state(), self.rt)  # a collective: every rank calls save
+        if not self.rt.main:
+            return None
+        state = {"format": 1, "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                 "scaler": self.scaler.state_dict(), "step": self.step, "tokens": self.tokens, "rng": rngs,
+                 "data": {"sampler": "uniform-offsets-by-step", "seed": self.cfg.seed, "step": self.step},
+                 "config": self.cfg.to_dict(), "tokenizer_sha256": self.data.manifest["tokenizer"]["sha256"],
+                 "val_set": self.data.val_set, "weights": self.model.num_weights(),
+                 "elapsed_s": self.elapsed_before + elapsed, "session": self.session}
+        return save_checkpoint(state, self.out / "checkpoints")
+
+    # --- the loop ----------------------------------------------------------------------
+    def run(self) -> dict:
+        cfg, rt = self.cfg, self.rt
+        self.out.mkdir(parents=True, exist_ok=True)
+        if rt.main and self.ckpt is not None:
+            self._continue_metrics(self.resume_path, self.ckpt["step"])
+        if rt.main:
+            (self.out / "config.json").write_text(cfg.to_json(), encoding="utf-8")
+            (self.out / "device.json").write_text(json.dumps(describe_runtime(rt)), encoding="utf-8")
+        self.log(f"weights {self.model.num_weights():,}")
+        self.log(f"device {rt.device.type} x{rt.cards} {rt.precision}, {self.tokens_per_step:,} tokens per step, "
+                 f"data {'+'.join(self.data.constellations)} ({self.data.manifest['train_tokens']:,} train tokens)")
+        metrics = open(self.out / "metrics.jsonl", "a", encoding="utf-8") if rt.main else None
+        guard = StopGuard(cfg.limit_min, started=self.started)
+        step_s, save_s, reason, path = 0.0, 2.0 + self.model.num_weights() * 16 / 200e6, None, None
+        last_save = last_log = time.monotonic()
+        log_tokens, last_eval = self.tokens, self.step
+        try:
+            with guard:
+                while True:
+                    t0 = time.monotonic()
+                    if self.step >= cfg.steps_until:
+                        reason = "steps_until reached"
+                    loggable = reason is None and (self.step + 1) % cfg.log_every == 0
+                    if reason is None:
+                        loss, norm = self.train_step()
+                        step_s = 0.9 * step_s + 0.1 * (time.monotonic() - t0) if step_s else time.monotonic() - t0
+                    # One collective per logged step agrees on the loss and on stopping.
+                    if loggable or reason:
+                        stop_local = 1.0 if (reason or guard.reason(step_s, save_s)) else 0.0
+                        due = 1.0 if time.monotonic() - last_save > cfg.checkpoint_every_min * 60 else 0.0
+                        loss_sum, stop, save_due = agree(
+                            [loss.item() if loggable else 0.0, stop_local, due], rt)
+                        if stop and not reason:
+                            reason = guard.reason(step_s, save_s) or "another rank stopped"
+                    record = None
+                    if loggable:
+                        now = time.monotonic()
+                        record = {"step": self.step, "tokens": self.tokens, "loss": loss_sum / rt.world,
+                                  "lr": lr_for_config(self.step - 1, cfg), "grad_norm": float(norm),
+                                  "tok_s": (self.tokens - log_tokens) / max(now - last_log, 1e-9),
+                                  "elapsed_s": round(self.elapsed_before + guard.elapsed(), 3),
+                                  "session": self.session}
+                        last_log, log_tokens = now, self.tokens
+                    if self.step != last_eval and (self.step % cfg.eval_every == 0 or reason == "steps_until reached"):
+                        last_eval = self.step
+                        record = record or {"step": self.step, "tokens": self.tokens, "session": self.session}
+                        record.update(val_loss=self.evaluate(), val_set=self.data.val_set)
+                        if rt.main:
+                            record["sample"] = self.sample()
+                            self.log(f"step {self.step:,}: val {record['val_loss']:.4f} | {record['sample']!r}")
+                    if record and rt.main:
+                        metrics.write(json.dumps(record, ensure_ascii=False) + "\n")
+                        metrics.flush()
+                        if self.on_metrics:
+                            self.on_metrics(record)
+                    if reason or (loggable and save_due):
+                        t_save = time.monotonic()
+                        path = self.save(guard.elapsed()) or path
+                        save_s, last_save = time.monotonic() - t_save, time.monotonic()
+                    if reason:
+                        break
+                    if loggable and (self.step % max(1, cfg.log_every * 10) == 0 or self.step == 1):
+                        self.log(_progress_line(record, cfg.steps_until))
+        finally:
+            if metrics:
+                metrics.close()
+        self.log(f"stopped at step {self.step:,} ({reason}); checkpoint {path}")
+        return {"step": self.step, "tokens": self.tokens, "reason": reason, "checkpoint": str(path) if path else None,
+                "steps_until": cfg.steps_until, "done": self.step >= cfg.steps_until}
+
+
+def _progress_line(record: dict, steps_until: int) -> str:
+    return (f"step {record['step']:,}/{steps_until:,} loss {record['loss']:.4f} lr {record['lr']:.2e} "
+            f"{record['tok_s']:,.0f} tok/s {record['elapsed_s']:.0f}s")
+
+
+def describe_runtime(rt: Runtime) -> dict:
+    name = torch.cuda.get_device_name(rt.device) if rt.device.type == "cuda" else "cpu"
+    return {"device": rt.device.type, "name": name, "cards": rt.cards, "precision": rt.precision,
+            "world": rt.world, "torch": torch.__version__}
+
+
+def train(cfg: RunConfig, out_dir, data_dir, **kwargs) -> dict:
+    """Trains until `steps_until`, the time limit or a signal; returns what happened."""
+    trainer = Trainer(cfg, out_dir, data_dir, **kwargs)
+    try:
+        return trainer.run()
+    finally:
+        if trainer.rt.world > 1 and dist.is_initialized():
+            dist.destroy_process_group()

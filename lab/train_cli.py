@@ -1,0 +1,110 @@
+"""`lab train`: the training loop from the command line, in this process or under torchrun."""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from lab.config import RunConfig, UserError, coerce, field_help
+
+# Fields that belong to the control side (where a run goes), not to the loop.
+_NOT_FLAGS = {"machine"}
+
+
+def add_config_flags(parser: argparse.ArgumentParser) -> None:
+    """One --flag per RunConfig field, named as the field with dashes."""
+    for f in dataclasses.fields(RunConfig):
+        if f.name in _NOT_FLAGS:
+            continue
+        flag = "--" + f.name.replace("_", "-")
+        if f.name == "constellations":
+            parser.add_argument("--constellation", "-c", dest="constellations", action="append",
+                                default=None, metavar="NAME", help=field_help(f.name))
+        elif f.name == "resume_from":
+            parser.add_argument("--resume", dest="resume_from", default=None, metavar="PATH",
+                                help="checkpoint file or run folder (its newest good checkpoint) to continue from")
+        else:
+            parser.add_argument(flag, dest=f.name, default=None, metavar=f.name.upper(), help=field_help(f.name))
+
+
+def config_from_args(args: argparse.Namespace) -> tuple[RunConfig, set[str]]:
+    """The run's config: defaults, then the JSON file, then the flags; and the fields given."""
+    values: dict = {}
+    if getattr(args, "config", None):
+        try:
+            values.update(json.loads(Path(args.config).read_text(encoding="utf-8")))
+        except (OSError, ValueError) as e:
+            raise UserError(f"cannot read config file {args.config}: {e}") from None
+    flags = {f.name: getattr(args, f.name) for f in dataclasses.fields(RunConfig)
+             if getattr(args, f.name, None) is not None}
+    values.update(flags)
+    return RunConfig.from_dict(values), set(values)
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", metavar="FILE", help="JSON file with run fields (flags override it)")
+    add_config_flags(parser)
+    parser.add_argument("--out", required=True, metavar="DIR", help="run folder: metrics, checkpoints, config")
+    parser.add_argument("--allow-fallback", action="store_true",
+                        help="if the newest checkpoint is corrupt, continue from the previous good one")
+    parser.add_argument("--nproc", type=int, default=None,
+                        help="processes to launch under torchrun (default: one per GPU when parallel is auto/ddp)")
+
+
+def resolve_data_dir(cfg: RunConfig) -> Path:
+    if cfg.data_dir:
+        return Path(cfg.data_dir)
+    from lab import corpus  # control side: only when the data folder is not given
+    corpus.get_constellations(cfg.constellations)  # unknown names: an error listing the known ones
+    found = corpus.find_prepared(cfg.constellations)
+    if found is None:
+        names = " ".join(f"-c {n}" for n in cfg.constellations)
+        raise UserError(f"constellations {'+'.join(cfg.constellations)} are not prepared: run `lab prepare {names}`")
+    return found
+
+
+def processes_wanted(cfg: RunConfig, nproc: int | None) -> int:
+    if nproc is not None:
+        return nproc
+    if cfg.parallel not in ("auto", "ddp"):
+        return 1
+    import torch
+    return max(1, torch.cuda.device_count())
+
+
+def launch_torchrun(nproc: int, argv: list[str]) -> int:
+    """Re-runs this command under torchrun; torchrun's workers see WORLD_SIZE and train."""
+    # Workers need no --nproc, and torchrun's own parser would take it for --nproc-per-node.
+    argv = [a for i, a in enumerate(argv) if a != "--nproc" and not a.startswith("--nproc=")
+            and (i == 0 or argv[i - 1] != "--nproc")]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
+           "-m", "lab.train_cli", *argv]
+    return subprocess.call(cmd)
+
+
+def run(args: argparse.Namespace) -> int:
+    cfg, given = config_from_args(args)
+    data_dir = resolve_data_dir(cfg)
+    nproc = processes_wanted(cfg, args.nproc)
+    if nproc > 1 and "WORLD_SIZE" not in os.environ:
+        return launch_torchrun(nproc, args.argv)
+    from lab.checkpoint import CheckpointError
+    from lab.data import DataError
+    from lab.train import train
+    try:
+        result = train(cfg, args.out, data_dir, resume=cfg.resume_from or None,
+                       allow_fallback=args.allow_fallback, given=given, log=lambda s: print(s, flush=True))
+    except (CheckpointError, DataError) as e:
+        raise UserError(str(e)) from None
+    if int(os.environ.get("RANK", "0")) == 0:
+        print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":  # what torchrun runs
+    from lab.cli import main
+    sys.exit(main(["train", *sys.argv[1:]]))

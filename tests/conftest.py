@@ -1,0 +1,36 @@
+"""Shared fixtures: a lab home with the embedded `pydoc` constellation prepared once per session."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+TINY = ["--context", "32", "--width", "32", "--heads", "2", "--layers", "2", "--batch-per-card", "4",
+        "--eval-every", "10", "--eval-batches", "2", "--lr", "3e-3", "--warmup-steps", "2"]
+
+
+@pytest.fixture(scope="session")
+def lab_home(tmp_path_factory) -> Path:
+    home = tmp_path_factory.mktemp("lab-home")
+    os.environ["LAB_HOME"] = str(home)
+    return home
+
+
+@pytest.fixture(scope="session")
+def pydoc_data(lab_home) -> Path:
+    """The `pydoc` constellation prepared with a small vocabulary (fast to train on)."""
+    from lab import corpus
+    return corpus.prepare(["pydoc"], vocab=512, progress=False)
+
+
+def lab(*args: str, check: bool = True, env: dict | None = None, **kw) -> subprocess.CompletedProcess:
+    """Runs the `lab` command as a person would, in a fresh process."""
+    proc = subprocess.run([sys.executable, "-m", "lab.cli", *args], capture_output=True, text=True,
+                          env={**os.environ, **(env or {})}, cwd=ROOT, **kw)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"lab {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}")
+    return proc

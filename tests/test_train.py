@@ -1,0 +1,191 @@
+"""`lab train` end to end, as a person runs it: real processes, real data, real signals."""
+import json
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from conftest import ROOT, TINY, lab
+from lab.train import pick_precision
+
+
+def metrics(run_dir):
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def losses(run_dir):
+    return {m["step"]: m["loss"] for m in metrics(run_dir) if "loss" in m}
+
+
+@pytest.fixture(scope="module")
+def trained(pydoc_data, tmp_path_factory):
+    """A finished 20-step run with a checkpoint every logged step (so two are kept)."""
+    out = tmp_path_factory.mktemp("runs") / "base"
+    proc = lab("train", "-c", "pydoc", *TINY, "--steps-until", "20", "--checkpoint-every-min", "0.0001",
+               "--out", str(out))
+    return out, proc
+
+
+def test_train_on_pydoc_logs_weights_metrics_and_a_falling_loss(trained):
+    out, proc = trained
+    assert "weights 41,984" in proc.stdout  # 12·2·32² + 512·32 + 32·32
+    rows = metrics(out)
+    assert [r["step"] for r in rows if "loss" in r] == list(range(1, 21))
+    for key in ("step", "tokens", "loss", "lr", "tok_s", "elapsed_s"):
+        assert key in rows[0]
+    evals = [r for r in rows if "val_loss" in r]
+    assert [r["step"] for r in evals] == [10, 20] and all(r["val_set"] for r in evals)
+    assert rows[-1]["tokens"] == 20 * 4 * 32
+    assert rows[-1]["loss"] < rows[0]["loss"] - 0.5
+    assert (out / "checkpoints" / "ckpt_00000020.pt").is_file()
+    assert json.loads((out / "config.json").read_text())["steps_until"] == 20
+
+
+def test_sigterm_saves_at_a_step_boundary_and_the_resume_is_bitwise_exact(pydoc_data, tmp_path):
+    common = ["-c", "pydoc", *TINY, "--steps-until", "300", "--eval-every", "100"]
+    lab("train", *common, "--out", str(tmp_path / "ref"))
+    run = tmp_path / "stopped"
+    proc = subprocess.Popen([sys.executable, "-m", "lab.cli", "train", *common, "--out", str(run)], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if (run / "metrics.jsonl").exists() and len((run / "metrics.jsonl").read_text().splitlines()) >= 5:
+            break
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 0, out
+    stopped_at = max(losses(run))
+    assert 5 <= stopped_at < 300, "the run must stop early, on the signal"
+    assert f"stopped at step {stopped_at} (SIGTERM received)" in out
+    assert (run / "checkpoints" / f"ckpt_{stopped_at:08d}.pt").is_file()
+
+    lab("train", *common, "--resume", str(run), "--out", str(run))
+    resumed, ref = losses(run), losses(tmp_path / "ref")
+    assert sorted(resumed) == list(range(1, 301))
+    assert resumed == ref  # bitwise: the floats compare equal at every step
+
+
+def test_ddp_in_two_gloo_processes_matches_one_process_with_the_doubled_batch(pydoc_data, tmp_path):
+    flags = [f for f in TINY]
+    flags[flags.index("--batch-per-card") + 1] = "3"
+    ddp = lab("train", "-c", "pydoc", *flags, "--steps-until", "6", "--nproc", "2", "--out", str(tmp_path / "ddp"))
+    flags[flags.index("--batch-per-card") + 1] = "6"
+    lab("train", "-c", "pydoc", *flags, "--steps-until", "6", "--out", str(tmp_path / "one"))
+    assert "cpu x2" in ddp.stdout
+    two, one = losses(tmp_path / "ddp"), losses(tmp_path / "one")
+    assert sorted(two) == sorted(one) == list(range(1, 7))
+    for step in one:
+        assert two[step] == pytest.approx(one[step], abs=1e-5)
+    assert metrics(tmp_path / "ddp")[-1]["tokens"] == metrics(tmp_path / "one")[-1]["tokens"]
+
+
+def test_a_json_config_file_gives_the_same_run_as_flags(pydoc_data, tmp_path):
+    cfg = {"constellations": ["pydoc"], "context": 32, "width": 32, "heads": 2, "layers": 2, "batch_per_card": 4,
+           "eval_every": 10, "eval_batches": 2, "lr": 3e-3, "warmup_steps": 2, "steps_until": 3}
+    (tmp_path / "run.json").write_text(json.dumps(cfg))
+    lab("train", "--config", str(tmp_path / "run.json"), "--out", str(tmp_path / "a"))
+    lab("train", "-c", "pydoc", *TINY, "--steps-until", "3", "--out", str(tmp_path / "b"))
+    assert losses(tmp_path / "a") == losses(tmp_path / "b")
+
+
+# --- bad input: a clear error, exit status 2, nothing overwritten ---------------------------
+
+def _fails(*args):
+    proc = lab(*args, check=False)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr
+    return proc.stderr
+
+
+def test_width_not_divisible_by_heads(pydoc_data, tmp_path):
+    err = _fails("train", "-c", "pydoc", *TINY, "--width", "30", "--heads", "4", "--out", str(tmp_path / "x"))
+    assert "width 30 does not divide by heads 4" in err
+    assert not (tmp_path / "x").exists()
+
+
+def test_context_longer_than_the_shortest_split(pydoc_data, tmp_path):
+    err = _fails("train", "-c", "pydoc", *TINY, "--context", "10000000", "--out", str(tmp_path / "x"))
+    assert "longer than the data's shortest split" in err
+
+
+@pytest.mark.parametrize("flag", ["--batch-per-card", "--steps-until"])
+def test_batch_or_steps_below_one(pydoc_data, tmp_path, flag):
+    err = _fails("train", "-c", "pydoc", *TINY, flag, "0", "--out", str(tmp_path / "x"))
+    assert f"{flag[2:].replace('-', '_')} must be at least 1" in err
+
+
+def test_steps_until_not_above_the_checkpoints_step(trained, tmp_path):
+    out, _ = trained
+    err = _fails("train", "-c", "pydoc", *TINY, "--resume", str(out), "--steps-until", "20", "--out", str(tmp_path / "x"))
+    assert "steps_until 20 is not above the checkpoint's step 20" in err
+
+
+def test_resuming_with_another_architecture_names_the_field(trained, tmp_path):
+    out, _ = trained
+    err = _fails("train", "-c", "pydoc", *TINY, "--width", "64", "--resume", str(out), "--steps-until", "30",
+                 "--out", str(tmp_path / "x"))
+    assert "width is locked when continuing: the checkpoint has width=32" in err
+
+
+def test_model_fields_come_from_the_checkpoint_when_not_given(trained, tmp_path):
+    out, _ = trained
+    proc = lab("train", "-c", "pydoc", "--resume", str(out), "--steps-until", "22", "--eval-every", "10",
+               "--eval-batches", "2", "--out", str(tmp_path / "cont"))
+    assert "weights 41,984" in proc.stdout
+    rows = metrics(tmp_path / "cont")
+    # The new folder starts with the earlier session's rows, so the curve reads as one line.
+    assert [r["step"] for r in rows if "loss" in r] == list(range(1, 23))
+    assert {r["session"] for r in rows if r["step"] > 20} == {2}
+
+
+def test_a_corrupt_checkpoint_is_refused_and_the_previous_used_only_when_asked(trained, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(trained[0], run)
+    newest = run / "checkpoints" / "ckpt_00000020.pt"
+    newest.write_bytes(newest.read_bytes()[:1000])
+    before = (run / "metrics.jsonl").read_text()
+    err = _fails("train", "-c", "pydoc", *TINY, "--resume", str(run), "--steps-until", "25", "--out", str(run))
+    assert "ckpt_00000020.pt is unusable: it is truncated" in err and "--allow-fallback" in err
+    assert (run / "metrics.jsonl").read_text() == before
+    proc = lab("train", "-c", "pydoc", *TINY, "--resume", str(run), "--steps-until", "25", "--allow-fallback",
+               "--out", str(run))
+    assert "resuming from" in proc.stdout and "ckpt_00000019.pt" in proc.stdout
+
+
+def test_missing_shards(pydoc_data, tmp_path):
+    data = tmp_path / "data"
+    shutil.copytree(pydoc_data, data)
+    next(data.glob("*/train_*.bin")).unlink()
+    err = _fails("train", "--data-dir", str(data), *TINY, "--out", str(tmp_path / "x"))
+    assert "missing shard" in err
+
+
+def test_unknown_constellation(pydoc_data, tmp_path):
+    err = _fails("train", "-c", "no-such-thing", *TINY, "--out", str(tmp_path / "x"))
+    assert "no-such-thing" in err and "pydoc" in err
+
+
+def test_an_out_folder_holding_a_run_is_not_overwritten(trained):
+    out, _ = trained
+    before = (out / "metrics.jsonl").read_text()
+    err = _fails("train", "-c", "pydoc", *TINY, "--out", str(out))
+    assert "already holds a run" in err
+    assert (out / "metrics.jsonl").read_text() == before
+
+
+# --- precision --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("capability,expected", [((7, 5), "fp16"), ((8, 0), "bf16"), ((9, 0), "bf16")])
+def test_precision_follows_compute_capability_not_is_bf16_supported(monkeypatch, capability, expected):
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)  # what a T4 says
+    assert pick_precision(torch.device("cuda", 0)) == expected
+
+
+def test_cpu_trains_in_fp32():
+    assert pick_precision(torch.device("cpu")) == "fp32"
