@@ -1,0 +1,66 @@
+"""`lab prepare`: train the tokenizer and write token shards for constellations.
+
+    lab prepare -c pydoc [-c bible-ru ...] [--vocab 4000] [--tokenizer auto|new|TOK_ID] [-q]
+    lab prepare --list
+"""
+from __future__ import annotations
+
+import argparse
+
+from lab import corpus
+from lab.config import UserError
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("-c", "--constellation", action="append", default=[], metavar="NAME",
+                        help="a constellation to prepare (repeat, or separate with commas)")
+    parser.add_argument("--vocab", type=int, default=corpus.DEFAULT_VOCAB,
+                        help=f"tokenizer vocabulary size (default {corpus.DEFAULT_VOCAB}, at most {corpus.MAX_VOCAB})")
+    parser.add_argument("--tokenizer", default="auto", metavar="auto|new|TOK_ID",
+                        help="auto: reuse one trained on a subset of the selection, else train (default); "
+                             "new: one trained on exactly this selection; TOK_ID: that tokenizer")
+    parser.add_argument("--list", action="store_true", help="list the known constellations and what is prepared")
+    parser.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.list:
+        print_list()
+        return 0
+    names = [n for value in args.constellation for n in value.split(",") if n.strip()]
+    if not names:
+        raise UserError("say which constellations to prepare: lab prepare -c NAME (lab prepare --list shows them)")
+    folder = corpus.prepare(names, vocab=args.vocab, progress=not args.quiet, tokenizer=args.tokenizer)
+    m = corpus.read_manifest(folder)
+    tok = m["tokenizer"]
+    print(f"data folder: {folder}")
+    print(f"tokens: train {m['train_tokens']:,}, val {m['val_tokens']:,} "
+          f"(shortest val split {m['shortest_val_tokens']:,})")
+    for name, c in m["constellations"].items():
+        print(f"  {name}: {c['bytes']:,} bytes, {c['documents']:,} documents, "
+              f"train {c['train_tokens']:,}, val {c['val_tokens']:,} tokens")
+    print(f"vocab: {tok['vocab']} (tokenizer {tok['tok_id']}, trained on {', '.join(tok['trained_on'])})")
+    print(f"val_set: {m['val_set']}")
+    return 0
+
+
+def print_list() -> None:
+    prepared = corpus.prepared_folders()
+    for name, c in corpus.load_constellations().items():
+        print(f"{name}" + (f": {c.description}" if c.description else ""))
+        print(f"  sources: {', '.join(c.sources)}")
+        print(f"  prepared: {_prepared_state(c, prepared)}")
+
+
+def _prepared_state(c: corpus.Constellation, prepared: list) -> str:
+    """Data folders holding this constellation with its current content."""
+    mentions = [(f, m) for f, m in prepared if c.name in m["constellations"]]
+    if not mentions:
+        return "no"
+    try:
+        sha = corpus.scan(c).sha256
+    except UserError as e:
+        return f"unavailable now ({e})"
+    current = [f"{f.name} (vocab {m['tokenizer']['vocab']}, {m['train_tokens'] + m['val_tokens']:,} tokens)"
+               for f, m in mentions if m["constellations"][c.name]["sha256"] == sha]
+    return ", ".join(current) if current else "no (its text changed since it was prepared)"
