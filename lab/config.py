@@ -73,8 +73,8 @@ class RunConfig:
     checkpoint_every_min: float = _f(20, "Minutes between periodic checkpoints.", "Минут между чекпоинтами.")
     parallel: str = _f("auto", "Several cards: auto (DDP under torchrun), ddp, dp (DataParallel), none.",
                        "Несколько карт: auto, ddp, dp (DataParallel), none.")
-    precision: str = _f("auto", "auto: bf16 on compute capability >= 8, fp16 + GradScaler below, fp32 on CPU.",
-                        "auto: bf16 на картах >= 8.0, fp16 + GradScaler ниже, fp32 на CPU.")
+    precision: str = _f("auto", "auto: bf16 from compute capability 8.0 on, fp16 with GradScaler below it, fp32 on CPU.",
+                        "auto: bf16 на картах от 8.0, fp16 с GradScaler ниже, fp32 на CPU.")
     data_dir: str = _f("", "Prepared data folder (shards, tokenizer, manifest); empty: found from constellations.",
                        "Папка подготовленных данных; пусто — найти по созвездиям.")
 

@@ -1,0 +1,155 @@
+"""`lab size`: the sizing calculator as a table or JSON, over `lab.sizing`."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from lab import sizing
+from lab.config import ConfigError, RunConfig, UserError, coerce, field_help
+from lab.home import runs_dir
+
+# RunConfig field -> (type, metavar): the form's fields that change a figure
+FLAGS = {"context": (int, "N"), "width": (int, "D"), "heads": (int, "H"), "layers": (int, "L"),
+         "batch_per_card": (int, "B"), "grad_accum": (int, "K"), "gpu": (str, "GPU"), "precision": (str, "P"),
+         "steps_until": (int, "S"), "limit_min": (float, "M"), "eval_every": (int, "S"),
+         "eval_batches": (int, "B"), "resume_from": (str, "PATH"), "data_dir": (str, "DIR")}
+
+LABELS = {  # figure -> (English, Russian)
+    "weights": ("weights", "веса"),
+    "tokens_per_step": ("tokens per step", "токенов за шаг"),
+    "tokens_wanted": ("tokens wanted", "токенов нужно"),
+    "tokens_available": ("tokens available", "токенов есть"),
+    "epochs": ("epochs", "эпох"),
+    "tokens_planned": ("tokens to steps_until", "токенов до «Шагов до»"),
+    "tok_s": ("speed", "скорость"),
+    "run_hours": ("run time", "время прогона"),
+    "memory_per_card_gb": ("memory per card", "память на карту"),
+    "max_batch_per_card": ("largest batch per card", "наибольший батч"),
+    "quota_hours": ("Kaggle quota", "квота Kaggle"),
+}
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", metavar="FILE", help="a run's config.json to start from")
+    for name, (typ, metavar) in FLAGS.items():
+        parser.add_argument("--" + name.replace("_", "-"), dest=name, type=typ, default=None, metavar=metavar,
+                            help=field_help(name))
+    parser.add_argument("--constellation", dest="constellations", action="append", default=None, metavar="NAME",
+                        help="a constellation to train on (repeat for several)")
+    parser.add_argument("--vocab", type=int, default=None,
+                        help=f"tokenizer vocabulary (default: the prepared data's, else {sizing.DEFAULT_VOCAB})")
+    parser.add_argument("--manifest", metavar="FILE", help="a prepared data manifest.json (default: found)")
+    parser.add_argument("--grow", metavar="RUN",
+                        help="also say whether to grow, from this run's val history (a run id or folder)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--lang", choices=("en", "ru"), default="en", help="language of the messages")
+
+
+def run(args: argparse.Namespace) -> int:
+    start = _read_json(args.config) if args.config else {}
+    cfg = RunConfig.from_dict(start)
+    given = set(start)  # a config file's model fields count as given: locked when resuming
+    for name in list(FLAGS) + ["constellations"]:
+        value = getattr(args, name)
+        if value is not None:
+            setattr(cfg, name, coerce(name, value))
+            given.add(name)
+    manifest = _read_json(args.manifest) if args.manifest else None
+    est = sizing.estimate(cfg, vocab=args.vocab, manifest=manifest, given=given)
+    verdict = _grow_verdict(args.grow, manifest, args.vocab) if args.grow else None
+    if args.json:
+        out = est.to_dict()
+        if verdict is not None:
+            out["when_to_grow"] = verdict.to_dict()
+        print(json.dumps(out, ensure_ascii=False, indent=2))
+    else:
+        print(render(est, args.lang, errors=False))  # errors go to stderr below
+        if verdict is not None:
+            print(("\nWhen to grow: " if args.lang == "en" else "\nКогда расти: ") + verdict.reason(args.lang))
+    for p in est.errors:
+        print(f"lab size: error: {p.message(args.lang)}", file=sys.stderr)
+    return 2 if est.errors else 0
+
+
+def _read_json(path: str | Path) -> dict:
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, ValueError) as e:
+        raise UserError(f"cannot read {path}: {e}") from None
+    if not isinstance(data, dict):
+        raise UserError(f"{path} does not hold a JSON object")
+    return data
+
+
+def _grow_verdict(run: str, manifest: dict | None, vocab: int | None) -> sizing.Verdict:
+    folder = Path(run)
+    if not folder.is_dir():
+        folder = runs_dir() / run
+    if not (folder / "metrics.jsonl").is_file():
+        raise UserError(f"no metrics.jsonl in {folder}: give a run id or a run folder")
+    cfg = RunConfig()
+    if (folder / "config.json").is_file():
+        known = set(cfg.to_dict())
+        data = _read_json(folder / "config.json")
+        try:
+            cfg = RunConfig.from_dict({k: v for k, v in data.items() if k in known})
+        except ConfigError:
+            pass  # an old run's odd field: size it as the defaults
+    if manifest is None:
+        manifest = sizing.find_manifest(cfg)
+    return sizing.when_to_grow(sizing.read_metrics(folder / "metrics.jsonl"), manifest, cfg, vocab)
+
+
+def render(est: sizing.Estimate, lang: str = "en", errors: bool = True) -> str:
+    """The figures as an aligned table, each with where it comes from, then the problems."""
+    ru = lang == "ru"
+    head = (f"{est.gpu}{' (auto)' if est.gpu_auto else ''}, {est.precision}, vocab {est.vocab}"
+            f" ({est.vocab_source})")
+    rows = []
+    for name in sizing.Estimate.FIGURES:
+        fig = getattr(est, name)
+        kind = sizing.KIND_RU[fig.kind] if ru else fig.kind
+        rows.append((LABELS[name][1 if ru else 0], _value_text(name, fig, lang), kind))
+    w0 = max(len(r[0]) for r in rows)
+    w1 = max(len(r[1]) for r in rows)
+    lines = [head, ""] + [f"  {a:<{w0}}  {b:<{w1}}  {c}" for a, b, c in rows]
+    for p in est.problems if errors else est.warnings:
+        mark = ("ошибка" if ru else "error") if p.severity == "error" else ("внимание" if ru else "warning")
+        lines.append(f"{mark}: {p.message(lang)}")
+    return "\n".join(lines)
+
+
+def _value_text(name: str, fig: sizing.Figure, lang: str) -> str:
+    v = fig.value
+    if v is None:
+        return "?" if fig.kind == "unknown" else "-"
+    num = sizing.format_number
+    if name == "weights":
+        return f"{num(v, lang)} ({sizing.format_count(v, lang)})"
+    if name in ("tokens_wanted", "tokens_available", "tokens_planned"):
+        return ("≈ " if fig.kind == "estimate" else "") + sizing.format_count(v, lang)
+    if name == "tokens_per_step":
+        return num(v, lang)
+    if name == "epochs":
+        return num(v, lang)
+    if name == "tok_s":
+        return f"{num(v, lang)} " + ("ток/с" if lang == "ru" else "tokens/s")
+    if name in ("run_hours", "quota_hours"):
+        text = _hours(v, lang)
+        if name == "run_hours" and fig.extra.get("capped_by_limit"):
+            steps = num(fig.extra["steps_in_limit"], lang)
+            text += f" (лимит, ~{steps} шагов)" if lang == "ru" else f" (limit, ~{steps} steps)"
+        return text
+    if name == "memory_per_card_gb":
+        usable = fig.extra.get("usable_gb")
+        unit = "ГБ" if lang == "ru" else "GB"
+        return f"{num(v, lang)} {unit}" + (f" / {num(usable, lang)} {unit}" if usable else "")
+    return num(v, lang)
+
+
+def _hours(h: float, lang: str) -> str:
+    minutes = round(h * 60)
+    return f"{minutes // 60} ч {minutes % 60:02d} мин" if lang == "ru" else f"{minutes // 60} h {minutes % 60:02d} min"
