@@ -1,8 +1,9 @@
 """The `lab` command: a thin layer over the package's API.
 
-Each subcommand lives in the module that owns its work; that module exposes
-`configure(parser)` and `run(args) -> int`. Modules are imported only when their
-command runs, so `lab size` never pays for importing torch.
+Each subcommand lives in the module that owns its work: "module" names a module with
+`configure(parser)` and `run(args) -> int`, "module:name" one with `configure_<name>` and
+`run_<name>`. Modules are imported only when their command runs, so `lab size` never
+pays for importing torch.
 """
 from __future__ import annotations
 
@@ -18,6 +19,10 @@ COMMANDS = {
     "prepare": ("lab.corpus_cli", "train the tokenizer and write token shards for constellations"),
     "train": ("lab.train_cli", "train a GPT in this process (or under torchrun)"),
     "size": ("lab.sizing_cli", "the sizing calculator: weights, tokens, speed, memory, quota"),
+    "run": ("lab.runs_cli", "start or continue a run: the training notebook on a machine"),
+    "runs": ("lab.runs_cli:listing", "the lab's runs with their links and lineage"),
+    "plot": ("lab.runs_cli:plot", "redraw a run's loss plot"),
+    "accounts": ("lab.accounts_cli", "the lab's Kaggle accounts: list with quota, add, remove"),
 }
 
 
@@ -39,13 +44,17 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or argv[0] not in COMMANDS:
         parser.parse_args(argv or ["--help"])
         return 2
-    module = importlib.import_module(COMMANDS[argv[0]][0])
-    sub = argparse.ArgumentParser(prog=f"lab {argv[0]}", description=COMMANDS[argv[0]][1])
-    module.configure(sub)
+    target, help_text = COMMANDS[argv[0]]
+    module_name, _, suffix = target.partition(":")
+    module = importlib.import_module(module_name)
+    configure = getattr(module, f"configure_{suffix}" if suffix else "configure")
+    run = getattr(module, f"run_{suffix}" if suffix else "run")
+    sub = argparse.ArgumentParser(prog=f"lab {argv[0]}", description=help_text)
+    configure(sub)
     args = sub.parse_args(argv[1:])
     args.argv = argv[1:]  # for commands that re-launch themselves (lab train under torchrun)
     try:
-        return int(module.run(args) or 0)
+        return int(run(args) or 0)
     except ConfigError as e:
         for p in e.problems:
             print(f"lab {argv[0]}: error: {p.en}", file=sys.stderr)

@@ -1,0 +1,105 @@
+"""`lab accounts`: the lab's Kaggle accounts.
+
+    lab accounts                      list them: user, GPU quota left, refresh time, what runs
+    lab accounts add NAME --kaggle-json PATH | --token-file PATH [--username U] [--no-check]
+    lab accounts remove NAME
+"""
+from __future__ import annotations
+
+import argparse
+
+from lab import kaggle_client as kc
+from lab.config import UserError
+
+# Listing asks every account in turn: short waits, few tries, so one dead account is quick.
+_LIST_RETRY = kc.RetryPolicy(attempts=2, base_s=1.0, cap_s=2.0, max_retry_after_s=10.0)
+_ADD_RETRY = kc.RetryPolicy(attempts=3, base_s=1.0, cap_s=5.0, max_retry_after_s=30.0)
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--offline", action="store_true", help="list without asking Kaggle for quota")
+    sub = parser.add_subparsers(dest="action", metavar="ACTION")
+    ls = sub.add_parser("list", help="the accounts with their GPU quota (the default)")
+    ls.add_argument("--offline", action="store_true", default=argparse.SUPPRESS,
+                    help="without asking Kaggle for quota")
+    add = sub.add_parser("add", help="add an account from its kaggle.json or an API token")
+    add.add_argument("name", help="the lab's name for it: a-z, 0-9, '-', '_'")
+    creds = add.add_mutually_exclusive_group(required=True)
+    creds.add_argument("--kaggle-json", metavar="PATH", help="kaggle.json from kaggle.com/settings (API)")
+    creds.add_argument("--token-file", metavar="PATH", help="a file holding one API token")
+    add.add_argument("--username", help="with --token-file: the Kaggle username (else Kaggle is asked)")
+    add.add_argument("--no-check", action="store_true", help="store without checking with Kaggle")
+    rm = sub.add_parser("remove", help="forget an account (its credentials are deleted)")
+    rm.add_argument("name")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.action == "add":
+        return _add(args)
+    if args.action == "remove":
+        kc.remove_account(args.name)
+        print(f"Removed account '{args.name}'.")
+        return 0
+    return _list(offline=bool(getattr(args, "offline", False)))
+
+
+def _add(args: argparse.Namespace) -> int:
+    token = kc.read_token_file(args.token_file) if args.token_file else None
+    username = args.username
+    if token is not None and not username:
+        username = kc.token_username(token, account=args.name)
+    account = kc.add_account(args.name, kaggle_json=args.kaggle_json, token=token, username=username)
+    if args.no_check:
+        print(f"Added account '{account.name}' (Kaggle user {account.username}); not checked with Kaggle.")
+        return 0
+    try:
+        quota = kc.client_for(account, retry=_ADD_RETRY, timeout_s=30.0).quota()
+    except kc.KaggleError as e:
+        if e.status in (401, 403):
+            kc.remove_account(account.name)  # a wrong key is not worth keeping
+            raise kc.KaggleError(e.account, e.what, f"{e.todo} The account was not added.", status=e.status) from None
+        print(f"Added account '{account.name}' (Kaggle user {account.username}), but could not check it "
+              f"with Kaggle: {e}")
+        return 0
+    print(f"Added account '{account.name}' (Kaggle user {account.username}): "
+          f"{_hours(quota.left_s)} of {_hours(quota.total_s)} GPU quota left.")
+    return 0
+
+
+def _list(offline: bool) -> int:
+    accounts = kc.list_accounts()
+    if not accounts:
+        print("No Kaggle accounts yet. Add one: lab accounts add NAME --kaggle-json PATH/kaggle.json")
+        return 0
+    if not offline:
+        kc.check_no_global_token()
+    rows, failed = [("NAME", "KAGGLE USER", "GPU LEFT / TOTAL", "REFRESH (UTC)", "RUNS")], 0
+    for a in accounts:
+        runs = ", ".join(kc.runs_on(a.name)) or "-"
+        if a.auth == "broken":
+            rows.append((a.name, "?", "damaged: remove and add it again", "", runs))
+            failed += 1
+            continue
+        if offline:
+            rows.append((a.name, a.username, "-", "-", runs))
+            continue
+        try:
+            q = kc.client_for(a, retry=_LIST_RETRY, timeout_s=20.0).quota()
+        except UserError as e:  # KaggleError included: one account's trouble does not hide the rest
+            rows.append((a.name, a.username, f"error: {getattr(e, 'what', e)}", "", runs))
+            failed += 1
+            continue
+        refresh = q.refresh_time.strftime("%Y-%m-%d %H:%M") if q.refresh_time else "?"
+        rows.append((a.name, a.username, f"{_hours(q.left_s)} / {_hours(q.total_s)}", refresh, runs))
+    _print_table(rows)
+    return 1 if failed else 0
+
+
+def _hours(seconds: float) -> str:
+    return f"{seconds / 3600:.1f} h"
+
+
+def _print_table(rows: list[tuple[str, ...]]) -> None:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for r in rows:
+        print("  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip())
