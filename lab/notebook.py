@@ -1,0 +1,189 @@
+"""The training notebook: generated from the kernel-side modules, parameterized by papermill.
+
+`notebooks/train.ipynb` holds the model, the loop and the saver in its own cells, so it
+runs on a bare Kaggle image without this package installed. The code lives once, in
+`lab/`; this module pastes it in (`scripts/make-train-notebook` writes the file, and a test
+fails when the committed notebook is stale). Each code cell starts with the
+`%%kernel_source` magic, which runs the cell and also appends it to a script: the script
+is what torchrun's workers run, since code defined in a notebook cannot be pickled into
+spawned processes.
+"""
+from __future__ import annotations
+
+import ast
+import dataclasses
+import json
+import re
+from pathlib import Path
+
+import nbformat
+
+from lab.config import RunConfig
+
+PACKAGE = Path(__file__).resolve().parent
+TRAIN_NOTEBOOK = PACKAGE.parent / "notebooks" / "train.ipynb"
+# In the order a reader meets them; each may use only the ones before it.
+KERNEL_MODULES = ["config", "model", "schedule", "data", "checkpoint", "train", "plots", "session"]
+KAGGLE_LIMIT_BYTES = 1_000_000
+
+# Settings of one session, not of the run: they stay out of RunConfig.
+SESSION_PARAMETERS = {
+    "out_dir": ("", "where outputs go; empty: /kaggle/working on Kaggle, ./run elsewhere"),
+    "nproc": (0, "processes under torchrun; 0: one per GPU (DDP when there are two or more)"),
+    "allow_fallback": (False, "if the newest checkpoint is corrupt, continue from the previous good one"),
+    "plot_every_s": (30, "seconds between redraws of the loss plot"),
+    "plot_x": ("step", "x axis of the plot: step or tokens"),
+}
+
+_LAB_IMPORT = re.compile(r"^(from lab(\.\w+)* import .*|import lab(\.\w+)*.*)$")
+
+
+def kernel_source(module: str) -> str:
+    """A module's code as a notebook cell: without its package imports, which the
+    notebook's shared namespace makes unnecessary, and without the future import."""
+    text = (PACKAGE / f"{module}.py").read_text(encoding="utf-8")
+    out, skipping = [], False
+    for line in text.splitlines():
+        if skipping:
+            skipping = ")" not in line
+            continue
+        if line.startswith("from __future__ import"):
+            continue
+        if _LAB_IMPORT.match(line):
+            skipping = "(" in line and ")" not in line
+            continue
+        out.append(line)
+    return "\n".join(out).strip() + "\n"
+
+
+def top_level_names(source: str) -> set[str]:
+    names = set()
+    for node in ast.parse(source).body:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names.update(t.id for t in targets if isinstance(t, ast.Name))
+    return names
+
+
+def check_no_clashes() -> None:
+    """Modules share one namespace in the notebook: a name defined twice would silently
+    replace the first definition."""
+    seen: dict[str, str] = {}
+    for module in KERNEL_MODULES:
+        for name in top_level_names(kernel_source(module)):
+            if name in seen:
+                raise ValueError(f"{name!r} is defined in both lab/{seen[name]}.py and lab/{module}.py; "
+                                 f"rename one: the training notebook puts them in one namespace")
+            seen[name] = module
+
+
+def parameters_source() -> str:
+    lines = ["# Parameters: papermill, `lab run` and the New run form replace these values.",
+             "# The run (the same fields as `lab train` and the form):"]
+    defaults = RunConfig()
+    for f in dataclasses.fields(RunConfig):
+        lines.append(f"{f.name} = {getattr(defaults, f.name)!r}  # {f.metadata['en']}")
+    lines.append("# This session:")
+    for name, (value, help_text) in SESSION_PARAMETERS.items():
+        lines.append(f"{name} = {value!r}  # {help_text}")
+    return "\n".join(lines) + "\n"
+
+
+def _module_title(module: str) -> str:
+    doc = ast.get_docstring(ast.parse((PACKAGE / f"{module}.py").read_text(encoding="utf-8"))) or module
+    return f"## `{module}`: {doc.splitlines()[0]}"
+
+
+INTRO = """# Train a GPT
+
+The lab kit's training notebook. It runs the same on Kaggle (*GPU T4 ×2*) and on your own
+card: `lab run` and the control notebook fill the **parameters** cell below and execute it with
+papermill; on Kaggle it is pushed as a private kernel. Everything it needs is in these cells —
+the model, the training loop and the time-limit saver — so you can read it top to bottom.
+
+* Data: a folder prepared by `lab prepare` (`manifest.json`, `tokenizer.model`, uint16 shards),
+  found under `/kaggle/input` (either of Kaggle's layouts) or next to the notebook.
+* Outputs: `metrics.jsonl`, `checkpoints/`, `loss.png` in `/kaggle/working` (or `./run`).
+* At `limit_min` minutes, on SIGTERM, or at the stop button, training saves a checkpoint and stops.
+"""
+
+SETUP = '''import os, sys, tempfile, time
+from pathlib import Path
+from IPython import get_ipython
+from IPython.core.magic import register_cell_magic
+
+SESSION_STARTED = time.monotonic()  # the time limit counts from here
+KERNEL_PY = Path(tempfile.mkdtemp(prefix="lab-kernel-")) / "lab_kernel.py"
+KERNEL_PY.write_text("from __future__ import annotations\\n# The code of the training notebook, for torchrun workers.\\n")
+
+
+@register_cell_magic
+def kernel_source(line, cell):
+    """Runs the cell here and appends it to the script that torchrun workers run."""
+    with KERNEL_PY.open("a", encoding="utf-8") as f:
+        f.write(f"# --- {line}\\n{cell}\\n\\n")
+    exec(compile(cell, f"<{line}>", "exec"), get_ipython().user_ns)
+
+
+import torch
+print(f"python {sys.version.split()[0]}, torch {torch.__version__}, "
+      f"{torch.cuda.device_count()} GPU(s): {[torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]}")
+'''
+
+WORKER_ENTRY = '''# A torchrun worker runs this script with LOCAL_RANK set; the notebook itself skips it.
+if __name__ == "__main__" and "LOCAL_RANK" in os.environ:
+    worker_main()
+'''
+
+RUN = '''cfg = RunConfig.from_dict({name: globals()[name] for name in field_names()})
+for problem in raise_on_errors(check(cfg)):
+    print("warning:", problem.en)
+paths = resolve_session(cfg, out_dir)'''
+
+TRAIN = '''result = run_session(cfg, paths, KERNEL_PY, nproc=nproc, allow_fallback=allow_fallback,
+                     plot_every_s=plot_every_s, plot_x=plot_x, started=SESSION_STARTED)
+result'''
+
+
+def build_train_notebook() -> nbformat.NotebookNode:
+    check_no_clashes()
+    md, code = nbformat.v4.new_markdown_cell, nbformat.v4.new_code_cell
+    cells = [md(INTRO), code(parameters_source(), metadata={"tags": ["parameters"]}),
+             md("## Setup\nThe `%%kernel_source` magic used by the cells below."), code(SETUP)]
+    for module in KERNEL_MODULES:
+        cells += [md(_module_title(module)), code(f"%%kernel_source {module}\n" + kernel_source(module))]
+    cells += [code("%%kernel_source entry\n" + WORKER_ENTRY),
+              md("## Run\nThe run's config from the parameters, and where this session reads and writes."),
+              code(RUN),
+              md("## Train\nProgress below; the loss plot refreshes while it trains and is saved as `loss.png`."),
+              code(TRAIN)]
+    nb = nbformat.v4.new_notebook(cells=cells)
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nb.metadata["language_info"] = {"name": "python"}
+    # Stable ids keep the committed file byte-identical between generations.
+    for i, cell in enumerate(nb.cells):
+        cell["id"] = f"cell-{i:02d}"
+    return nb
+
+
+def notebook_text(nb: nbformat.NotebookNode | None = None) -> str:
+    return nbformat.writes(nb or build_train_notebook()) + "\n"
+
+
+def write_train_notebook(path: Path = TRAIN_NOTEBOOK) -> Path:
+    text = notebook_text()
+    if len(text.encode()) > KAGGLE_LIMIT_BYTES:
+        raise ValueError(f"the training notebook is {len(text.encode()):,} bytes; Kaggle takes at most 1 MB")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def parameterized(cfg: RunConfig, **session) -> dict:
+    """papermill parameters for a run: every RunConfig field plus session settings."""
+    unknown = set(session) - set(SESSION_PARAMETERS)
+    if unknown:
+        raise ValueError(f"unknown session parameters: {sorted(unknown)}")
+    return {**json.loads(cfg.to_json()), **session}

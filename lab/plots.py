@@ -1,0 +1,105 @@
+"""Loss curves: train loss and val loss, val drawn as separate segments per val set.
+
+A val set is the held-out text of one selection of data; when a continued run adds data,
+its val set changes and its val loss is no longer comparable with the old one, so each
+val set gets its own line. Sessions (links of a run continued across machines) are
+marked with a thin vertical line. Needs only matplotlib: it is also pasted into the
+training notebook.
+"""
+from __future__ import annotations
+
+import io
+import json
+import os
+from pathlib import Path
+
+
+def read_metrics(path: str | os.PathLike) -> list[dict]:
+    """Rows of a metrics.jsonl; a half-written last line (a run still writing) is skipped."""
+    rows = []
+    p = Path(path)
+    if p.is_dir():
+        p = p / "metrics.jsonl"
+    if not p.exists():
+        return rows
+    for line in p.read_text(encoding="utf-8").splitlines():
+        try:
+            rows.append(json.loads(line))
+        except ValueError:
+            continue
+    return rows
+
+
+def val_segments(rows: list[dict]) -> list[tuple[str, list[dict]]]:
+    """Consecutive val evaluations grouped by val set, in order."""
+    out: list[tuple[str, list[dict]]] = []
+    for r in rows:
+        if "val_loss" not in r:
+            continue
+        if not out or out[-1][0] != r.get("val_set"):
+            out.append((r.get("val_set"), []))
+        out[-1][1].append(r)
+    return out
+
+
+def _smooth(values: list[float], weight: float) -> list[float]:
+    # Debiased EMA (as TensorBoard draws it): it does not lag behind at the start.
+    out, avg = [], 0.0
+    for i, v in enumerate(values):
+        avg = weight * avg + (1 - weight) * v
+        out.append(avg / (1 - weight ** (i + 1)))
+    return out
+
+
+def loss_figure(runs: dict[str, list[dict]], x: str = "step", title: str | None = None):
+    """A matplotlib Figure of one or more runs' losses; `x` is "step" or "tokens"."""
+    # A bare Figure needs no pyplot and no backend: it renders with Agg wherever it runs.
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(9, 4.8), dpi=100)
+    ax = fig.add_subplot()
+    colors = ["tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown"]
+    for i, (name, rows) in enumerate(runs.items()):
+        color = colors[i % len(colors)]
+        label = f"{name}: " if len(runs) > 1 else ""
+        train = [r for r in rows if "loss" in r]
+        if train:
+            xs = [r[x] for r in train]
+            ys = [r["loss"] for r in train]
+            ax.plot(xs, ys, color=color, alpha=0.25, linewidth=0.8)
+            ax.plot(xs, _smooth(ys, 0.9 if len(ys) > 50 else 0.0), color=color, linewidth=1.5,
+                    label=f"{label}train")
+        for j, (val_set, seg) in enumerate(val_segments(rows)):
+            # One run: each val set its own colour. Several: the run's colour, dashed.
+            val_color = colors[(j + 1) % len(colors)] if len(runs) == 1 else color
+            ax.plot([r[x] for r in seg], [r["val_loss"] for r in seg], marker="o", markersize=3,
+                    linestyle="-" if len(runs) == 1 else "--", color=val_color,
+                    label=f"{label}val (set {str(val_set)[:8]})")
+        for prev, cur in zip(train, train[1:]):
+            if cur.get("session") != prev.get("session"):
+                ax.axvline(cur[x], color="gray", linewidth=0.6, linestyle=":")
+    ax.set_xlabel("tokens" if x == "tokens" else "step")
+    ax.set_ylabel("loss (nats per token)")
+    ax.grid(alpha=0.3)
+    if ax.lines:
+        ax.legend(loc="upper right", fontsize=8)
+    ax.set_title(title or "loss")
+    fig.tight_layout()
+    return fig
+
+
+def figure_png(fig) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    return buf.getvalue()
+
+
+def save_loss_plot(run_dir: str | os.PathLike, x: str = "step", title: str | None = None) -> Path:
+    """Draws a run's metrics.jsonl into `loss.png` beside it and returns the path."""
+    run_dir = Path(run_dir)
+    fig = loss_figure({run_dir.name: read_metrics(run_dir)}, x=x, title=title or run_dir.name)
+    path = run_dir / "loss.png"
+    tmp = path.with_name(".loss.png.tmp")
+    tmp.write_bytes(figure_png(fig))
+    os.replace(tmp, path)
+    return path
