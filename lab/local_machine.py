@@ -7,6 +7,7 @@ kept as `links/<n>-local.ipynb`. Progress streams to the terminal while it runs.
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 from lab.config import RunConfig, UserError
@@ -34,8 +35,10 @@ def execute_link(run: Run, cfg: RunConfig, data_dir: Path, resume: Path | None, 
     (run.folder / "result.json").unlink(missing_ok=True)  # the previous link's
     error = None
     try:
+        # The kernel's own stdout (the loop's progress lines) streams to this terminal.
+        streams = {"stdout_file": sys.stdout, "stderr_file": sys.stderr} if progress else {}
         pm.execute_notebook(str(TRAIN_NOTEBOOK), str(out_nb), parameters=params, cwd=str(run.folder),
-                            log_output=progress, progress_bar=progress, kernel_name="python3")
+                            progress_bar=False, kernel_name="python3", **streams)
     except pm.PapermillExecutionError as e:
         error = f"{e.ename}: {e.evalue}"
     except KeyboardInterrupt:

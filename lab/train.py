@@ -260,7 +260,8 @@ class Trainer:
     def sample(self, tokens: int = 48) -> str:
         import sentencepiece as spm  # kernel side: on every Kaggle image
         sp = spm.SentencePieceProcessor(model_file=str(self.data.tokenizer_path))
-        start = torch.tensor([[sp.bos_id() if sp.bos_id() >= 0 else 0]], device=self.rt.device)
+        # Every document in the shards follows an EOS, so EOS is where a new text begins.
+        start = torch.tensor([[self.data.manifest["tokenizer"].get("eos_id", sp.eos_id())]], device=self.rt.device)
         gen = torch.Generator(device=self.rt.device).manual_seed(self.cfg.seed)
         self.model.eval()
         with autocast(self.rt):

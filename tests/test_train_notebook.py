@@ -1,0 +1,151 @@
+"""The training notebook: generated, parameterized, executed by papermill as Kaggle would run it."""
+import ast
+import json
+import shutil
+
+import nbformat
+import papermill as pm
+import pytest
+
+from conftest import lab
+from lab import notebook
+from lab.config import field_names
+
+TINY_PARAMS = dict(context=32, width=32, heads=2, layers=2, batch_per_card=4, eval_every=20, eval_batches=2,
+                   lr=3e-3, warmup_steps=2, plot_every_s=1)
+
+
+def test_the_committed_notebook_is_generated_from_the_current_modules():
+    committed = notebook.TRAIN_NOTEBOOK.read_text(encoding="utf-8")
+    assert committed == notebook.notebook_text(), "notebooks/train.ipynb is stale: run scripts/make-train-notebook"
+
+
+def test_the_notebook_has_no_outputs_and_fits_kaggles_limit():
+    nb = nbformat.read(notebook.TRAIN_NOTEBOOK, as_version=4)
+    assert all(not c.get("outputs") and not c.get("execution_count") for c in nb.cells if c.cell_type == "code")
+    assert notebook.TRAIN_NOTEBOOK.stat().st_size < 200_000  # well under Kaggle's 1 MB
+
+
+def test_every_run_field_is_a_papermill_parameter_with_the_guides_default():
+    params = pm.inspect_notebook(str(notebook.TRAIN_NOTEBOOK))
+    assert set(params) == set(field_names()) | set(notebook.SESSION_PARAMETERS)
+    defaults = {k: v["default"] for k, v in params.items()}
+    assert (defaults["context"], defaults["width"], defaults["heads"], defaults["layers"]) == ("1024", "512", "8", "8")
+    assert (defaults["batch_per_card"], defaults["limit_min"]) == ("6", "630")
+
+
+def test_module_names_do_not_clash_in_the_notebooks_namespace():
+    notebook.check_no_clashes()
+
+
+def test_the_notebook_needs_nothing_but_torch_numpy_sentencepiece_and_matplotlib():
+    imported = set()
+    for cell in nbformat.read(notebook.TRAIN_NOTEBOOK, as_version=4).cells:
+        if cell.cell_type != "code":
+            continue
+        code = "\n".join(line for line in cell.source.splitlines() if not line.startswith("%%"))
+        for node in ast.walk(ast.parse(code)):
+            if isinstance(node, ast.Import):
+                imported |= {a.name.split(".")[0] for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module != "__future__":
+                imported.add(node.module.split(".")[0])
+    assert "lab" not in imported
+    assert imported <= {"torch", "numpy", "sentencepiece", "matplotlib", "IPython", "os", "sys", "json", "io", "re",
+                        "time", "math", "random", "signal", "hashlib", "argparse", "subprocess", "tempfile",
+                        "dataclasses", "pathlib", "contextlib", "typing"}
+
+
+def _kaggle(tmp_path, data, layout):
+    """A fake /kaggle with the data mounted in Kaggle's newer or older input layout."""
+    root = tmp_path / "kaggle"
+    where = root / "input" / ("datasets/lab/lab-data-pydoc" if layout == "new" else "lab-data-pydoc")
+    shutil.copytree(data, where)
+    (root / "working").mkdir(parents=True)
+    return root
+
+
+def _execute(tmp_path, name, root, monkeypatch, **params):
+    folder = tmp_path / name
+    folder.mkdir()
+    shutil.copy(notebook.TRAIN_NOTEBOOK, folder / "train.ipynb")  # the notebook alone, as pushed
+    monkeypatch.setenv("LAB_KAGGLE_ROOT", str(root))
+    monkeypatch.chdir(folder)
+    pm.execute_notebook(str(folder / "train.ipynb"), str(folder / "out.ipynb"), cwd=str(folder),
+                        parameters={**TINY_PARAMS, **params}, kernel_name="python3", progress_bar=False)
+    return nbformat.read(folder / "out.ipynb", as_version=4)
+
+
+def _outputs(nb):
+    return [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
+
+
+def _text(nb):
+    return "".join(o.get("text", "") for o in _outputs(nb)) + "".join(
+        str(o.get("data", {}).get("text/plain", "")) for o in _outputs(nb))
+
+
+def test_on_kaggle_it_stops_at_its_limit_with_a_checkpoint_and_the_next_session_continues(
+        pydoc_data, tmp_path, monkeypatch):
+    first_root = _kaggle(tmp_path / "s1", pydoc_data, layout="new")
+    nb = _execute(tmp_path, "first", first_root, monkeypatch, steps_until=100_000, limit_min=0.25)
+    text = _text(nb)
+    assert "weights 41,984" in text
+    assert any("image/png" in o.get("data", {}) for o in _outputs(nb)), "the loss plot is shown inline"
+    working = first_root / "working"
+    result = json.loads((working / "result.json").read_text())
+    assert result["reason"] == "time limit" and not result["done"]
+    saved = result["step"]
+    assert (working / "checkpoints" / f"ckpt_{saved:08d}.pt").is_file()
+    assert (working / "loss.png").stat().st_size > 10_000
+
+    # The next session, on an older-layout machine, gets the data and the first output as inputs.
+    second_root = _kaggle(tmp_path / "s2", pydoc_data, layout="old")
+    shutil.copytree(working, second_root / "input" / "lab-ckpt-run")
+    nb = _execute(tmp_path, "second", second_root, monkeypatch, steps_until=saved + 15, limit_min=5,
+                  resume_from="lab-ckpt-run")
+    assert f"at step {saved:,}" in _text(nb)
+    rows = [json.loads(line) for line in (second_root / "working" / "metrics.jsonl").read_text().splitlines()]
+    steps = [r["step"] for r in rows if "loss" in r]
+    assert steps == list(range(1, saved + 16)), "one curve: the first session's rows, then the new ones"
+    assert json.loads((second_root / "working" / "result.json").read_text())["done"]
+
+
+def test_two_processes_under_torchrun_from_inside_the_notebook(pydoc_data, tmp_path, monkeypatch):
+    root = _kaggle(tmp_path, pydoc_data, layout="new")
+    nb = _execute(tmp_path, "ddp", root, monkeypatch, steps_until=6, nproc=2, batch_per_card=2)
+    text = _text(nb)
+    assert "launching 2 processes under torchrun" in text and "cpu x2" in text
+    assert json.loads((root / "working" / "result.json").read_text())["step"] == 6
+
+
+# --- lab run --machine local ---------------------------------------------------------------
+
+RUN_FLAGS = ["-c", "pydoc", "--context", "32", "--width", "32", "--heads", "2", "--layers", "2",
+             "--batch-per-card", "4", "--eval-every", "10", "--eval-batches", "2", "--lr", "3e-3",
+             "--warmup-steps", "2", "-q"]
+
+
+def test_lab_run_local_then_resume_continues_the_same_run(pydoc_data):
+    first = lab("run", "--machine", "local", *RUN_FLAGS, "--steps-until", "20")
+    run_id = first.stdout.split()[1].rstrip(":")
+    folder = pydoc_data.parent.parent / "runs" / run_id
+    assert (folder / "links" / "001-local.ipynb").is_file() and (folder / "loss.png").is_file()
+    assert f"plot     {folder / 'loss.png'}" in first.stdout
+
+    lab("run", "--machine", "local", "--resume", run_id, "--steps-until", "30", "-q")
+    record = json.loads((folder / "run.json").read_text())
+    assert [(l["from_step"], l["to_step"], l["status"]) for l in record["links"]] == [(0, 20, "done"), (20, 30, "done")]
+    rows = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows if "loss" in r] == list(range(1, 31))
+
+    listing = lab("runs").stdout
+    assert run_id in listing and "30/30" in listing
+    assert lab("plot", run_id, "--x", "tokens").stdout.strip().endswith("loss.png")
+
+
+def test_lab_run_resume_with_a_conflicting_model_field_names_it(pydoc_data):
+    first = lab("run", "--machine", "local", *RUN_FLAGS, "--steps-until", "5")
+    run_id = first.stdout.split()[1].rstrip(":")
+    proc = lab("run", "--machine", "local", "--resume", run_id, "--layers", "3", "--steps-until", "10", check=False)
+    assert proc.returncode == 2
+    assert "layers is locked when continuing: the checkpoint has layers=2" in proc.stderr
