@@ -176,12 +176,12 @@ def check(cfg: RunConfig) -> list[Problem]:
     if cfg.limit_min <= 0:
         out.append(Problem("limit_min", f"limit_min must be positive (got {cfg.limit_min})",
                            f"лимит должен быть больше нуля (сейчас {cfg.limit_min})"))
-    elif cfg.limit_min > KAGGLE_SESSION_MIN:
+    elif cfg.limit_min > KAGGLE_SESSION_MIN and cfg.machine != "local":
         out.append(Problem("limit_min", f"limit_min {cfg.limit_min:g} is above Kaggle's 12-hour session "
                                         f"({KAGGLE_SESSION_MIN} min): the session would be killed before the checkpoint",
                            f"лимит {cfg.limit_min:g} мин больше 12-часовой сессии Kaggle ({KAGGLE_SESSION_MIN} мин): "
                            f"сессию убьют раньше чекпоинта"))
-    elif cfg.limit_min > LIMIT_WARN_MIN:
+    elif cfg.limit_min > LIMIT_WARN_MIN and cfg.machine != "local":
         out.append(Problem("limit_min", f"limit_min {cfg.limit_min:g} leaves little margin before Kaggle's "
                                         f"12-hour limit; the lab uses 630",
                            f"лимит {cfg.limit_min:g} мин оставляет мало запаса до 12 часов Kaggle; лаба берёт 630",

@@ -129,6 +129,19 @@ def agree(values: list[float], rt: Runtime) -> list[float]:
     return t.tolist()
 
 
+class OutOfMemory(RuntimeError):
+    """The batch does not fit the card; the message says which batch does."""
+
+
+def largest_fitting(fits: Callable[[int], bool], upper: int) -> int:
+    """The largest b in [0, upper] with fits(b), assuming fits is monotone (0 always fits)."""
+    lo, hi = 0, upper
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid - 1)
+    return lo
+
+
 class Trainer:
     def __init__(self, cfg: RunConfig, out_dir: str | os.PathLike, data_dir: str | os.PathLike,
                  resume: str | os.PathLike | None = None, allow_fallback: bool = False,
@@ -243,6 +256,46 @@ class Trainer:
         self.tokens += self.tokens_per_step
         return total, norm
 
+    def step_or_explain(self) -> tuple[torch.Tensor, torch.Tensor]:
+        try:
+            return self.train_step()
+        except torch.cuda.OutOfMemoryError:
+            pass  # leave the except block first, so the failed step's tensors can be freed
+        raise OutOfMemory(self._out_of_memory_message()) from None
+
+    def _out_of_memory_message(self) -> str:
+        cfg, rt = self.cfg, self.rt
+        self.optimizer.zero_grad(set_to_none=True)
+        if rt.device.type == "cuda":
+            torch.cuda.empty_cache()
+            card = f"{torch.cuda.get_device_name(rt.device)}, " \
+                   f"{torch.cuda.get_device_properties(rt.device).total_memory / 2**30:.1f} GiB"
+        else:
+            card = rt.device.type
+        fits = largest_fitting(self._trial_fits, cfg.batch_per_card - 1)
+        keep = -(-cfg.batch_per_card * cfg.grad_accum // fits) if fits else None
+        advice = (f"batch_per_card {fits} fits (measured by a trial step)" + (
+            f"; to keep the tokens per step, use grad_accum {keep}" if keep and keep != cfg.grad_accum else "")
+            if fits else "not even batch 1 fits: lower context or the model size")
+        return (f"CUDA out of memory at batch_per_card {cfg.batch_per_card} ({card}): lower the batch per card — "
+                f"{advice}")
+
+    def _trial_fits(self, rows: int) -> bool:
+        """One forward and backward at `rows` rows, without touching the weights."""
+        x = torch.zeros(rows * (self.rt.cards if self.rt.data_parallel else 1), self.cfg.context,
+                        dtype=torch.long, device=self.rt.device)
+        try:
+            with autocast(self.rt):
+                loss = self.wrapped(x, x).mean() if self.rt.data_parallel else self.model(x, x)
+            loss.backward()
+            return True
+        except torch.cuda.OutOfMemoryError:
+            return False
+        finally:
+            self.optimizer.zero_grad(set_to_none=True)
+            if self.rt.device.type == "cuda":
+                torch.cuda.empty_cache()
+
     @torch.no_grad()
     def evaluate(self) -> float:
         self.model.eval()
@@ -290,7 +343,7 @@ class Trainer:
             self._continue_metrics(self.resume_path, self.ckpt["step"])
         if rt.main:
             (self.out / "config.json").write_text(cfg.to_json(), encoding="utf-8")
-            (self.out / "device.json").write_text(json.dumps(describe_runtime(rt)), encoding="utf-8")
+            (self.out / "device.json").write_text(json.dumps(describe_runtime(rt, self.data.vocab)), encoding="utf-8")
         self.log(f"weights {self.model.num_weights():,}")
         self.log(f"device {rt.device.type} x{rt.cards} {rt.precision}, {self.tokens_per_step:,} tokens per step, "
                  f"data {'+'.join(self.data.constellations)} ({self.data.manifest['train_tokens']:,} train tokens)")
@@ -307,7 +360,7 @@ class Trainer:
                         reason = "steps_until reached"
                     loggable = reason is None and (self.step + 1) % cfg.log_every == 0
                     if reason is None:
-                        loss, norm = self.train_step()
+                        loss, norm = self.step_or_explain()
                         step_s = 0.9 * step_s + 0.1 * (time.monotonic() - t0) if step_s else time.monotonic() - t0
                     # One collective per logged step agrees on the loss and on stopping.
                     if loggable or reason:
@@ -359,10 +412,17 @@ def _progress_line(record: dict, steps_until: int) -> str:
             f"{record['tok_s']:,.0f} tok/s {record['elapsed_s']:.0f}s")
 
 
-def describe_runtime(rt: Runtime) -> dict:
+def gpu_label(name: str, cards: int) -> str:
+    """The sizing calculator's name for a card set ("2xT4", "rtx3050", "cpu"), so measured
+    speeds calibrate its estimates."""
+    short = "cpu" if name == "cpu" else ("T4" if "T4" in name else "rtx3050" if "3050" in name else name)
+    return f"{cards}x{short}" if cards > 1 and short != "cpu" else short
+
+
+def describe_runtime(rt: Runtime, vocab: int) -> dict:
     name = torch.cuda.get_device_name(rt.device) if rt.device.type == "cuda" else "cpu"
-    return {"device": rt.device.type, "name": name, "cards": rt.cards, "precision": rt.precision,
-            "world": rt.world, "torch": torch.__version__}
+    return {"gpu": gpu_label(name, rt.cards), "device": rt.device.type, "name": name, "cards": rt.cards,
+            "precision": rt.precision, "world": rt.world, "vocab": vocab, "torch": torch.__version__}
 
 
 def train(cfg: RunConfig, out_dir, data_dir, **kwargs) -> dict:

@@ -94,11 +94,11 @@ def run(args: argparse.Namespace) -> int:
         return launch_torchrun(nproc, args.argv)
     from lab.checkpoint import CheckpointError
     from lab.data import DataError
-    from lab.train import train
+    from lab.train import OutOfMemory, train
     try:
         result = train(cfg, args.out, data_dir, resume=cfg.resume_from or None,
                        allow_fallback=args.allow_fallback, given=given, log=lambda s: print(s, flush=True))
-    except (CheckpointError, DataError) as e:
+    except (CheckpointError, DataError, OutOfMemory) as e:
         raise UserError(str(e)) from None
     if int(os.environ.get("RANK", "0")) == 0:
         print(json.dumps(result))

@@ -189,3 +189,29 @@ def test_precision_follows_compute_capability_not_is_bf16_supported(monkeypatch,
 
 def test_cpu_trains_in_fp32():
     assert pick_precision(torch.device("cpu")) == "fp32"
+
+
+# --- out of memory ----------------------------------------------------------------------------
+
+def test_cuda_out_of_memory_says_to_lower_the_batch_and_which_batch_fits(pydoc_data, tmp_path, monkeypatch):
+    from lab.config import RunConfig
+    from lab.model import GPT
+    from lab.train import OutOfMemory, Trainer
+
+    real_forward = GPT.forward
+
+    def small_card(self, idx, targets=None):  # a card that holds at most 3 rows
+        if idx.size(0) > 3:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return real_forward(self, idx, targets)
+
+    monkeypatch.setattr(GPT, "forward", small_card)
+    cfg = RunConfig(context=32, width=32, heads=2, layers=2, batch_per_card=8, steps_until=5, eval_every=100)
+    trainer = Trainer(cfg, tmp_path / "oom", pydoc_data, log=lambda s: None)
+    weights = [p.detach().clone() for p in trainer.model.parameters()]
+    with pytest.raises(OutOfMemory) as err:
+        trainer.run()
+    message = str(err.value)
+    assert "CUDA out of memory at batch_per_card 8" in message and "lower the batch per card" in message
+    assert "batch_per_card 3 fits" in message and "grad_accum 3" in message
+    assert all(torch.equal(a, b) for a, b in zip(weights, trainer.model.parameters())), "trials leave weights alone"
