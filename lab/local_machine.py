@@ -12,6 +12,7 @@ from pathlib import Path
 
 from lab.config import RunConfig, UserError
 from lab.notebook import TRAIN_NOTEBOOK, parameterized
+from lab.procs import forwarding_stop_signals
 from lab.runs import Link, Run, now, updating
 
 NAME = "local"
@@ -37,8 +38,9 @@ def execute_link(run: Run, cfg: RunConfig, data_dir: Path, resume: Path | None, 
     try:
         # The kernel's own stdout (the loop's progress lines) streams to this terminal.
         streams = {"stdout_file": sys.stdout, "stderr_file": sys.stderr} if progress else {}
-        pm.execute_notebook(str(TRAIN_NOTEBOOK), str(out_nb), parameters=params, cwd=str(run.folder),
-                            progress_bar=False, kernel_name="python3", **streams)
+        with forwarding_stop_signals(say=lambda m: print(m, file=sys.stderr, flush=True)):
+            pm.execute_notebook(str(TRAIN_NOTEBOOK), str(out_nb), parameters=params, cwd=str(run.folder),
+                                progress_bar=False, kernel_name="python3", **streams)
     except pm.PapermillExecutionError as e:
         error = f"{e.ename}: {e.evalue}"
     except KeyboardInterrupt:

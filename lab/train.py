@@ -236,7 +236,8 @@ class Trainer:
         for micro in range(cfg.grad_accum):
             x, y = self.data.train_batch(seed=cfg.seed, step=self.step, micro=micro, accum=cfg.grad_accum,
                                          rank=rt.rank, world=rt.world, rows=self.rows, context=cfg.context)
-            x, y = x.to(rt.device, non_blocking=True), y.to(rt.device, non_blocking=True)
+            if rt.device.type == "cuda":  # pinned, the copy overlaps the previous step's kernels
+                x, y = x.pin_memory().to(rt.device, non_blocking=True), y.pin_memory().to(rt.device, non_blocking=True)
             # Gradients are all-reduced only on the last micro-batch.
             sync = rt.world == 1 or micro == cfg.grad_accum - 1
             with (nullcontext() if sync else self.wrapped.no_sync()):

@@ -215,3 +215,29 @@ def test_cuda_out_of_memory_says_to_lower_the_batch_and_which_batch_fits(pydoc_d
     assert "CUDA out of memory at batch_per_card 8" in message and "lower the batch per card" in message
     assert "batch_per_card 3 fits" in message and "grad_accum 3" in message
     assert all(torch.equal(a, b) for a, b in zip(weights, trainer.model.parameters())), "trials leave weights alone"
+
+
+def test_gradient_accumulation_matches_the_bigger_batch(pydoc_data, tmp_path):
+    flags = list(TINY)
+    flags[flags.index("--batch-per-card") + 1] = "2"
+    lab("train", "-c", "pydoc", *flags, "--grad-accum", "2", "--steps-until", "5", "--out", str(tmp_path / "accum"))
+    lab("train", "-c", "pydoc", *TINY, "--steps-until", "5", "--out", str(tmp_path / "big"))
+    accum, big = losses(tmp_path / "accum"), losses(tmp_path / "big")
+    assert sorted(accum) == list(range(1, 6))
+    assert all(accum[s] == pytest.approx(big[s], abs=1e-5) for s in big)
+
+
+def test_resuming_on_more_constellations_is_allowed_and_starts_a_new_val_set(trained, lab_home, tmp_path):
+    from lab import corpus
+    texts = tmp_path / "texts"
+    texts.mkdir()
+    for i in range(30):
+        (texts / f"{i}.txt").write_text(f"Document {i}: the lab trains small models on Kaggle. " * 40)
+    corpus.add_constellation("notes", [str(texts)])
+    corpus.prepare(["pydoc", "notes"], vocab=512, progress=False)  # reuses the pydoc tokenizer
+    out = tmp_path / "more"
+    lab("train", "-c", "pydoc", "-c", "notes", "--resume", str(trained[0]), "--steps-until", "30",
+        "--eval-every", "10", "--eval-batches", "2", "--out", str(out))
+    vals = [(r["step"], r["val_set"]) for r in metrics(out) if "val_loss" in r]
+    assert [s for s, _ in vals] == [10, 20, 30]
+    assert vals[0][1] == vals[1][1] != vals[2][1]

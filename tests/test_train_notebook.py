@@ -149,3 +149,26 @@ def test_lab_run_resume_with_a_conflicting_model_field_names_it(pydoc_data):
     proc = lab("run", "--machine", "local", "--resume", run_id, "--layers", "3", "--steps-until", "10", check=False)
     assert proc.returncode == 2
     assert "layers is locked when continuing: the checkpoint has layers=2" in proc.stderr
+
+
+def test_ctrl_c_on_lab_run_saves_a_checkpoint_and_the_run_can_continue(pydoc_data):
+    import signal
+    import subprocess
+    import sys
+    import time
+    from conftest import ROOT
+    proc = subprocess.Popen([sys.executable, "-m", "lab.cli", "run", "--machine", "local", *RUN_FLAGS,
+                             "--steps-until", "100000"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+    first = proc.stdout.readline()  # "run ID: FOLDER"
+    folder = __import__("pathlib").Path(first.split(": ", 1)[1].strip())
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not (
+            (folder / "metrics.jsonl").exists() and len((folder / "metrics.jsonl").read_text().splitlines()) > 3):
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 0, out
+    record = json.loads((folder / "run.json").read_text())
+    assert record["links"][0]["status"] == "stopped" and record["links"][0]["reason"] == "SIGTERM received"
+    assert record["links"][0]["checkpoint"]["step"] == record["links"][0]["to_step"] > 3
