@@ -155,7 +155,7 @@ class Trainer:
         raise_on_errors(check(cfg) + check_against_data(cfg, self.data.shortest_split))
         if self.ckpt is None and (self.out / "metrics.jsonl").exists():
             raise CheckpointError(f"{self.out} already holds a run (metrics.jsonl): continue it with "
-                                             f"--resume {self.out}, or choose another --out")
+                                  f"--resume {self.out}, or choose another --out")
         self._build()
 
     # --- setup -------------------------------------------------------------------------
@@ -351,7 +351,7 @@ class Trainer:
         metrics = open(self.out / "metrics.jsonl", "a", encoding="utf-8") if rt.main else None
         guard = StopGuard(cfg.limit_min, started=self.started)
         step_s, save_s, reason, path = 0.0, 2.0 + self.model.num_weights() * 16 / 200e6, None, None
-        last_save = last_log = time.monotonic()
+        last_save = last_log = last_print = time.monotonic()
         log_tokens, last_eval = self.tokens, self.step
         try:
             with guard:
@@ -398,14 +398,20 @@ class Trainer:
                         save_s, last_save = time.monotonic() - t_save, time.monotonic()
                     if reason:
                         break
-                    if loggable and (self.step % max(1, cfg.log_every * 10) == 0 or self.step == 1):
+                    if loggable and (time.monotonic() - last_print >= PROGRESS_EVERY_S or self.step == 1):
                         self.log(_progress_line(record, cfg.steps_until))
+                        last_print = time.monotonic()
+                    if "val_loss" in (record or {}) or (loggable and save_due):
+                        last_log = time.monotonic()  # tok_s measures training, not evals and saves
         finally:
             if metrics:
                 metrics.close()
         self.log(f"stopped at step {self.step:,} ({reason}); checkpoint {path}")
         return {"step": self.step, "tokens": self.tokens, "reason": reason, "checkpoint": str(path) if path else None,
                 "steps_until": cfg.steps_until, "done": self.step >= cfg.steps_until}
+
+
+PROGRESS_EVERY_S = 10  # a progress line at most this often: a 12-hour session stays readable
 
 
 def _progress_line(record: dict, steps_until: int) -> str:
