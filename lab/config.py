@@ -170,9 +170,6 @@ def check(cfg: RunConfig) -> list[Problem]:
                                     f"pick heads among {divisors(cfg.width)}",
                            f"ширина {cfg.width} не делится на головы {cfg.heads}: "
                            f"подойдут {divisors(cfg.width)}"))
-    elif cfg.width >= 1 and cfg.heads >= 1 and (cfg.width // cfg.heads) % 2:
-        out.append(Problem("heads", f"width / heads = {cfg.width // cfg.heads} is odd; attention wants an even head size",
-                           f"d / головы = {cfg.width // cfg.heads} — нечётное; размер головы должен быть чётным"))
     if cfg.limit_min <= 0:
         out.append(Problem("limit_min", f"limit_min must be positive (got {cfg.limit_min})",
                            f"лимит должен быть больше нуля (сейчас {cfg.limit_min})"))
