@@ -23,6 +23,9 @@ COMMANDS = {
     "runs": ("lab.runs_cli:listing", "the lab's runs with their links and lineage"),
     "plot": ("lab.runs_cli:plot", "redraw a run's loss plot"),
     "accounts": ("lab.accounts_cli", "the lab's Kaggle accounts: list with quota, add, remove"),
+    "machines": ("lab.watch_cli:machines", "this computer and the Kaggle accounts: GPU, quota, what runs there"),
+    "watch": ("lab.watch_cli", "drive or follow a run to its end; resumes it after a crash, a fix or a cancel"),
+    "cancel": ("lab.watch_cli:cancel", "stop a run: no further link; say how to stop its Kaggle session"),
 }
 
 

@@ -62,13 +62,15 @@ class KaggleError(UserError):
     """Kaggle refused or failed something for one account: what happened and what to do.
 
     `status` is the HTTP status when there was one; `retryable` says whether trying again
-    later may work; `push` is the PushResult when a push did start a session despite the error.
+    later may work; `push` is the PushResult when a push did start a session despite the error;
+    `unsure` that a call which must not be repeated got no clear answer (check before redoing).
     """
 
     def __init__(self, account: str, what: str, todo: str, *, status: int | None = None,
-                 retryable: bool = False, push: "PushResult | None" = None):
+                 retryable: bool = False, push: "PushResult | None" = None, unsure: bool = False):
         self.account, self.what, self.todo = account, what.rstrip(". "), todo
         self.status, self.retryable, self.push = status, retryable, push
+        self.unsure = unsure  # a call that must not be repeated got no answer: it may have been done
         super().__init__(f"Kaggle account '{account}': {self.what}. {todo}")
 
 
@@ -214,8 +216,15 @@ def _secrets_of(account: Account) -> tuple[str | None, str | None]:
     raise UserError(f"Account '{account.name}' has no usable credentials; remove and add it again.")
 
 
-# "What runs on this account": the run registry plugs in here; until then, nothing.
-_runs_hook: Callable[[str], list[str]] = lambda name: []
+def _registry_runs(name: str) -> list[str]:
+    """The runs whose current link is on this account, from the run registry (imported only
+    when asked: listing accounts needs no more of the package than this)."""
+    from lab.machines import active_runs_on
+    return active_runs_on(name)
+
+
+# "What runs on this account": the run registry by default; tests and tools may plug in another.
+_runs_hook: Callable[[str], list[str]] = _registry_runs
 
 
 def set_runs_hook(hook: Callable[[str], list[str]]) -> None:
@@ -598,7 +607,7 @@ class AccountClient:
                     raise self._error(
                         f"{what} got no clear answer ({self._reason(exc)}); Kaggle may or may not have done it",
                         "Check (e.g. the kernel's status) before trying again, so it is not done twice.",
-                        status=status) from None
+                        status=status, unsure=True) from None
                 delay = self.retry.delay(attempt, _retry_after(exc))
                 if delay is None or attempt >= self.retry.attempts:
                     raise self._error(f"{what} failed {attempt} times ({self._reason(exc)})",
@@ -757,7 +766,8 @@ class AccountClient:
             shutil.rmtree(stage)  # links only: rmtree does not follow them
         stage.mkdir(parents=True, mode=0o700)
         for f in files:
-            _link(f, stage / f.name)
+            # A symlinked file keeps its own name: the lab stages flattened names that way.
+            _link(f.resolve(), stage / f.name)
         meta = {"title": title, "id": ref, "licenses": [{"name": DATASET_LICENSE}], "isPrivate": True}
         (stage / "dataset-metadata.json").write_text(json.dumps(meta), encoding="utf-8")
         return stage
@@ -767,6 +777,12 @@ class AccountClient:
         raw = self._call(f"reading dataset {ref}", lambda: self._api.dataset_status(ref, format="json"),
                          missing_ok=True)
         return None if raw is None else json.loads(raw)
+
+    def dataset_version(self, slug: str) -> int | None:
+        """The dataset's current version number, or None when there is no such dataset (yet)."""
+        owner, name = self._ref(slug)
+        state = self._dataset_state(f"{owner}/{name}")
+        return None if state is None else int(state.get("current_version_number") or 0)
 
     def dataset_status(self, slug: str) -> str:
         """READY, FAILED, or a processing state (BLOBS_RECEIVED, ...)."""
@@ -827,7 +843,7 @@ def _dataset_files(folder: Path) -> list[Path]:
     if subfolders:
         raise UserError(f"{folder} has subfolders ({', '.join(subfolders)}); a dataset upload takes the "
                         "files of one flat folder.")
-    files = [p.resolve() for p in entries if p.is_file()]
+    files = [p.absolute() for p in entries if p.is_file()]
     if any(p.name in ("dataset-metadata.json", "datapackage.json") for p in files):
         raise UserError(f"{folder} holds a dataset-metadata.json; the lab writes its own: remove it.")
     if not files:

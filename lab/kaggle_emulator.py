@@ -232,6 +232,7 @@ class KaggleEmulator:
         self._signed: dict[str, tuple[Path, str, float]] = {}  # token -> (file, name, expires)
         self._faults: dict[str, list[_Fault]] = {}
         self._push_errors: dict[str, list[str]] = {}
+        self._drop_sources: dict[str, int] = {}
         self._recorded: list[dict] = []
         self._ids = itertools.count(1)
         self._server: ThreadingHTTPServer | None = None
@@ -359,6 +360,12 @@ class KaggleEmulator:
         """The account's next SaveKernel answers HTTP 200 with this `error`, like Kaggle does."""
         with self._lock:
             self._push_errors.setdefault(username, []).append(error)
+
+    def drop_sources_next_push(self, username: str, count: int = 1) -> None:
+        """The account's next `count` pushes run without their dataset sources, reported as
+        `invalidDatasetSources`, as Kaggle does with a source it cannot find or that is not ready."""
+        with self._lock:
+            self._drop_sources[username] = self._drop_sources.get(username, 0) + int(count)
 
     def set_dataset_behaviour(self, owner: str, slug: str, behaviour: str | None) -> None:
         """"stuck": versions never become READY; "failed": they end FAILED; None: normal."""
@@ -637,6 +644,10 @@ class KaggleEmulator:
                 return {"error": "You have used up your weekly GPU quota; it refreshes at "
                                  f"{_timestamp(user.refresh_time)}."}
             mounts, bad_datasets, bad_kernels = self._plan_mounts(user, body)
+            if self._drop_sources.get(user.username):
+                self._drop_sources[user.username] -= 1
+                mounts, _, bad_kernels = self._plan_mounts(user, {**body, "datasetDataSources": []})
+                bad_datasets = list(body.get("datasetDataSources") or [])
             kernel = self._kernels.get((owner, slug))
             if kernel is None:
                 kernel = _Kernel(next(self._ids), owner, slug, body.get("newTitle") or slug,

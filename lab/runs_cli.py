@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 
 from lab.config import MODEL_FIELDS, RunConfig, UserError, check, check_resume, raise_on_errors
 from lab.train_cli import add_config_flags, config_from_args
@@ -12,35 +11,18 @@ from lab.train_cli import add_config_flags, config_from_args
 def configure(parser: argparse.ArgumentParser) -> None:
     add_config_flags(parser)
     parser.add_argument("--config", metavar="FILE", help="JSON file with run fields (flags override it)")
-    parser.add_argument("--machine", default="local", help="where it runs: local (this computer)")
+    parser.add_argument("--machine", default="auto",
+                        help="where it runs: auto (the guide's rule over the Kaggle accounts; this computer "
+                             "when the lab has none), local (this computer), or a Kaggle account's name")
+    parser.add_argument("--detach", action="store_true",
+                        help="start it in the background and return; `lab watch RUN` follows it")
     parser.add_argument("--nproc", type=int, default=0, help="processes under torchrun; 0: one per GPU")
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress output")
 
 
-def _start_point(resume: str | None) -> tuple[object, Path | None, dict | None]:
-    """(the run being continued or None, the checkpoint path, the checkpoint's sidecar)."""
-    if not resume:
-        return None, None, None
-    from lab.runs import load_run
-    from lab.checkpoint import CheckpointError, resolve_checkpoint
-    path = Path(resume).expanduser()
-    run = None
-    if not path.exists():
-        run = load_run(resume)
-        path = run.folder
-    elif (path / "run.json").is_file():
-        run = load_run(str(path))
-    try:
-        ckpt = resolve_checkpoint(path)
-    except CheckpointError as e:
-        raise UserError(str(e)) from None
-    return run, ckpt, json.loads(ckpt.with_suffix(".json").read_text())
-
-
 def run(args: argparse.Namespace) -> int:
-    if args.machine != "local":
-        raise UserError(f"machine {args.machine!r}: only `local` runs from here yet")
-    cont, ckpt, meta = _start_point(args.resume_from)
+    from lab import machines
+    cont, ckpt, meta = machines.start_point(args.resume_from)
     if cont is not None:  # continuing a run: its fields, then what was given now
         base = {**cont.config, **{k: v for k, v in vars(args).items() if k in cont.config and v is not None}}
         args_given = {k for k, v in vars(args).items() if k in RunConfig().to_dict() and v is not None}
@@ -56,31 +38,37 @@ def run(args: argparse.Namespace) -> int:
             setattr(cfg, name, meta["config"][name])
     for w in warnings:
         print(f"warning: {w.en}")
-
-    from lab import corpus
-    from lab.runs import create_run
-    from lab.local_machine import execute_link
-    corpus.get_constellations(cfg.constellations)
-    data_dir = Path(cfg.data_dir) if cfg.data_dir else (
-        corpus.find_prepared(cfg.constellations) or corpus.prepare(cfg.constellations, progress=not args.quiet))
-    if cont is None:
-        parent = None
-        if meta:
-            owner = ckpt.parent.parent if ckpt.parent.name == "checkpoints" else ckpt.parent
-            parent = {"run": owner.name if (owner / "run.json").is_file() else None,
-                      "checkpoint": str(ckpt), "step": meta["step"]}
-        target = create_run(cfg, parent=parent)
-    else:
-        target = cont
-        from lab.runs import updating
-        with updating(cont.id) as r:
-            r.config = cfg.to_dict()
+    if args.nproc and args.machine != "local":
+        raise UserError("--nproc applies to this computer only (--machine local): Kaggle sessions use both T4s")
+    _check_data(cfg, quiet=args.quiet)
+    target = machines.register_run(cfg, args.machine, cont, ckpt, meta)
     print(f"run {target.id}: {target.folder}", flush=True)
-    link = execute_link(target, cfg, data_dir, ckpt, progress=not args.quiet, nproc=args.nproc)
-    print(f"run {target.id}: link {link.n} {link.status} at step {link.to_step} ({link.reason})")
-    print(f"notebook {target.folder / link.notebook}")
-    print(f"plot     {target.folder / 'loss.png'}")
+    if args.detach:
+        machines.spawn_driver(target.id, resume=True)
+        print(f"started in the background: `lab watch {target.id}` follows it, `lab cancel {target.id}` stops it")
+        return 0
+    final = machines.drive(target.id, resume=True, progress=not args.quiet, nproc=args.nproc,
+                           say=(lambda s: None) if args.quiet else (lambda s: print(s, flush=True)))
+    link = final.links[-1] if final.links else None
+    if link is not None:
+        print(f"run {final.id}: link {link.n} {link.status} at step {link.to_step} ({link.reason})")
+        if link.notebook:
+            print(f"notebook {final.folder / link.notebook}")
+    print(f"plot     {final.folder / 'loss.png'}")
+    if final.status == "failed":
+        raise UserError(machines.read_control(final.id).get("message") or f"run {final.id} failed")
     return 0
+
+
+def _check_data(cfg: RunConfig, quiet: bool) -> None:
+    """Every machine trains on a data folder prepared here (Kaggle gets it uploaded): prepare it
+    now, with its progress shown, rather than in the middle of the run."""
+    if cfg.data_dir:
+        return
+    from lab import corpus
+    corpus.get_constellations(cfg.constellations)
+    if corpus.find_prepared(cfg.constellations) is None:
+        corpus.prepare(cfg.constellations, progress=not quiet)
 
 
 def configure_listing(parser: argparse.ArgumentParser) -> None:

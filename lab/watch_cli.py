@@ -1,0 +1,123 @@
+"""`lab watch RUN`, `lab cancel RUN`, `lab machines`: follow, resume and stop runs; see the machines.
+
+    lab watch RUN       drives the run to its end here, resuming it where it stopped (after the
+                        control side crashed or was killed, a failure you fixed, a cancel);
+                        when another process already drives it, follows that one instead
+    lab watch RUN --follow    only follows
+    lab cancel RUN      no further link; a session on this computer saves and stops; for a
+                        Kaggle session, says where to press Stop (Kaggle's API cannot)
+    lab machines        this computer and each Kaggle account: GPU, quota, what runs there
+
+`python -m lab.watch_cli RUN --background` is what `lab.machines.start` runs in the background.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import asdict
+
+from lab.config import UserError
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run", help="run id (or a unique prefix) or run folder")
+    parser.add_argument("--follow", action="store_true", help="only follow the process that drives it")
+    parser.add_argument("-q", "--quiet", action="store_true", help="no notebook progress, only the run's events")
+    parser.add_argument("--background", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--resume", action="store_true", help=argparse.SUPPRESS)
+
+
+def run(args: argparse.Namespace) -> int:
+    from lab import machines
+    from lab.runs import load_run
+    run_id = load_run(args.run).id
+    if args.background:  # started by machines.start: drive, or leave it to the one that already does
+        if machines.driver_alive(run_id):
+            return 0
+        try:
+            final = machines.drive(run_id, resume=args.resume, progress=True)
+        except UserError as e:
+            if "already being driven" in str(e):
+                return 0
+            raise
+        return 1 if final.status == "failed" else 0
+    if args.follow or machines.driver_alive(run_id):
+        return follow(run_id)
+    final = machines.drive(run_id, resume=True, progress=not args.quiet, say=lambda s: print(s, flush=True))
+    return 1 if final.status == "failed" else 0
+
+
+def follow(run_id: str, every_s: float = 2.0) -> int:
+    """Prints the driver's events as they come, until no process drives the run."""
+    from lab import machines
+    from lab.runs import runs_dir
+    log = runs_dir() / run_id / "control.log"
+    printed, last = 0, ""
+    print(f"following run {run_id} (driven by another process; Ctrl-C stops following, not the run)", flush=True)
+    while True:
+        alive = machines.driver_alive(run_id)
+        lines = log.read_text(encoding="utf-8").splitlines() if log.is_file() else []
+        for line in lines[printed:]:
+            print(line, flush=True)
+            last = line
+        printed = len(lines)
+        if not alive:
+            state = machines.status(run_id)
+            final = state.get("message") or f"run {run_id}: {state['status']} at step {state['step']:,}"
+            if not last.endswith(final):
+                print(final, flush=True)
+            return 1 if state["status"] == "failed" else 0
+        time.sleep(every_s)
+
+
+def configure_cancel(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run", help="run id (or a unique prefix) or run folder")
+
+
+def run_cancel(args: argparse.Namespace) -> int:
+    from lab import machines
+    print(machines.cancel(args.run))
+    return 0
+
+
+def configure_machines(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="one JSON object per machine")
+
+
+def run_machines(args: argparse.Namespace) -> int:
+    from lab import machines
+    found = machines.overview()
+    if args.json:
+        for m in found:
+            print(json.dumps(asdict(m), ensure_ascii=False))
+        return 0
+    rows = [("MACHINE", "KIND", "GPU", "GPU QUOTA LEFT / TOTAL", "REFRESH (UTC)", "STATE", "RUNS")]
+    for m in found:
+        quota = "-" if m.quota_left_h is None else f"{m.quota_left_h:.1f} / {m.quota_total_h:.1f} h"
+        refresh = (m.refresh or "-")[:16].replace("T", " ")
+        state = f"error: {m.error}" if m.error else ("free" if m.free else "busy")
+        rows.append((m.name, m.kind, m.gpu, quota, refresh, state, ", ".join(m.running) or "-"))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for r in rows:
+        print("  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip())
+    return 1 if any(m.error for m in found) else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m lab.watch_cli RUN ...`: the same as `lab watch`, without the `lab` command."""
+    parser = argparse.ArgumentParser(prog="lab watch", description="drive or follow a run to its end")
+    configure(parser)
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        return run(args)
+    except UserError as e:
+        print(f"lab watch: error: {e}", file=sys.stderr, flush=True)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,345 @@
+"""Runs on Kaggle accounts, end to end: the real `kaggle` client against the emulator, the real
+training notebook executed in its sandbox. A run longer than one account's quota continues on
+the next; the control side survives being killed; each bad input stops the run clearly and
+leaves it resumable.
+
+Time: the emulator runs 60 emulated seconds per wall second (quota, session limits), and the
+kit is told so (LAB_KAGGLE_TIME_SCALE) to give the notebook its limit on the wall clock. Tiny
+models, one CPU thread per session, status polled every 0.2 s.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from contextlib import contextmanager
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT
+from kaggle_fixtures import kaggle_emulator, kaggle_lab, make_kaggle_emulator, make_notebook  # noqa: F401
+from lab import kaggle_machine as km
+from lab import machines
+from lab.checkpoint import sha256_file
+from lab.config import RunConfig
+from lab.runs import load_run
+
+TINY = dict(context=32, width=32, heads=2, layers=2, batch_per_card=4, eval_every=200, eval_batches=2, lr=3e-3,
+            warmup_steps=2)
+ALICE_QUOTA_S = 26 * 60  # a 16-minute link (16 wall seconds) after the 10-minute start-up: not the whole run
+
+
+@pytest.fixture
+def lab_env(pydoc_data, kaggle_lab, monkeypatch):
+    """The emulator's lab, with the kit's clocks set for it; `lab_env.data` is the pydoc data."""
+    monkeypatch.setenv("LAB_KAGGLE_POLL_S", "0.2")
+    monkeypatch.setenv("LAB_KAGGLE_TIME_SCALE", "60")
+    monkeypatch.setenv("LAB_KAGGLE_RETRY_S", "0.01")
+    monkeypatch.setenv("LAB_KAGGLE_DATASET_WAIT_S", "20")
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # sessions train on one thread: fast and bitwise repeatable
+    kaggle_lab.data = pydoc_data
+    yield kaggle_lab
+    for proc in machines._spawned.values():  # a failed test leaves no background driver behind
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
+    machines._spawned.clear()
+
+
+def tiny(data: Path, **kw) -> RunConfig:
+    return RunConfig(**{**TINY, "data_dir": str(data), "constellations": ["pydoc"], **kw})
+
+
+def drive(run_id: str, lines: list | None = None):
+    return machines.drive(run_id, say=(lines if lines is not None else []).append, progress=False)
+
+
+def losses(folder: Path) -> dict[int, float]:
+    rows = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
+    return {r["step"]: r["loss"] for r in rows if "loss" in r}
+
+
+@contextmanager
+def one_thread():
+    import torch
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def reference_losses(cfg: RunConfig, data: Path, out: Path) -> dict[int, float]:
+    """The same run uninterrupted, in this process, on one thread like the sessions."""
+    from lab.train import train
+    with one_thread():
+        train(RunConfig.from_dict({**cfg.to_dict(), "machine": "local"}), out, data, log=lambda s: None)
+    return losses(out)
+
+
+def pushes(emu, user: str | None = None) -> list[dict]:
+    """SaveKernel requests Kaggle acted on (answered, or done with the reply lost)."""
+    return [r for r in emu.recorded("SaveKernel") if (user is None or r["user"] == user)
+            and (r["status"] == 200 or (r.get("fault") and r["status"] == 500))]
+
+
+def wait_for(predicate, timeout_s: float = 120, what: str = "") -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def secrets_of(emu) -> list[str]:
+    return [emu.account(n).key for n in ("alice", "bob")]
+
+
+# ---------------------------------------------------------------------------------------------
+# The run across two accounts
+
+
+def test_a_run_longer_than_alices_quota_continues_on_bob_as_one_curve(lab_env, tmp_path):
+    emu, data = lab_env.emu, lab_env.data
+    emu.set_quota("alice", total_s=ALICE_QUOTA_S)
+    cfg = tiny(data, steps_until=900)
+    run = machines.register_run(cfg, "alice")  # the first link where the person asked; then the Auto rule
+    # A burst of 429s and 5xx on every call the run makes; one push whose reply is lost.
+    for method, status, count in [("GetKernelSessionStatus", 429, 3), ("ListKernelSessionOutput", 503, 2),
+                                  ("download", 500, 2), ("upload", 502, 2), ("StartBlobUpload", 429, 2),
+                                  ("GetDatasetStatus", 504, 2), ("GetAcceleratorQuotaStatistics", 500, 2),
+                                  ("CreateDataset", 503, 1), ("SaveKernel", 503, 2)]:
+        emu.inject_faults(method, status, count, retry_after=0.05 if status == 429 else None)
+    emu.inject_faults("SaveKernel", 500, 1, after=True)
+    lines: list[str] = []
+    final = drive(run.id, lines)
+
+    assert final.status == "done", lines
+    first, second = final.links
+    assert (first.machine, first.status, first.reason) == ("alice", "stopped", "time limit")
+    assert (second.machine, second.status, second.reason) == ("bob", "done", "steps_until reached")
+    assert 0 < first.to_step == second.from_step < 900 and second.to_step == 900
+    assert "its 30.0 h of GPU quota cover the whole run" in second.detail["why"]
+
+    # One curve, bitwise the same as the run without a hand-off.
+    ref = reference_losses(cfg, data, tmp_path / "reference")
+    got = losses(final.folder)
+    assert sorted(got) == list(range(1, 901))
+    assert got == ref
+    assert (final.folder / "loss.png").is_file() and (final.folder / "checkpoints" / "ckpt_00000900.pt").is_file()
+    assert (final.folder / "links" / "001-alice" / "metrics.jsonl").is_file()
+
+    # The hand-off: the sha256 is the same at every hop, down to the file Kaggle stored for bob.
+    out_ckpt = first.detail["output"]["checkpoint"]
+    hop = second.detail["ckpt"]
+    stored = emu.state_dir / "datasets" / "bob" / km.ckpt_slug(run.id) / "v1" / out_ckpt["name"]
+    assert out_ckpt["sha256"] == out_ckpt["sha256_sidecar"] == first.checkpoint["sha256"]
+    assert hop["sha256_source"] == hop["sha256_staged"] == hop["sha256"] == out_ckpt["sha256"] == sha256_file(stored)
+
+    # Nothing lost, nothing done twice: one session per link, the data once per account.
+    assert len(pushes(emu)) == 2 and first.detail["kernel"].get("adopted")  # its reply was lost
+    assert emu.kernel_versions("alice", km.kernel_slug(run.id, 1)) == [1]
+    assert emu.kernel_versions("bob", km.kernel_slug(run.id, 2)) == [1]
+    data_slug = km.data_slug(km.data_id_of(data))
+    assert emu.dataset_versions("alice", data_slug) == [1] and emu.dataset_versions("bob", data_slug) == [1]
+    assert emu.dataset_versions("bob", km.ckpt_slug(run.id)) == [1]
+    assert emu.recorded("CreateDatasetVersion") == []
+
+    # The push as sent: shape, privacy, GPU, sources, size, and no secret in it.
+    sent = [r for r in emu.recorded("SaveKernel") if r["user"] == "bob" and r["status"] == 200][0]["body"]
+    assert (sent["machineShape"], sent["enableGpu"], sent["isPrivate"], sent["enableInternet"]) == (
+        "NvidiaTeslaT4", True, True, False)
+    assert sent["datasetDataSources"] == [f"bob/{data_slug}", f"bob/{km.ckpt_slug(run.id)}"]
+    assert sent["sessionTimeoutSeconds"] == (630 + 10) * 60 and sent["slug"] == f"bob/{km.kernel_slug(run.id, 2)}"
+    assert len(sent["text"].encode()) < 1_000_000
+    params = "".join(c["source"] for c in json.loads(sent["text"])["cells"]
+                     if "injected-parameters" in c["metadata"].get("tags", []))
+    assert f'resume_from = "{km.ckpt_slug(run.id)}"' in params and 'data_dir = ""' in params
+    first_sent = [r for r in emu.recorded("SaveKernel") if r["user"] == "alice" and r.get("status") == 500][0]["body"]
+    assert first_sent["sessionTimeoutSeconds"] == (16 + 10) * 60  # the link's limit fits alice's quota
+    for key in secrets_of(emu):
+        for text in (sent["text"], first_sent["text"], (final.folder / "run.json").read_text(),
+                     (final.folder / "control.log").read_text(), json.dumps(machines.status(run.id))):
+            assert key not in text
+    state = machines.status(run.id)
+    assert state["status"] == "done" and "steps_until reached" in state["log_tail"]
+
+
+# ---------------------------------------------------------------------------------------------
+# The control side killed mid-run
+
+
+class Crash(BaseException):
+    """The control side dying at a crash point: nothing after it runs, as with a kill."""
+
+
+def test_killing_the_control_side_anywhere_neither_loses_nor_repeats_anything(lab_env, monkeypatch):
+    emu, data = lab_env.emu, lab_env.data
+    emu.set_quota("alice", total_s=22 * 60)  # a short first link: this test is about the hand-off
+    run_id = machines.start(tiny(data, steps_until=300), machine="alice")  # a background process drives it
+    wait_for(lambda: load_run(run_id).links and load_run(run_id).links[0].detail.get("kernel", {}).get("pushed_at"),
+             what="the first push")
+    driver = machines._spawned[run_id]
+    os.kill(driver.pid, signal.SIGKILL)  # the watcher killed right after the push
+    driver.wait(timeout=30)
+    assert not machines.driver_alive(run_id) and "lab watch" in machines.status(run_id)["message"]
+
+    def crash_at(point: str):
+        def crash_point(name: str) -> None:
+            if name == point:
+                raise Crash(name)
+        monkeypatch.setattr(km, "_crash_point", crash_point)
+
+    # It dies again after bob's copy of the checkpoint was uploaded, before that was recorded...
+    crash_at("after-checkpoints-upload")
+    with pytest.raises(Crash):
+        drive(run_id)
+    assert emu.dataset_versions("bob", km.ckpt_slug(run_id)) == [1]
+    assert load_run(run_id).links[1].detail.get("ckpt") is None
+    # ...then after bob's push was sent, before its reply was recorded...
+    crash_at("after-push")
+    with pytest.raises(Crash):
+        drive(run_id)
+    assert emu.kernel_versions("bob", km.kernel_slug(run_id, 2)) == [1]
+    assert not load_run(run_id).links[1].detail["kernel"].get("pushed_at")
+    # ...and `lab watch` finishes the run.
+    done = subprocess.run([sys.executable, "-m", "lab.watch_cli", run_id, "-q"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+    final = load_run(run_id)
+    assert final.status == "done" and [link.machine for link in final.links] == ["alice", "bob"]
+    assert [r["body"]["slug"] for r in pushes(emu)] == [f"alice/{km.kernel_slug(run_id, 1)}",
+                                                        f"bob/{km.kernel_slug(run_id, 2)}"]
+    assert emu.dataset_versions("bob", km.ckpt_slug(run_id)) == [1], "the lost upload was found, not repeated"
+    assert final.links[1].detail["ckpt"].get("adopted") and final.links[1].detail["kernel"].get("adopted")
+    assert sorted(losses(final.folder)) == list(range(1, 301))
+
+
+# ---------------------------------------------------------------------------------------------
+# Bad input: each stops the run with a message naming the account and what to do
+
+
+def test_credentials_refused_mid_run_stop_it_before_any_push(lab_env):
+    emu = lab_env.emu
+    run = machines.register_run(tiny(lab_env.data, steps_until=5), "alice")
+    emu.inject_faults("StartBlobUpload", 401, 1)  # the key was revoked after the run was checked
+    final = drive(run.id)
+    message = machines.status(run.id)["message"]
+    assert final.status == "failed" and final.links[0].status == "failed"
+    assert "Kaggle account 'alice'" in message and "lab accounts add alice" in message
+    assert f"lab watch {run.id}" in message
+    assert pushes(emu) == []
+
+
+def test_a_push_refused_at_the_session_limit_names_the_account_or_moves_on(lab_env):
+    emu, data = lab_env.emu, lab_env.data
+    busy = "Maximum batch GPU session count of 2 reached."
+    emu.fail_next_push("alice", busy)
+    run = machines.register_run(tiny(data, steps_until=5), "alice")
+    final = drive(run.id)
+    message = machines.status(run.id)["message"]
+    assert final.status == "failed" and busy in message and "Kaggle account 'alice'" in message
+    assert "Wait until one of the account's running GPU sessions ends" in message and f"lab watch {run.id}" in message
+    assert final.links[0].detail["kernel"]["refused"] and emu.kernel_versions("alice", km.kernel_slug(run.id, 1)) == []
+    assert km.held("alice", "data", km.data_id_of(data))["ready"], "the upload is kept for the next try"
+
+    # With Auto, the lab moves on to the next free account.
+    emu.set_quota("bob", total_s=30 * 3600, used_s=29 * 3600)  # so Auto tries alice (most quota) first
+    emu.fail_next_push("alice", busy)
+    run = machines.register_run(tiny(data, steps_until=5), "auto")
+    lines: list[str] = []
+    final = drive(run.id, lines)
+    assert final.status == "done", lines
+    assert [(link.machine, link.status) for link in final.links] == [("alice", "failed"), ("bob", "done")]
+    assert any(busy in line and "tries another machine" in line for line in lines)
+
+
+def test_a_push_whose_source_kaggle_dropped_fails_clearly_and_forgets_the_dataset(lab_env):
+    emu, data = lab_env.emu, lab_env.data
+    emu.drop_sources_next_push("alice")
+    run = machines.register_run(tiny(data, steps_until=5), "alice")
+    final = drive(run.id)
+    message = machines.status(run.id)["message"]
+    assert final.status == "failed" and final.links[0].status == "failed"
+    slug = f"alice/{km.data_slug(km.data_id_of(data))}"
+    assert "Kaggle account 'alice'" in message and f"without {slug}" in message
+    assert "uploads them again on the next try" in message and f"lab watch {run.id}" in message
+    assert km.held("alice", "data", km.data_id_of(data)) is None
+    assert len(pushes(emu)) == 1, "the session that ran without its data is watched, not pushed again"
+
+
+def test_quota_exhausted_everywhere_waits_for_the_earliest_refresh_and_says_so(lab_env):
+    emu = lab_env.emu
+    refresh = datetime.now(timezone.utc) + timedelta(seconds=4)
+    emu.set_quota("alice", used_s=30 * 3600, refresh_time=refresh)
+    emu.set_quota("bob", used_s=30 * 3600)
+    run = machines.register_run(tiny(lab_env.data, steps_until=5), "auto")
+    result: dict = {}
+    driver = threading.Thread(target=lambda: result.update(final=drive(run.id)))
+    driver.start()
+    wait_for(lambda: machines.status(run.id)["status"] == "waiting", 30, "the waiting state")
+    state = machines.status(run.id)
+    assert "alice: 0.0 h of quota left" in state["message"] and "bob: 0.0 h of quota left" in state["message"]
+    assert "waits for the earliest quota refresh" in state["message"] and "обновления квоты" in state["message_ru"]
+    assert abs(datetime.fromisoformat(state["waiting_until"]) - refresh) < timedelta(seconds=1)
+    assert state["driver"] and pushes(emu) == []
+    driver.join(timeout=120)
+    assert result["final"].status == "done" and [link.machine for link in result["final"].links] == ["alice"]
+
+
+def test_a_dataset_that_never_gets_ready_stops_the_run_and_the_retry_uploads_nothing_twice(lab_env, monkeypatch):
+    emu, data = lab_env.emu, lab_env.data
+    slug = km.data_slug(km.data_id_of(data))
+    emu.set_dataset_behaviour("alice", slug, "stuck")
+    monkeypatch.setenv("LAB_KAGGLE_DATASET_WAIT_S", "1")
+    run = machines.register_run(tiny(data, steps_until=5), "alice")
+    final = drive(run.id)
+    message = machines.status(run.id)["message"]
+    assert final.status == "failed" and pushes(emu) == []
+    assert f"Kaggle account 'alice': dataset alice/{slug} is still" in message
+    assert f"`lab watch {run.id}` waits for it again without uploading it twice" in message
+
+    emu.set_dataset_behaviour("alice", slug, None)  # Kaggle catches up
+    final = drive(run.id)
+    assert final.status == "done" and [link.status for link in final.links] == ["failed", "done"]
+    assert emu.dataset_versions("alice", slug) == [1] and len(emu.recorded("CreateDataset")) == 1
+
+
+def test_a_kernel_ending_in_error_stops_the_run_with_its_log(lab_env, monkeypatch):
+    failing = make_notebook("raise RuntimeError('CUDA out of memory. Tried to allocate 2.00 GiB')")
+    monkeypatch.setattr(km, "kernel_notebook", lambda cfg, resume_name, limit_min: failing)
+    run = machines.register_run(tiny(lab_env.data, steps_until=5), "alice")
+    final = drive(run.id)
+    message = machines.status(run.id)["message"]
+    assert final.status == "failed" and final.links[0].status == "failed"
+    assert "Kaggle account 'alice': the session ended ERROR" in message and f"lab watch {run.id}" in message
+    log = final.folder / "links" / "001-alice" / f"{km.kernel_slug(run.id, 1)}.log"
+    assert log.is_file() and "CUDA out of memory" in log.read_text() and str(log.relative_to(final.folder)) in message
+    assert "CUDA out of memory" in machines.status(run.id)["log_tail"]
+    assert len(pushes(lab_env.emu)) == 1 and final.links[0].to_step is None
+
+
+def test_cancel_starts_no_further_link_and_says_where_to_stop_the_session(lab_env):
+    emu = lab_env.emu
+    run_id = machines.start(tiny(lab_env.data, steps_until=100_000), machine="alice")
+    wait_for(lambda: (load_run(run_id).links or [None])[0] is not None
+             and load_run(run_id).links[0].detail.get("kaggle_status") == "RUNNING", what="the session to run")
+    slug = km.kernel_slug(run_id, 1)
+    log = emu.session("alice", slug).root.parent / "log.txt"
+    wait_for(lambda: log.is_file() and "step 1/" in log.read_text(), what="training to start")
+    said = machines.cancel(run_id)
+    assert "Stop session" in said and f"alice/{slug}" in said and "account 'alice'" in said
+    emu.cancel("alice", slug)  # the person presses Stop in Kaggle's web page
+    machines._spawned[run_id].wait(timeout=60)
+    final = load_run(run_id)
+    assert final.status == "cancelled" and final.links[0].status == "cancelled"
+    assert final.step > 0 and (final.folder / "checkpoints").is_dir(), "what the session saved is kept"
+    assert len(pushes(emu)) == 1 and machines.status(run_id)["cancel_requested"]

@@ -1,0 +1,279 @@
+"""The machines: the Auto rule on constructed quota situations, the pieces of a link that need no
+session (names, limits, the flattened data, the hand-off folder, one curve across links), and
+the accounts as machines against the emulator."""
+from __future__ import annotations
+
+import json
+import re
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from kaggle_fixtures import kaggle_emulator, kaggle_lab, make_kaggle_emulator  # noqa: F401 (fixtures)
+from lab import kaggle_client as kc
+from lab import kaggle_machine as km
+from lab import machines
+from lab.config import RunConfig, UserError
+from lab.machines import Choice, Machine, choose
+
+CFG = RunConfig()
+SOON = (datetime.now(timezone.utc) + timedelta(hours=5)).isoformat()
+LATER = (datetime.now(timezone.utc) + timedelta(days=3)).isoformat()
+
+
+def local(**kw) -> Machine:
+    return Machine("local", "local", "rtx3050", **kw)
+
+
+def acct(name: str, left: float | None, *, running=(), error=None, refresh=LATER, total=30.0) -> Machine:
+    running = list(running)
+    return Machine(name, "kaggle", "2xT4", left, total, refresh, running, free=error is None and len(running) < 2,
+                   error=error)
+
+
+# ---------------------------------------------------------------------------------------------
+# The Auto rule
+
+
+def test_auto_takes_an_account_whose_quota_covers_the_whole_run():
+    choice = choose(CFG, 8.0, [local(), acct("alice", 5.0), acct("bob", 12.0)])
+    assert choice.machine == "bob" and not choice.continues
+    assert "12.0 h of GPU quota cover the whole run (8.0 h)" in choice.reason_en
+    assert "12,0 ч квоты GPU хватит на весь прогон (8,0 ч)" in choice.reason_ru
+
+
+def test_among_covering_accounts_the_one_holding_data_and_checkpoint_wins_over_more_quota():
+    machines_ = [acct("alice", 25.0), acct("bob", 9.0), acct("carol", 10.0)]
+    holds = {"alice": set(), "bob": {"data", "checkpoint"}, "carol": {"data"}}
+    choice = choose(CFG, 8.0, machines_, holds)
+    assert choice.machine == "bob"
+    assert "already holds the data and the checkpoint" in choice.reason_en
+    assert "уже есть данные и чекпоинт" in choice.reason_ru
+    # Holding counts only among accounts that cover the run.
+    assert choose(CFG, 20.0, machines_, holds).machine == "alice"
+
+
+def test_with_equal_holdings_the_most_quota_left_wins():
+    assert choose(CFG, 1.0, [acct("alice", 3.0), acct("bob", 4.0)], {"alice": {"data"}, "bob": {"data"}}).machine == "bob"
+
+
+def test_when_no_quota_covers_the_run_the_most_quota_takes_it_and_says_it_will_be_continued():
+    choice = choose(CFG, 40.0, [local(), acct("alice", 12.0), acct("bob", 29.5)], {"alice": {"data", "checkpoint"}})
+    assert choice.machine == "bob" and choice.continues
+    assert "no free account's quota covers the whole run (40.0 h)" in choice.reason_en
+    assert "continues the run from its checkpoint on another free machine" in choice.reason_en
+    assert "продолжит прогон с чекпоинта на другой свободной машине" in choice.reason_ru
+
+
+def test_an_unknown_need_takes_the_most_quota_and_says_so():
+    choice = choose(CFG, None, [acct("alice", 2.0), acct("bob", 1.0)])
+    assert choice.machine == "alice" and choice.continues and "need is unknown" in choice.reason_en
+
+
+def test_busy_broken_and_nearly_empty_accounts_are_not_free():
+    machines_ = [acct("busy", 30.0, running=["r1", "r2"]), acct("broken", 30.0, error="Kaggle refused the key"),
+                 acct("empty", 0.2), acct("ok", 1.0)]
+    assert choose(CFG, 5.0, machines_).machine == "ok"  # 0.2 h cannot hold a start-up and a useful link
+    assert [m.name for m in machines_ if machines.usable(m)] == ["ok"]
+    assert choose(CFG, 5.0, [acct("one", 30.0, running=["r1"])]).machine == "one"  # one session of two
+
+
+def test_with_nothing_free_it_waits_for_the_earliest_refresh_and_names_each_reason():
+    machines_ = [local(), acct("alice", 0.0, refresh=LATER), acct("bob", 0.1, refresh=SOON),
+                 acct("carol", 20.0, running=["a", "b"]), acct("dave", None, error="wrong key")]
+    choice = choose(CFG, 3.0, machines_)
+    assert choice.machine is None and choice.wait_until == SOON
+    for part in ("alice: 0.0 h of quota left", "bob: 0.1 h of quota left", "carol: busy with 2 GPU session(s)",
+                 "dave: wrong key", "waits for the earliest quota refresh"):
+        assert part in choice.reason_en
+    assert "ближайшего обновления квоты" in choice.reason_ru
+
+
+def test_when_every_account_is_broken_there_is_nothing_to_wait_for():
+    choice = choose(CFG, 1.0, [acct("alice", None, error="HTTP 401")])
+    assert choice.machine is None and choice.wait_until is None and "Fix the accounts" in choice.reason_en
+
+
+def test_this_computer_is_auto_only_when_the_lab_has_no_kaggle_account():
+    assert choose(CFG, 1.0, [local(), acct("alice", 0.0)]).machine is None
+    only = choose(CFG, 1.0, [local()])
+    assert only.machine == "local" and "no Kaggle account" in only.reason_en and "аккаунтов Kaggle" in only.reason_ru
+    assert choose(CFG, 1.0, [local(running=["r9"], free=False)]).machine is None
+    assert "only when you pick it" in choose(CFG, 1.0, [local(), acct("alice", 9.0)]).reason_en
+
+
+def test_choice_and_machine_keep_the_interface_the_notebook_codes_against():
+    c = Choice("alice", "en", "ru", True)
+    assert (c.machine, c.reason_en, c.reason_ru, c.continues, c.wait_until) == ("alice", "en", "ru", True, None)
+    m = Machine("alice", "kaggle", "2xT4", 1.0, 30.0, None, [], True, None)
+    assert json.loads(json.dumps(m.__dict__))["quota_left_h"] == 1.0
+
+
+# ---------------------------------------------------------------------------------------------
+# Pieces of a link
+
+
+def test_a_links_limit_is_the_runs_or_what_the_quota_allows_after_the_start_up():
+    assert km.link_limit_min(630, 30 * 3600) == 630
+    assert km.link_limit_min(630, 2 * 3600) == 110  # 120 min of quota - 10 min of start-up
+    assert km.link_limit_min(630, 26 * 60) == 16
+
+
+def test_names_on_kaggle_are_valid_slugs_and_titles():
+    from slugify import slugify
+    long_id = "20261130-120000-" + "x" * 60
+    for slug in (km.kernel_slug("20261130-120000-8x512-ab12", 3), km.kernel_slug(long_id, 12),
+                 km.data_slug("pydoc+bible-1a2b3c4d"), km.ckpt_slug(long_id)):
+        assert re.fullmatch(r"[a-z0-9][a-z0-9-]{4,48}[a-z0-9]", slug), slug
+        assert slugify(slug) == slug  # the title a kernel is pushed with makes this very slug
+    assert km.kernel_slug(long_id, 1) != km.kernel_slug(long_id, 2)
+
+
+def test_the_data_folder_goes_up_flat_and_reads_the_same(pydoc_data, tmp_path, monkeypatch):
+    from lab.data import TokenData
+    monkeypatch.setenv("LAB_HOME", str(tmp_path))
+    stage = km.stage_data(pydoc_data)
+    assert all(p.is_file() for p in stage.iterdir()), "a dataset is one flat folder"
+    assert km.stage_data(pydoc_data) == stage  # made once
+    original, flat = TokenData(pydoc_data), TokenData(stage)
+    assert [len(a) for a in flat.train] == [len(a) for a in original.train]
+    assert (flat.train[0][:100] == original.train[0][:100]).all() and flat.val_set == original.val_set
+    assert flat.tokenizer_path.read_bytes() == original.tokenizer_path.read_bytes()
+
+
+def _fake_checkpoint(folder, step: int, payload: bytes = b"weights") -> dict:
+    from lab.checkpoint import sha256_file
+    ckpt = folder / "checkpoints" / f"ckpt_{step:08d}.pt"
+    ckpt.parent.mkdir(parents=True, exist_ok=True)
+    ckpt.write_bytes(payload)
+    digest = sha256_file(ckpt)
+    ckpt.with_suffix(".json").write_text(json.dumps({"step": step, "sha256": digest, "bytes": len(payload)}))
+    return {"path": str(ckpt), "name": ckpt.name, "step": step, "sha256": digest}
+
+
+def test_the_hand_off_folder_holds_the_checkpoint_its_sidecar_and_the_curve_up_to_it(tmp_path):
+    run = tmp_path / "run"
+    source = _fake_checkpoint(run, 20)
+    (run / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "loss": 1.0 / s}) + "\n" for s in range(1, 26)))
+    digest = km.stage_checkpoint(source, run, tmp_path / "up")
+    assert digest == source["sha256"]
+    assert sorted(p.name for p in (tmp_path / "up").iterdir()) == ["ckpt_00000020.json", "ckpt_00000020.pt",
+                                                                   "metrics.jsonl"]
+    steps = [json.loads(line)["step"] for line in (tmp_path / "up" / "metrics.jsonl").read_text().splitlines()]
+    assert steps == list(range(1, 21)), "rows after the checkpoint are not part of its curve"
+    # A checkpoint changed after its sidecar was written does not travel.
+    (run / "checkpoints" / "ckpt_00000020.pt").write_bytes(b"weightz")
+    with pytest.raises(UserError, match="changed or is corrupt"):
+        km.stage_checkpoint(source, run, tmp_path / "up2")
+
+
+def test_the_run_folder_reads_as_one_curve_across_links(tmp_path):
+    row = lambda s, link: json.dumps({"step": s, "loss": s + link / 10}) + "\n"  # noqa: E731
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "metrics.jsonl").write_text("".join(row(s, 1) for s in range(1, 13)))  # 11, 12 after its save
+    km.merge_metrics(tmp_path, tmp_path / "a" / "metrics.jsonl", 0)
+    (tmp_path / "b").mkdir()  # the next link carries rows 1..10 from the checkpoint, then its own
+    (tmp_path / "b" / "metrics.jsonl").write_text("".join(row(s, 1) for s in range(1, 11))
+                                                  + "".join(row(s, 2) for s in range(11, 21)))
+    km.merge_metrics(tmp_path, tmp_path / "b" / "metrics.jsonl", 10)
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == list(range(1, 21))
+    assert [r["loss"] for r in rows[9:11]] == [10.1, 11.2]
+
+
+def test_merged_checkpoints_keep_the_newest_two(tmp_path):
+    for step in (10, 20, 30):
+        src = _fake_checkpoint(tmp_path / f"link{step}", step, payload=bytes([step]) * 10)
+        km.merge_checkpoint(tmp_path / f"link{step}" / "checkpoints" / src["name"], tmp_path / "run")
+    assert sorted(p.name for p in (tmp_path / "run" / "checkpoints").iterdir()) == [
+        "ckpt_00000020.json", "ckpt_00000020.pt", "ckpt_00000030.json", "ckpt_00000030.pt"]
+
+
+def test_the_pushed_notebook_carries_the_links_parameters(monkeypatch):
+    monkeypatch.setenv("LAB_KAGGLE_TIME_SCALE", "60")
+    cfg = RunConfig(data_dir="/home/me/lab-home/data/pydoc-1", steps_until=777, checkpoint_every_min=30)
+    nb = km.kernel_notebook(cfg, "lab-ckpt-run-1", limit_min=120)
+    text = kc.notebook_text(nb)
+    assert len(text.encode()) < kc.NOTEBOOK_LIMIT_BYTES
+    injected = [c for c in nb["cells"] if "injected-parameters" in c["metadata"].get("tags", [])]
+    assert len(injected) == 1
+    source = "".join(injected[0]["source"])
+    for line in ('resume_from = "lab-ckpt-run-1"', 'data_dir = ""', "steps_until = 777", "limit_min = 2.0",
+                 "checkpoint_every_min = 0.5", 'out_dir = ""'):
+        assert line in source, line
+    assert "/home/me" not in text
+
+
+# ---------------------------------------------------------------------------------------------
+# Accounts as machines, against the emulator
+
+
+def test_overview_shows_each_account_with_its_quota_and_this_computer(kaggle_lab):
+    kaggle_lab.emu.set_quota("alice", total_s=30 * 3600, used_s=12 * 3600)
+    found = {m.name: m for m in machines.overview()}
+    assert list(found) == ["local", "alice", "bob"]
+    assert found["local"].kind == "local" and found["local"].gpu == "cpu" and found["local"].quota_left_h is None
+    alice = found["alice"]
+    assert (alice.kind, alice.gpu, alice.quota_total_h, alice.free, alice.error) == ("kaggle", "2xT4", 30.0, True, None)
+    assert alice.quota_left_h == pytest.approx(18.0, abs=0.01) and alice.refresh
+
+
+def test_wrong_or_missing_credentials_make_an_account_unusable_and_say_what_to_do(kaggle_lab, pydoc_data):
+    kc.remove_account("alice")
+    kc.add_account("alice", kaggle_json=kaggle_lab.kaggle_json("alice", key="not-the-key"))
+    (kaggle_lab.home / "accounts" / "bob" / "kaggle.json").unlink()
+    found = {m.name: m for m in machines.overview()}
+    assert not found["alice"].free and "HTTP 401" in found["alice"].error and "lab accounts add alice" in found["alice"].error
+    assert not found["bob"].free and "remove and add the account again" in found["bob"].error
+    choice = choose(CFG, 1.0, list(found.values()))
+    assert choice.machine is None and "alice:" in choice.reason_en and "bob:" in choice.reason_en
+    cfg = RunConfig(data_dir=str(pydoc_data), steps_until=5)
+    with pytest.raises(kc.KaggleError) as e:
+        machines.start(cfg, machine="alice")
+    assert e.value.account == "alice" and "lab accounts remove alice" in str(e.value)
+    with pytest.raises(UserError, match="No Kaggle account 'carol'"):
+        machines.start(cfg, machine="carol")
+    assert not (kaggle_lab.home / "runs").exists() or not any((kaggle_lab.home / "runs").iterdir()), \
+        "a refused start leaves no run behind"
+    assert kaggle_lab.emu.account("alice").key not in json.dumps([m.__dict__ for m in found.values()])
+
+
+def test_lab_accounts_and_overview_show_what_runs_on_an_account(kaggle_lab, pydoc_data):
+    run = machines.register_run(RunConfig(data_dir=str(pydoc_data), steps_until=5), "alice")
+    km.plan_link(run.id, "alice", 3600, None, "test")
+    assert kc.runs_on("alice") == [run.id] and kc.runs_on("bob") == []
+    assert {m.name: m.running for m in machines.overview()}["alice"] == [run.id]
+    state = machines.status(run.id)
+    assert state["status"] == "running" and state["links"][0]["machine"] == "alice"
+    assert "lab watch" in state["message"], "no process drives it: the person is told how to resume"
+    json.dumps(state)
+
+
+def test_a_run_started_on_this_computer_goes_on_in_the_background_and_cancel_saves_it(pydoc_data, tmp_path,
+                                                                                     monkeypatch):
+    import time
+    from lab.runs import load_run
+    monkeypatch.setenv("LAB_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    cfg = RunConfig(context=32, width=32, heads=2, layers=2, batch_per_card=4, eval_every=1000, eval_batches=2,
+                    warmup_steps=2, steps_until=1_000_000, data_dir=str(pydoc_data))
+    run_id = machines.start(cfg, machine="local")
+    driver = machines._spawned[run_id]
+    try:
+        metrics = tmp_path / "home" / "runs" / run_id / "metrics.jsonl"
+        deadline = time.monotonic() + 120
+        while not (metrics.is_file() and metrics.read_text().count("\n") >= 3):
+            assert time.monotonic() < deadline and driver.poll() is None, machines.status(run_id)
+            time.sleep(0.1)
+        state = machines.status(run_id)
+        assert (state["status"], state["machine"], state["driver"]) == ("running", "local", True)
+        assert machines.overview(kaggle=False)[0].running == [run_id]
+        assert "saves a checkpoint and stops" in machines.cancel(run_id)
+        driver.wait(timeout=120)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+    final = load_run(run_id)
+    assert final.status == "cancelled" and final.links[0].status == "stopped"
+    assert final.links[0].reason == "SIGINT received" and final.step > 0
+    assert (final.folder / "checkpoints" / f"ckpt_{final.step:08d}.pt").is_file()
