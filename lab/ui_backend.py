@@ -1,0 +1,160 @@
+"""What the control notebook asks of the lab, in one place: `lab.machines` (the machines,
+the Auto rule, starting and watching runs) plus what the form lists (constellations with
+their token counts, accounts, checkpoints). Nothing here holds or returns a secret.
+
+The machines' overview asks Kaggle for every account's quota, so it is kept until the
+machines panel's Refresh: the form asks the Auto rule on every change, over this copy.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import threading
+
+from lab import machines, sizing
+from lab.config import RunConfig, UserError
+
+Machine, Choice = machines.Machine, machines.Choice
+
+_overview: list | None = None
+_gpu: tuple[str, str] | None = None
+
+
+def local_gpu() -> tuple[str, str]:
+    """(this computer's card as `lab.sizing.CARDS` names it, or "" when the calculator has no
+    figures for it; the card's own name and memory, for people)."""
+    global _gpu
+    if _gpu is None:
+        card = machines.local_gpu()
+        card = card if card in sizing.CARDS else ""
+        _gpu = (card, _describe_gpu())
+    return _gpu
+
+
+def _describe_gpu() -> str:
+    smi = shutil.which("nvidia-smi")
+    if smi:
+        try:
+            out = subprocess.run([smi, "--query-gpu=name,memory.total", "--format=csv,noheader"],
+                                 capture_output=True, text=True, timeout=10).stdout
+        except (OSError, subprocess.SubprocessError):
+            out = ""
+        cards = [line.strip() for line in out.splitlines() if line.strip()]
+        if cards:
+            return (f"{len(cards)}× " if len(cards) > 1 else "") + cards[0]
+    return f"CPU ({os.cpu_count() or 1})"
+
+
+def overview(refresh: bool = False) -> list:
+    """This computer and every Kaggle account (`lab.machines.overview`), asked once and kept."""
+    global _overview
+    if refresh or _overview is None:
+        _overview = machines.overview()
+    return _overview
+
+
+def choose(cfg: RunConfig, need_hours: float | None) -> Choice:
+    """The Auto rule over the kept overview: no call to Kaggle per keystroke."""
+    return machines.choose(cfg, need_hours, machines=overview())
+
+
+def start(cfg: RunConfig, machine: str = "auto", resume: str | None = None) -> str:
+    """Registers the run and returns its id; a background process drives it."""
+    global _overview
+    run_id = machines.start(cfg, machine=machine, resume=resume)
+    _overview = None  # the kept overview no longer says who is busy
+    return run_id
+
+
+def status(run_id: str) -> dict:
+    """{"status", "links", "log_tail", "message", "message_ru", ...} of a run."""
+    return machines.status(run_id)
+
+
+def in_background(fn, *args, on_done=None, on_error=None) -> threading.Thread:
+    """Runs `fn(*args)` in a daemon thread; hands the result or the exception to the callbacks."""
+    def work():
+        try:
+            result = fn(*args)
+        except Exception as e:  # noqa: BLE001 - shown to the person by on_error
+            if on_error:
+                on_error(e)
+            return
+        if on_done:
+            on_done(result)
+    thread = threading.Thread(target=work, daemon=True)
+    thread.start()
+    return thread
+
+
+class Latest:
+    """Runs `fn(*args)` in one background thread; only the newest request's answer is kept."""
+
+    def __init__(self, fn, done):
+        self.fn, self.done = fn, done
+        self.lock, self.idle = threading.Lock(), threading.Event()
+        self.pending, self.thread = None, None
+        self.idle.set()
+
+    def submit(self, *args) -> None:
+        with self.lock:
+            self.pending = args
+            self.idle.clear()
+            if self.thread is None:
+                self.thread = threading.Thread(target=self._loop, daemon=True)
+                self.thread.start()
+
+    def _loop(self) -> None:
+        while True:
+            with self.lock:
+                args, self.pending = self.pending, None
+                if args is None:
+                    self.thread = None
+                    self.idle.set()
+                    return
+            try:
+                result, error = self.fn(*args), None
+            except Exception as e:  # noqa: BLE001 - handed to `done`
+                result, error = None, e
+            with self.lock:
+                stale = self.pending is not None
+            if not stale:
+                self.done(args, result, error)
+
+    def wait(self, timeout_s: float = 30.0) -> bool:
+        return self.idle.wait(timeout_s)
+
+
+# ---------------------------------------------------------------------------------------
+# What the form lists
+
+
+def constellation_tokens() -> dict[str, int]:
+    """Train tokens per constellation, from the newest data prepared with it."""
+    out: dict[str, int] = {}
+    for _, manifest in sizing.prepared_manifests():
+        for name, part in manifest.get("constellations", {}).items():
+            if isinstance(part, dict) and isinstance(part.get("train_tokens"), int):
+                out.setdefault(name, part["train_tokens"])
+    return out
+
+
+def account_names() -> list[str]:
+    try:
+        from lab import kaggle_client
+        return [a.name for a in kaggle_client.list_accounts()]
+    except UserError:
+        return []
+
+
+def checkpoints() -> dict[str, dict]:
+    """Every checkpoint of the lab's runs, newest run first: path -> {step, config, path, run}."""
+    from lab.runs import list_runs
+    out: dict[str, dict] = {}
+    for run in sorted(list_runs(), key=lambda r: (r.created, r.id), reverse=True):
+        for pt in sorted((run.folder / "checkpoints").glob("ckpt_*.pt"), reverse=True):
+            info = sizing.checkpoint_info(str(pt))
+            if info:
+                out[info["path"]] = {**info, "run": run.id}
+    return out

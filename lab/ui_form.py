@@ -1,0 +1,424 @@
+"""The "New run" form and the sizing calculator beside it.
+
+The fields are the guide's, in its order and words; each shows its help text and, when
+something is wrong with it, the message under it (red: an error, which keeps Start
+disabled; orange: a warning). Every change recomputes `lab.sizing.estimate` (about a
+millisecond) and redraws the calculator. Auto's pick may ask Kaggle for quota, so it is
+worked out in a background thread, newest request first. The form holds no secret:
+widget state is saved into the notebook.
+"""
+from __future__ import annotations
+
+import threading
+from dataclasses import replace
+from pathlib import Path
+
+import ipywidgets as widgets
+
+from lab import sizing
+from lab import ui_backend as backend
+from lab.config import MODEL_FIELDS, SCHEDULES, Problem, RunConfig, UserError
+from lab.ui_calc import ORANGE, RED, calculator_html, need_hours
+from lab.ui_text import (GPU_NAMES, MODES, SECTIONS, TITLE, Panel, esc, help_text, label, lang, language_switch, on_language,
+                         pair, tr)
+
+INT_FIELDS = ("context", "width", "heads", "layers", "batch_per_card", "steps_until", "warmup_steps", "eval_every")
+FLOAT_FIELDS = ("limit_min", "lr")
+LAYOUT = {"run": ("mode", "resume_from", "constellations"), "model": MODEL_FIELDS,
+          "training": ("gpu", "machine", "batch_per_card", "steps_until", "limit_min"),
+          "more": ("schedule", "lr", "warmup_steps", "eval_every")}
+CONFIG_FIELDS = ("constellations",) + tuple(n for n in INT_FIELDS + FLOAT_FIELDS) + ("gpu", "machine", "schedule")
+
+
+class _Row:
+    """One field: its label, input, the message about it and the guide's help."""
+
+    def __init__(self, name: str, widget: widgets.Widget):
+        self.name, self.input = name, widget
+        self.label = widgets.HTML(layout=widgets.Layout(width="12em", min_width="12em"))
+        self.message = widgets.HTML()
+        self.help = widgets.HTML(layout=widgets.Layout(margin="0 0 6px 12.5em"))
+        widget.add_class(f"lab-field-{name}")
+        self.message.add_class(f"lab-message-{name}")
+        self.message.layout.margin = "0 0 0 12.5em"
+        self.box = widgets.VBox([widgets.HBox([self.label, widget]), self.message, self.help])
+
+    def relabel(self, show_help: bool) -> None:
+        self.label.value = f"<b>{esc(label(self.name))}</b>"
+        self.label.tooltip = help_text(self.name)
+        self.help.value = f'<div style="color:#666;font-size:85%;line-height:1.3">{esc(help_text(self.name))}</div>'
+        self.help.layout.display = None if show_help else "none"
+
+    def show(self, problems: list[Problem]) -> None:
+        errors = [p for p in problems if p.severity == "error"]
+        color = RED if errors else ORANGE if problems else None
+        self.input.layout.border = f"2px solid {color}" if color else None
+        self.message.value = "".join(
+            f'<div style="color:{RED if p.severity == "error" else ORANGE};font-size:90%;line-height:1.35">'
+            f'{"✖" if p.severity == "error" else "⚠"} {esc(p.message(lang()))}</div>' for p in problems)
+        self.message.layout.display = None if problems else "none"
+
+
+def _int(**kw) -> widgets.IntText:
+    return widgets.IntText(continuous_update=True, layout=widgets.Layout(width="9em"), **kw)
+
+
+def _float(**kw) -> widgets.FloatText:
+    return widgets.FloatText(continuous_update=True, layout=widgets.Layout(width="9em"), **kw)
+
+
+def relabel(widget: widgets.Widget, options: list) -> None:
+    """New option labels for a selection widget, keeping what is selected."""
+    value = widget.value
+    widget.options = options
+    values = [v for _, v in options]
+    if isinstance(value, tuple):
+        widget.value = tuple(v for v in value if v in values)
+    elif value in values:
+        widget.value = value
+
+
+class NewRunForm(Panel):
+    """The form, the calculator and the Start button. `config()` is the run it describes,
+    `estimate` the calculator's figures, `start()` presses Start."""
+
+    def __init__(self, **values):
+        d = RunConfig()
+        self._quiet = True
+        self._checkpoints: dict[str, dict] = {}
+        self.estimate: sizing.Estimate | None = None
+        self.choice = None
+        self.choice_error: str | None = None
+        self.run_id: str | None = None
+        self._went = "auto"
+        self.start_error: str | None = None
+        self._starting = False
+        self._start_thread: threading.Thread | None = None
+        self._listeners: list = []
+        self._auto = backend.Latest(self._choose, self._chosen)
+        self._general: list[str] = []
+        self._render_lock = threading.RLock()
+
+        self.inputs: dict[str, widgets.Widget] = {
+            "mode": widgets.ToggleButtons(options=[("", "scratch"), ("", "resume")], value="scratch"),
+            "resume_from": widgets.Dropdown(options=[("—", "")], value="", layout=widgets.Layout(width="28em")),
+            "constellations": widgets.SelectMultiple(options=[], rows=3, layout=widgets.Layout(width="28em")),
+            **{n: _int(value=getattr(d, n)) for n in INT_FIELDS},
+            **{n: _float(value=getattr(d, n)) for n in FLOAT_FIELDS},
+            "gpu": widgets.Dropdown(options=[("", g) for g in GPU_NAMES], value=d.gpu, layout=widgets.Layout(width="14em")),
+            "machine": widgets.Dropdown(options=[("", "auto"), ("", "local")], value="auto",
+                                        layout=widgets.Layout(width="18em")),
+            "schedule": widgets.Dropdown(options=list(SCHEDULES), value=d.schedule, layout=widgets.Layout(width="9em")),
+        }
+        self.rows = {name: _Row(name, self.inputs[name]) for section in LAYOUT.values() for name in section}
+        self.hints = widgets.Checkbox(value=True, indent=False, layout=widgets.Layout(width="auto"))
+        self.title = widgets.HTML()
+        self.headers = {k: widgets.HTML() for k in ("run", "model", "training")}
+        self.more = widgets.Accordion(children=[widgets.VBox([self.rows[n].box for n in LAYOUT["more"]])])
+        self.more.selected_index = None
+        self.more.add_class("lab-more")
+        self.calc = widgets.HTML(layout=widgets.Layout(width="100%"))
+        self.calc.add_class("lab-calc")
+        self.start_button = widgets.Button(button_style="success", icon="play", layout=widgets.Layout(width="12em"))
+        self.start_button.add_class("lab-start")
+        self.start_button.on_click(lambda _: self.start())
+        self.where = widgets.HTML()
+        self.where.add_class("lab-where")
+
+        fields = [self.headers["run"], *(self.rows[n].box for n in LAYOUT["run"]),
+                  self.headers["model"], *(self.rows[n].box for n in LAYOUT["model"]),
+                  self.headers["training"], *(self.rows[n].box for n in LAYOUT["training"]), self.more]
+        left = widgets.VBox(fields, layout=widgets.Layout(flex="1 1 560px", min_width="480px"))
+        right = widgets.VBox([self.calc, self.start_button, self.where],
+                             layout=widgets.Layout(flex="1 1 380px", min_width="340px", padding="0 0 0 16px"))
+        top = widgets.HBox([self.title, language_switch(), self.hints],
+                           layout=widgets.Layout(align_items="center", justify_content="space-between"))
+        self.box = widgets.VBox([top, widgets.HBox([left, right], layout=widgets.Layout(flex_flow="row wrap"))])
+        self.box.add_class("lab-new-run")
+
+        self._fill_choices()
+        self._relabel()
+        self.inputs["constellations"].value = tuple(n for n in d.constellations if n in self._constellation_names)
+        for name, w in self.inputs.items():
+            if name not in ("mode", "resume_from"):
+                w.observe(self._changed, names="value")
+        self.inputs["mode"].observe(self._mode_changed, names="value")
+        self.inputs["resume_from"].observe(self._checkpoint_changed, names="value")
+        self.hints.observe(lambda _: self._relabel(), names="value")
+        on_language(self._relabel)
+        self._quiet = False
+        self.set(**values)
+
+    # -- the widget -------------------------------------------------------------------------
+
+    def on_started(self, callback) -> None:
+        """`callback(run_id)` once a run started from this form is registered."""
+        self._listeners.append(callback)
+
+    # -- choices and labels -----------------------------------------------------------------
+
+    def _fill_choices(self) -> None:
+        self._constellation_tokens = backend.constellation_tokens()
+        try:
+            from lab import corpus
+            self._constellation_names = list(corpus.load_constellations())
+        except UserError as e:
+            self._constellation_names, self._general = [], [str(e)]
+        self._accounts = backend.account_names()
+        self._checkpoints = backend.checkpoints()
+
+    def _relabel(self) -> None:
+        quiet, self._quiet = self._quiet, True
+        try:
+            self._constellation_tokens = backend.constellation_tokens()  # data prepared since
+            self.title.value = f"<h3 style='margin:4px 0'>{esc(pair(TITLE))}</h3>"
+            self.hints.description = tr("подсказки", "hints")
+            for key, header in self.headers.items():
+                header.value = f"<h4 style='margin:10px 0 4px 0'>{esc(pair(SECTIONS[key]))}</h4>"
+            self.more.set_title(0, pair(SECTIONS["more"]))
+            for row in self.rows.values():
+                row.relabel(self.hints.value)
+            relabel(self.inputs["mode"], [(pair(MODES[m]), m) for m in MODES])
+            relabel(self.inputs["gpu"], [(pair(GPU_NAMES[g]), g) for g in GPU_NAMES])
+            relabel(self.inputs["machine"], [(tr("Авто", "Auto"), "auto"), (tr("Этот компьютер", "This computer"), "local")]
+                    + [(f"Kaggle: {a}", a) for a in self._accounts])
+            relabel(self.inputs["constellations"], [(self._constellation_label(n), n) for n in self._constellation_names])
+            self.inputs["constellations"].rows = max(2, min(6, len(self._constellation_names)))
+            relabel(self.inputs["resume_from"], self._checkpoint_options())
+            self.start_button.description = tr("Старт", "Start")
+            self._render_where()
+        finally:
+            self._quiet = quiet
+        if not quiet:
+            self.update()
+
+    def _constellation_label(self, name: str) -> str:
+        tokens = self._constellation_tokens.get(name)
+        if tokens is None:
+            return f"{name} — " + tr("не подготовлено", "not prepared")
+        return f"{name} — {sizing.format_count(tokens, lang())} " + tr("токенов", "tokens")
+
+    def _checkpoint_options(self) -> list[tuple[str, str]]:
+        if not self._checkpoints:
+            return [(tr("— чекпоинтов пока нет —", "— no checkpoints yet —"), "")]
+        out = [(tr("— выберите чекпоинт —", "— pick a checkpoint —"), "")]
+        for path, info in self._checkpoints.items():
+            c = info.get("config") or {}
+            out.append((f"{info['run']} · {tr('шаг', 'step')} {info['step']} · {c.get('layers', '?')}×{c.get('width', '?')}"
+                        f", n {c.get('context', '?')}", path))
+        return out
+
+    # -- values ---------------------------------------------------------------------------
+
+    def set(self, **values) -> None:
+        """Fills fields (RunConfig names, plus `mode`); `resume_from` picks a checkpoint."""
+        unknown = sorted(set(values) - set(self.inputs))
+        if unknown:
+            raise UserError(f"the form has no field(s) {', '.join(unknown)}; its fields: {', '.join(self.inputs)}")
+        quiet, self._quiet = self._quiet, True
+        try:
+            mode = values.get("mode", "resume" if values.get("resume_from") else None)
+            if mode is not None:
+                self.inputs["mode"].value = mode
+            if self.inputs["mode"].value == "resume":
+                if mode == "resume":
+                    self._checkpoints = backend.checkpoints()
+                if values.get("resume_from"):
+                    self._add_checkpoint(str(values["resume_from"]))
+                relabel(self.inputs["resume_from"], self._checkpoint_options())
+                self._apply_checkpoint()
+            for name, value in values.items():
+                if name in ("mode", "resume_from") or self.inputs[name].disabled:
+                    continue  # a locked model field keeps the checkpoint's value
+                if name == "constellations":
+                    value = (value.split(",") if isinstance(value, str) else list(value))
+                    missing = [v for v in value if v not in self._constellation_names]
+                    if missing:
+                        raise UserError(f"unknown constellation(s) {', '.join(missing)}; known: "
+                                        f"{', '.join(self._constellation_names)}")
+                    value = tuple(value)
+                self.inputs[name].value = value
+            if self.inputs["mode"].value == "scratch":
+                self._unlock()
+        finally:
+            self._quiet = quiet
+        self.update()
+
+    def _add_checkpoint(self, target: str) -> None:
+        """Picks a checkpoint given as a file or a run folder (its newest), listed or not."""
+        info = sizing.checkpoint_info(target)
+        if info is None:
+            self.inputs["resume_from"].value = ""
+            return
+        if info["path"] not in self._checkpoints:
+            self._checkpoints[info["path"]] = {**info, "run": Path(info["path"]).parent.parent.name}
+        relabel(self.inputs["resume_from"], self._checkpoint_options())
+        self.inputs["resume_from"].value = info["path"]
+
+    def config(self) -> RunConfig:
+        """The run the form describes (whatever its validity)."""
+        v = {n: self.inputs[n].value for n in CONFIG_FIELDS}
+        v["constellations"] = list(v["constellations"])
+        if self.inputs["mode"].value == "resume":
+            v["resume_from"] = self.inputs["resume_from"].value
+        return RunConfig.from_dict(v)
+
+    def _checkpoint(self) -> dict | None:
+        return self._checkpoints.get(self.inputs["resume_from"].value)
+
+    def _mode_changed(self, change) -> None:
+        if self._quiet:
+            return
+        if change["new"] == "resume":
+            self._quiet = True
+            try:
+                self._checkpoints = backend.checkpoints()
+                relabel(self.inputs["resume_from"], self._checkpoint_options())
+                self._apply_checkpoint()
+            finally:
+                self._quiet = False
+        else:
+            self._unlock()
+        self.update()
+
+    def _checkpoint_changed(self, change) -> None:
+        if self._quiet:
+            return
+        self._quiet = True
+        try:
+            self._apply_checkpoint()
+        finally:
+            self._quiet = False
+        self.update()
+
+    def _apply_checkpoint(self) -> None:
+        """Model fields filled from the checkpoint and locked; "Steps until" moved past its step."""
+        info = self._checkpoint()
+        self.rows["resume_from"].box.layout.display = None
+        for name in MODEL_FIELDS:
+            self.inputs[name].disabled = True
+        if info is None:
+            return
+        theirs = info.get("config") or {}
+        for name in MODEL_FIELDS:
+            if isinstance(theirs.get(name), int):
+                self.inputs[name].value = theirs[name]
+        if self.inputs["steps_until"].value <= info["step"] and int(theirs.get("steps_until", 0)) > info["step"]:
+            self.inputs["steps_until"].value = int(theirs["steps_until"])
+
+    def _unlock(self) -> None:
+        for name in MODEL_FIELDS:
+            self.inputs[name].disabled = False
+        self.rows["resume_from"].box.layout.display = "none"
+
+    def _changed(self, change) -> None:
+        if not self._quiet:
+            self.update()
+
+    # -- the calculator -------------------------------------------------------------------
+
+    def update(self) -> None:
+        """Recomputes the figures and the problems; redraws the calculator and the fields."""
+        with self._render_lock:
+            self._update()
+
+    def _update(self) -> None:
+        cfg = self.config()
+        self.estimate = self._estimate(cfg)
+        if cfg.machine == "auto":
+            self._auto.submit(cfg, need_hours(self.estimate))
+            if self.choice is not None and self.choice.machine == "local":  # most likely still: no flicker
+                self.estimate = self._estimate(cfg, picked="local")
+        else:
+            self.choice, self.choice_error = None, None
+        self._render()
+
+    def _estimate(self, cfg: RunConfig, picked: str | None = None) -> sizing.Estimate:
+        """Figures for the card the run will get: GPU "auto" on this computer means its own card."""
+        machine = picked or cfg.machine
+        local_card = backend.local_gpu()[0]
+        if cfg.gpu == "auto" and machine == "local" and local_card:
+            cfg = replace(cfg, gpu=local_card)
+        return sizing.estimate(cfg)
+
+    def _choose(self, cfg: RunConfig, need_h: float):
+        return backend.choose(cfg, need_h)
+
+    def _chosen(self, args, choice, error) -> None:
+        cfg = args[0]
+        with self._render_lock:
+            self.choice, self.choice_error = choice, (str(error) if error else None)
+            self.estimate = self._estimate(cfg, picked=choice.machine if choice is not None else None)
+            self._render()
+
+    def settle(self, timeout_s: float = 30.0) -> None:
+        """Waits for Auto's pick (tests and headless runs)."""
+        self._auto.wait(timeout_s)
+
+    def problems(self) -> list[Problem]:
+        probs = list(self.estimate.problems) if self.estimate else []
+        if self.inputs["mode"].value == "resume" and not self.inputs["resume_from"].value:
+            probs.append(Problem("resume_from", "pick the checkpoint to continue from", "выберите чекпоинт, с которого продолжить"))
+        return probs
+
+    @property
+    def errors(self) -> list[Problem]:
+        return [p for p in self.problems() if p.severity == "error"]
+
+    def _render(self) -> None:
+        probs = self.problems()
+        for name, row in self.rows.items():
+            row.show([p for p in probs if p.field == name])
+        loose = [p for p in probs if p.field not in self.rows]
+        self.calc.value = calculator_html(self.estimate, self.config(), self.choice, self.choice_error, loose,
+                                          self._general)
+        blocked = bool([p for p in probs if p.severity == "error"])
+        self.start_button.disabled = blocked or self._starting
+        self.start_button.tooltip = tr("Исправьте поля, отмеченные красным", "Fix the fields marked in red") \
+            if blocked else tr("Запустить прогон", "Start the run")
+
+    # -- Start ----------------------------------------------------------------------------
+
+    def start(self, wait: bool = False) -> str | None:
+        """Presses Start: the run is launched in the background; `wait` returns its id."""
+        if self.start_button.disabled:
+            return None
+        cfg = self.config()
+        resume = cfg.resume_from or None
+        cfg = replace(cfg, resume_from="")
+        self._starting, self.start_error, self.run_id, self._went = True, None, None, cfg.machine
+        self.start_button.disabled = True
+        self.where.value = f"<i>{esc(tr('Запускается…', 'Starting…'))}</i>"
+        self._start_thread = backend.in_background(backend.start, cfg, cfg.machine, resume,
+                                                   on_done=self._started, on_error=self._start_failed)
+        if wait:
+            self._start_thread.join()
+        return self.run_id
+
+    def _started(self, run_id: str) -> None:
+        self._starting, self.run_id = False, run_id
+        try:
+            self._went = backend.status(run_id).get("machine") or self.config().machine
+        except UserError:
+            self._went = self.config().machine
+        self._fill_choices()  # the run may have prepared data: token counts, checkpoints
+        self._relabel()
+        for callback in self._listeners:
+            callback(run_id)
+
+    def _render_where(self) -> None:
+        """"Run <id> → <machine>" under Start, in the current language."""
+        if not self.run_id or self._starting:
+            return
+        m = self._went
+        where = (tr("этот компьютер", "this computer") if m == "local" else
+                 tr("машину выберет лаба", "the lab picks the machine") if m == "auto" else f"Kaggle: {m}")
+        from lab.home import runs_dir
+        self.where.value = (f"<div style='line-height:1.4'>✔ {esc(tr('Прогон', 'Run'))} <b class='lab-run-id'>"
+                            f"{esc(self.run_id)}</b> → {esc(where)}<br><span style='color:#666;font-size:85%'>"
+                            f"{esc(runs_dir() / self.run_id)}</span></div>")
+
+    def _start_failed(self, error: Exception) -> None:
+        self._starting, self.start_error = False, str(error)
+        self.where.value = f"<div style='color:{RED}'>✖ {esc(tr('Не запустился', 'Did not start'))}: {esc(error)}</div>"
+        self._render()

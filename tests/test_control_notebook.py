@@ -1,0 +1,101 @@
+"""notebooks/control.ipynb executed headless (nbclient) in a temporary lab home, as committed.
+
+Headless runs fill the notebook's `parameters` cell the way papermill does: a cell after it
+that sets `form_values`, `press_start`, `wait_minutes`.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import nbformat
+from nbclient import NotebookClient
+
+from conftest import ROOT
+from kaggle_fixtures import kaggle_emulator, kaggle_lab, make_kaggle_emulator  # noqa: F401 (fixtures)
+
+NOTEBOOK = ROOT / "notebooks" / "control.ipynb"
+TINY_RUN = {"context": 32, "width": 32, "heads": 2, "layers": 2, "batch_per_card": 4, "steps_until": 30,
+            "eval_every": 10, "lr": 0.003, "warmup_steps": 2, "machine": "local", "gpu": "cpu"}
+
+
+def execute(parameters: str = "", cwd=None) -> nbformat.NotebookNode:
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    if parameters:
+        at = next(i for i, c in enumerate(nb.cells) if "parameters" in c.metadata.get("tags", []))
+        nb.cells.insert(at + 1, nbformat.v4.new_code_cell(parameters))
+    NotebookClient(nb, timeout=300, kernel_name="python3", store_widget_state=True,
+                   resources={"metadata": {"path": str(cwd or ROOT)}}).execute()
+    return nb
+
+
+def outputs(nb, source_start: str) -> list[dict]:
+    cell = next(c for c in nb.cells if c.cell_type == "code" and c.source.startswith(source_start))
+    return cell.outputs
+
+
+def widget_texts(nb) -> str:
+    """Every string a saved widget holds (what a person would see), joined."""
+    state = nb.metadata["widgets"]["application/vnd.jupyter.widget-state+json"]["state"]
+    return "\n".join(str(v) for model in state.values() for v in model["state"].values() if isinstance(v, str))
+
+
+def errors(nb) -> list[str]:
+    return [f"{o.get('ename')}: {o.get('evalue')}" for c in nb.cells if c.cell_type == "code"
+            for o in c.outputs if o.output_type == "error"]
+
+
+def test_the_committed_notebook_has_no_outputs_and_is_what_the_generator_writes():
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert all(c.outputs == [] and c.execution_count is None for c in code)
+    assert "widgets" not in nb.metadata
+    assert all(len(c.source.splitlines()) <= 5 for c in code), "cells stay short: each calls lab"
+    assert all("ui." in c.source for c in code if "parameters" not in c.metadata.get("tags", []))
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "make-control-notebook"), "--check"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_the_notebook_runs_top_to_bottom_on_a_fresh_lab_home(tmp_path, monkeypatch):
+    home = tmp_path / "lab-home"
+    monkeypatch.setenv("LAB_HOME", str(home))
+    nb = execute('form_values = {"layers": 12}', cwd=tmp_path)
+    assert errors(nb) == []
+    for start in ("from lab import ui", "ui.machines()", "form = ui.new_run", "ui.start(", "monitor = ", "ui.runs()"):
+        shown = outputs(nb, start)
+        assert len(shown) == 1 and "application/vnd.jupyter.widget-view+json" in shown[0]["data"], start
+    texts = widget_texts(nb)
+    assert str(home) in texts  # the setup cell names the lab home
+    assert "lab-calc-weights'>40 321 024<" in texts  # 12·12·512² + 4000·512 + 1024·512
+    assert "Авто выберет" in texts and "Прогонов пока нет" in texts
+    assert not (home / "runs").exists() or not any((home / "runs").iterdir())  # nothing started
+
+
+def test_the_notebook_starts_a_tiny_local_run_and_shows_its_loss(tmp_path, monkeypatch):
+    home = tmp_path / "lab-home"
+    monkeypatch.setenv("LAB_HOME", str(home))
+    nb = execute(f"form_values = {TINY_RUN!r}\npress_start = True\nwait_minutes = 3", cwd=tmp_path)
+    assert errors(nb) == []
+    runs = [p for p in (home / "runs").iterdir() if (p / "run.json").is_file()]
+    assert len(runs) == 1
+    record = json.loads((runs[0] / "run.json").read_text())
+    assert record["status"] == "done" and record["links"][0]["machine"] == "local"
+    assert record["config"]["layers"] == 2 and record["config"]["steps_until"] == 30
+    shown = outputs(nb, "monitor = ")
+    html = "".join(o["data"].get("text/html", "") for o in shown if o["output_type"] == "display_data")
+    assert runs[0].name in html and "готово" in html and "30 / 30" in html
+    assert any("image/png" in o.get("data", {}) for o in shown), "the monitor shows the loss plot"
+    assert runs[0].name in widget_texts(nb)  # Start said where the run went
+
+
+def test_the_notebook_shows_kaggle_accounts_from_the_emulator_and_saves_no_secret(kaggle_lab, tmp_path):
+    nb = execute("", cwd=tmp_path)
+    assert errors(nb) == []
+    texts = widget_texts(nb)
+    assert "<b>alice</b>" in texts and "<b>bob</b>" in texts
+    assert "30,0 ч" in texts  # each account's weekly quota: left of total
+    saved = nbformat.writes(nb)
+    for name in ("alice", "bob"):
+        assert kaggle_lab.emu.account(name).key not in saved

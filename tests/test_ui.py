@@ -1,0 +1,357 @@
+"""The control notebook's widgets driven from Python: set fields, read the calculator.
+
+Each test has its own fresh lab home. Runs and checkpoints are written by hand (a sidecar
+`ckpt_*.json` is all the form reads), so nothing here trains; the notebook and browser
+tests start real runs.
+"""
+from __future__ import annotations
+
+import json
+import re
+import time
+
+import pytest
+
+from kaggle_fixtures import kaggle_emulator, kaggle_lab, make_kaggle_emulator  # noqa: F401 (fixtures)
+from lab import ui, ui_backend
+from lab.config import RunConfig, UserError
+from lab.runs import Link, create_run, updating
+
+GUIDE_ORDER = ["Прогон", "Продолжить с чекпоинта", "Созвездия в обучении", "Контекст n", "Ширина d", "Головы",
+               "Слои", "Видеокарта", "Машина", "Батч на карту", "Шагов до", "Лимит, мин"]
+TINY = dict(context=32, width=32, heads=2, layers=2, batch_per_card=4)
+
+
+@pytest.fixture(autouse=True)
+def home(tmp_path, monkeypatch):
+    """A fresh lab home, Russian, no cached machines; widgets of the test closed after it."""
+    monkeypatch.setenv("LAB_HOME", str(tmp_path / "lab-home"))
+    monkeypatch.setattr(ui_backend, "_overview", None)
+    ui.set_language("ru")
+    yield tmp_path / "lab-home"
+    ui.set_language("ru")
+    from lab.ui_panels import _monitors
+    for m in _monitors:
+        m.close()
+
+
+def text(html: str) -> str:
+    """What a person reads in a widget's HTML."""
+    return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", html)).replace("&#x27;", "'").replace("&quot;", '"').strip()
+
+
+def calc(form) -> str:
+    form.settle()
+    return text(form.calc.value)
+
+
+def figure(form, key: str) -> str:
+    form.settle()
+    found = re.search(rf"class='lab-calc-{key}'>([^<]*)<", form.calc.value)
+    return found.group(1) if found else ""
+
+
+def fake_run(cfg: RunConfig, step: int, metrics: list[dict] | None = None, parent: dict | None = None,
+             status: str = "done"):
+    """A finished run as the registry keeps it: run.json, a checkpoint sidecar, metrics."""
+    run = create_run(cfg, parent=parent)
+    ck = run.folder / "checkpoints"
+    ck.mkdir()
+    (ck / f"ckpt_{step:08d}.pt").write_bytes(b"")
+    (ck / f"ckpt_{step:08d}.json").write_text(json.dumps({"step": step, "tokens": step * 128, "config": cfg.to_dict()}))
+    with updating(run.id) as r:
+        r.links.append(Link(n=1, machine="local", status=status, from_step=(parent or {}).get("step", 0),
+                            to_step=step, reason="steps_until reached"))
+        r.status = status
+    rows = metrics if metrics is not None else curve(0, step)
+    (run.folder / "metrics.jsonl").write_text("".join(json.dumps(m) + "\n" for m in rows))
+    return run
+
+
+def walk(widget):
+    """A widget and everything inside it."""
+    yield widget
+    for child in getattr(widget, "children", ()):
+        yield from walk(child)
+
+
+def curve(start: int, end: int, val_set: str = "a", every: int = 10) -> list[dict]:
+    rows = []
+    for s in range(start + 1, end + 1):
+        rows.append({"step": s, "tokens": s * 128, "loss": 8.0 / (1 + s / 50), "session": 1, "tok_s": 1000.0})
+        if s % every == 0:
+            rows.append({"step": s, "tokens": s * 128, "val_loss": 8.2 / (1 + s / 50), "val_set": val_set})
+    return rows
+
+
+# ---------------------------------------------------------------------------------------
+# The form
+
+
+def test_fields_are_the_guides_in_its_order_words_and_help():
+    form = ui.NewRunForm()
+    labels = [text(form.rows[n].label.value) for n in form.rows if n not in ("schedule", "lr", "warmup_steps", "eval_every")]
+    assert labels == GUIDE_ORDER
+    assert "d делится на головы без остатка: 512 / 8 = 64 на голову" in form.rows["heads"].help.value
+    assert "630 минут оставляют запас до лимита сессии Kaggle" in form.rows["limit_min"].help.value
+    more = form.more.children[0]
+    assert [c for c in more.children] == [form.rows[n].box for n in ("schedule", "lr", "warmup_steps", "eval_every")]
+    assert form.more.get_title(0).startswith("Ещё")
+
+
+def test_a_fresh_lab_home_gives_a_working_form(home):
+    form = ui.NewRunForm()
+    assert form.config() == RunConfig()  # the guide's current values
+    options = dict((v, k) for k, v in form.inputs["constellations"].options)
+    assert "pydoc" in options and "не подготовлено" in options["pydoc"]
+    assert form.inputs["resume_from"].options[0][0].startswith("— чекпоинтов пока нет")
+    assert [v for _, v in form.inputs["machine"].options] == ["auto", "local"]
+    assert figure(form, "weights") == "27 738 112"  # the guide's number (vocab 4000: no data yet)
+    assert not form.start_button.disabled  # "no prepared data" is a warning: Start prepares it
+    assert "нет подготовленных данных" in form.rows["constellations"].message.value
+    assert "Авто выберет этот компьютер" in calc(form)
+
+
+def test_layers_8_to_12_changes_the_weights_at_once():
+    form = ui.NewRunForm()
+    t0 = time.perf_counter()
+    form.set(layers=12)
+    took = time.perf_counter() - t0
+    assert form.estimate.weights.value == 12 * 12 * 512**2 + 4000 * 512 + 1024 * 512
+    assert figure(form, "weights") == "40 321 024"
+    assert took < 0.2, f"a change took {took:.3f} s: the form must answer without lag"
+    form.inputs["layers"].value = 24  # as the browser sets it
+    assert form.estimate.weights.value == 12 * 24 * 512**2 + 4000 * 512 + 1024 * 512
+
+
+def test_the_calculator_marks_each_figure_exact_measured_or_estimate():
+    form = ui.NewRunForm(gpu="2xT4")  # the guide's reference size on its measured card
+    html = form.calc.value
+    assert re.search(r"lab-calc-weights'>27 738 112</b> <span class=\"lab-kind lab-kind-exact", html)
+    assert re.search(r"lab-calc-tok_s'>102 000 ток/с</b> <span class=\"lab-kind lab-kind-measured", html)
+    assert "lab-calc-tokens_per_step'>12 288<" in html
+    form.set(layers=12)
+    assert re.search(r"lab-calc-tok_s'>[^<]+</b> <span class=\"lab-kind lab-kind-estimate", form.calc.value)
+    for row in ("weights", "tokens_per_step", "tokens_wanted", "tokens_available", "tok_s", "run_hours", "memory",
+                "quota"):
+        assert f"lab-calc-row-{row}" in form.calc.value
+
+
+def test_invalid_fields_are_shown_at_the_field_and_start_waits_for_the_fix():
+    form = ui.NewRunForm()
+    assert not form.start_button.disabled
+    form.set(heads=7)
+    assert form.start_button.disabled
+    assert "ширина 512 не делится на головы 7" in form.rows["heads"].message.value
+    assert form.inputs["heads"].layout.border.startswith("2px solid #d32f2f")
+    assert form.rows["layers"].message.layout.display == "none"
+    form.set(heads=8, batch_per_card=0, limit_min=0)
+    assert form.start_button.disabled
+    assert "должно быть не меньше 1" in form.rows["batch_per_card"].message.value
+    assert "лимит должен быть больше нуля" in form.rows["limit_min"].message.value
+    assert form.start() is None  # a disabled Start does nothing
+    form.set(batch_per_card=6, limit_min=630)
+    assert not form.start_button.disabled
+    assert form.inputs["heads"].layout.border is None
+    form.set(constellations=[])
+    assert form.start_button.disabled and "выберите хотя бы одно созвездие" in form.rows["constellations"].message.value
+
+
+def test_a_batch_that_will_not_fit_gets_a_clear_oom_warning():
+    form = ui.NewRunForm(gpu="T4", batch_per_card=120)
+    assert "Не поместится — CUDA out of memory" in calc(form)
+    assert "lab-oom" in form.calc.value
+    assert "вероятна нехватка памяти" in form.rows["batch_per_card"].message.value
+    assert form.inputs["batch_per_card"].layout.border.startswith("2px solid #ef6c00")  # a warning: orange
+    form.set(batch_per_card=6)
+    assert "lab-oom" not in form.calc.value
+
+
+def test_continuing_locks_the_model_fields_and_fills_them_from_the_checkpoint():
+    parent = fake_run(RunConfig(**TINY, steps_until=300), step=300)
+    form = ui.NewRunForm()
+    form.set(mode="resume")
+    assert all(form.inputs[n].disabled for n in ("context", "width", "heads", "layers"))
+    assert form.start_button.disabled and "выберите чекпоинт" in form.rows["resume_from"].message.value
+    label, path = form.inputs["resume_from"].options[1]
+    assert parent.id in label and "шаг 300" in label and path.endswith("ckpt_00000300.pt")
+    form.inputs["resume_from"].value = path  # as the picker sets it
+    assert {n: form.inputs[n].value for n in TINY if n != "batch_per_card"} == {"context": 32, "width": 32,
+                                                                               "heads": 2, "layers": 2}
+    assert form.config().resume_from == path
+    assert form.estimate.weights.value == 12 * 2 * 32**2 + 4000 * 32 + 32 * 32
+    form.set(layers=12)  # locked: the checkpoint's shape stays
+    assert form.inputs["layers"].value == 2
+    form.set(steps_until=200)
+    assert form.start_button.disabled
+    assert "не больше шага чекпоинта 300" in form.rows["steps_until"].message.value
+    form.set(steps_until=600)
+    assert not form.start_button.disabled
+    form.set(mode="scratch")
+    assert not any(form.inputs[n].disabled for n in ("context", "width", "heads", "layers"))
+    assert form.config().resume_from == ""
+
+
+def test_auto_says_which_machine_it_picks_and_why(monkeypatch):
+    seen = []
+
+    def choose(cfg, need_hours):
+        seen.append(need_hours)
+        return ui_backend.Choice("alice", "alice: its 29.0 h of quota cover the whole run (1.7 h)",
+                                 "alice: квоты 29,0 ч хватит на весь прогон (1,7 ч)")
+    monkeypatch.setattr(ui_backend, "choose", choose)
+    form = ui.NewRunForm()
+    assert "Авто выберет alice alice: квоты 29,0 ч хватит на весь прогон" in calc(form)
+    assert seen[-1] == pytest.approx(form.estimate.quota_hours.extra["to_steps_until"])
+    ui.set_language("en")
+    assert "Auto picks alice alice: its 29.0 h of quota cover the whole run" in calc(form)
+    form.set(machine="local")
+    assert "Auto picks" not in calc(form)
+
+
+def test_the_english_switch_relabels_everything_and_keeps_the_values():
+    form = ui.NewRunForm(layers=12)
+    form.inputs["mode"].value = "resume"
+    switch = ui.language_switch()
+    assert [v for _, v in switch.options] == ["ru", "en"] and switch.value == "ru"
+    switch.value = "en"  # as a click does
+    assert text(form.rows["layers"].label.value) == "Layers"
+    assert "Depth: how many times in a row" in form.rows["layers"].help.value
+    assert form.inputs["mode"].value == "resume" and form.inputs["layers"].value == 12
+    assert figure(form, "weights") == "40,321,024"
+    assert form.start_button.description == "Start"
+    switch.value = "ru"
+    assert text(form.rows["layers"].label.value) == "Слои" and form.start_button.description == "Старт"
+
+
+def test_hints_can_be_hidden():
+    form = ui.NewRunForm()
+    form.hints.value = False
+    assert all(r.help.layout.display == "none" for r in form.rows.values())
+    assert form.rows["layers"].label.tooltip.startswith("Глубина")  # still on hover
+
+
+def test_unknown_fields_are_refused_clearly():
+    with pytest.raises(Exception, match="the form has no field"):
+        ui.NewRunForm(depth=3)
+    with pytest.raises(Exception, match="unknown constellation"):
+        ui.NewRunForm(constellations=["nope"])
+
+
+# ---------------------------------------------------------------------------------------
+# Start and the monitor
+
+
+def test_start_launches_in_the_background_and_says_where_it_went(monkeypatch):
+    run = fake_run(RunConfig(**TINY, steps_until=30), step=30, status="running")
+    calls = []
+
+    def start(cfg, machine="auto", resume=None):
+        calls.append((cfg, machine, resume))
+        time.sleep(0.2)
+        return run.id
+    monkeypatch.setattr(ui_backend, "start", start)
+    form = ui.NewRunForm(**TINY, steps_until=30, machine="local")
+    started = []
+    form.on_started(started.append)
+    form.start()
+    assert form.start_button.disabled and "Запускается" in form.where.value  # no double start
+    form._start_thread.join(5)
+    assert form.run_id == run.id and started == [run.id]
+    assert run.id in form.where.value and "этот компьютер" in form.where.value
+    cfg, machine, resume = calls[0]
+    assert machine == "local" and resume is None and cfg.layers == 2
+    assert not form.start_button.disabled
+
+
+def test_a_start_that_fails_says_why(monkeypatch):
+    def start(cfg, machine="auto", resume=None):
+        raise UserError("Kaggle account 'alice': quota is used up. Pick another machine.")
+    monkeypatch.setattr(ui_backend, "start", start)
+    form = ui.NewRunForm()
+    form.start(wait=True)
+    assert form.run_id is None and "quota is used up" in form.where.value
+    assert not form.start_button.disabled
+
+
+def test_the_monitor_shows_links_and_the_loss_plot_in_steps_or_tokens():
+    rows = curve(0, 40, "a") + curve(40, 80, "b")  # new data at step 40: val starts again
+    run = fake_run(RunConfig(**TINY, steps_until=80), step=80, metrics=rows)
+    m = ui.Monitor(run_id=run.id)
+    try:
+        assert run.id in m.state.value and "готово" in m.state.value and "80 / 80" in m.state.value
+        assert "этот компьютер" in m.links.value and "steps_until reached" in m.links.value
+        assert bytes(m.plot.value).startswith(b"\x89PNG") and m.plot.layout.display is None
+        steps_png = bytes(m.plot.value)
+        m.x.value = "tokens"
+        assert bytes(m.plot.value).startswith(b"\x89PNG") and bytes(m.plot.value) != steps_png
+    finally:
+        m.close()
+
+
+def test_the_monitor_follows_a_run_the_form_starts_and_refreshes_while_it_runs(monkeypatch):
+    run = fake_run(RunConfig(**TINY, steps_until=100), step=10, metrics=curve(0, 10), status="running")
+    monkeypatch.setattr(ui_backend, "start", lambda cfg, machine="auto", resume=None: run.id)
+    form = ui.NewRunForm(**TINY)
+    m = ui.Monitor(form, every_s=0.2)
+    try:
+        form.start(wait=True)
+        assert m.run_id == run.id and "идёт" in m.state.value
+        first = bytes(m.plot.value)
+        (run.folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in curve(0, 60)))
+        deadline = time.monotonic() + 10
+        while bytes(m.plot.value) == first and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert bytes(m.plot.value) != first, "the timer did not redraw the plot of a running run"
+    finally:
+        m.close()
+
+
+# ---------------------------------------------------------------------------------------
+# Runs and machines
+
+
+def test_the_runs_table_shows_lineage_overlays_runs_and_says_when_to_grow():
+    parent = fake_run(RunConfig(**TINY, steps_until=300), step=300, metrics=curve(0, 300, every=25))
+    ckpt = str(parent.folder / "checkpoints" / "ckpt_00000300.pt")
+    child = fake_run(RunConfig(**TINY, steps_until=600), step=600, metrics=curve(300, 600, every=25),
+                     parent={"run": parent.id, "checkpoint": ckpt, "step": 300})
+    panel = ui.RunsPanel()
+    table = text(panel.table.value)
+    assert parent.id in table and child.id in table and f"{child.id} готово 600 / 600" in table
+    assert parent.id in table.split(child.id, 1)[1]  # the child's row names its parent
+    assert len(panel.choose.value) == 1  # the newest run
+    panel.choose.value = (child.id,)
+    assert [r["step"] for r in ui.lineage_rows(child) if "loss" in r] == list(range(1, 601))
+    one = bytes(panel.plot.value)
+    panel.choose.value = (child.id, parent.id)
+    assert bytes(panel.plot.value).startswith(b"\x89PNG") and bytes(panel.plot.value) != one
+    assert "Когда расти" in panel.verdict.value and child.id in panel.verdict.value
+    assert "val ещё падает" in panel.verdict.value  # a falling 1/(1+t) curve: train longer
+
+
+def test_the_machines_panel_on_a_fresh_lab_home_shows_this_computer():
+    panel = ui.MachinesPanel()
+    shown = " ".join(text(w.value) for w in walk(panel.box) if isinstance(getattr(w, "value", None), str))
+    assert "Этот компьютер" in shown and "Аккаунтов Kaggle нет" in shown
+
+
+def test_kaggle_accounts_show_their_quota_and_no_widget_holds_a_secret(kaggle_lab):
+    panel = ui.MachinesPanel()
+    bars = {c: w for w in walk(panel.box) for c in w._dom_classes if c.startswith("lab-quota-")}
+    assert set(bars) == {"lab-quota-alice", "lab-quota-bob"}
+    assert bars["lab-quota-alice"].max == pytest.approx(30.0, abs=0.5)
+    machines = {m.name: m for m in panel.machines}
+    assert machines["alice"].quota_total_h == pytest.approx(30.0, abs=0.5)
+    form = ui.NewRunForm()
+    assert {"alice", "bob"} <= {v for _, v in form.inputs["machine"].options}
+    form.settle()
+    assert form.choice.machine in ("alice", "bob")
+    ui.Monitor(form).close()
+    ui.RunsPanel()
+    ui.SetupPanel()
+    from ipywidgets.widgets.widget import _instances  # every widget alive: what a notebook saves
+    states = json.dumps([w.get_state() for w in list(_instances.values())], default=str)
+    assert "alice" in states
+    for name in ("alice", "bob"):
+        assert kaggle_lab.emu.account(name).key not in states
