@@ -40,6 +40,8 @@ from pathlib import Path
 from typing import Any, BinaryIO, Callable
 from urllib.parse import urlsplit
 
+from lab.procs import descendants, signal_quietly
+
 NOTEBOOK_LIMIT_BYTES = 1_000_000
 MAX_PAGE_SIZE = 200
 MAX_RPC_BODY_BYTES = 16 * 1024 * 1024
@@ -943,9 +945,9 @@ class KaggleEmulator:
             return
         if s.term_sent_at is None:
             s.term_sent_at = time.monotonic()
-            targets = _descendants(s.proc.pid) or [s.proc.pid]
+            targets = descendants(s.proc.pid) or [s.proc.pid]
             for pid in targets:
-                _signal(pid, signal.SIGTERM)
+                signal_quietly(pid, signal.SIGTERM)
 
     def _reap(self, now: float) -> None:
         for s in self._sessions.values():
@@ -985,39 +987,9 @@ class KaggleEmulator:
 # Processes and files
 
 
-def _descendants(pid: int) -> list[int]:
-    """All processes below `pid` (from /proc; empty where there is none)."""
-    if not os.path.isdir("/proc"):
-        return []
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                fields = f.read().rsplit(b")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if fields and fields[0] != b"Z":
-            children.setdefault(int(fields[1]), []).append(int(entry))
-    found, todo = [], list(children.get(pid, []))
-    while todo and len(found) < 10_000:
-        p = todo.pop()
-        found.append(p)
-        todo.extend(children.get(p, []))
-    return found
-
-
-def _signal(pid: int, sig: int) -> None:
-    try:
-        os.kill(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
 def _kill_tree(proc: subprocess.Popen, sig: int) -> None:
-    for pid in _descendants(proc.pid):
-        _signal(pid, sig)
+    for pid in descendants(proc.pid):
+        signal_quietly(pid, sig)
     if hasattr(os, "killpg"):
         try:
             os.killpg(proc.pid, sig)

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from lab.config import RunConfig, UserError, coerce, field_help
+from lab.config import RunConfig, UserError, field_help
 
 # Fields that belong to the control side (where a run goes), not to the loop.
 _NOT_FLAGS = {"machine"}
