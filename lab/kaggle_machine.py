@@ -40,7 +40,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator
 
-from lab.checkpoint import list_checkpoints, resolve_checkpoint, sha256_file
+from lab.checkpoint import atomic_write, list_checkpoints, resolve_checkpoint, sha256_file
 from lab.config import RunConfig, UserError
 from lab.home import lab_home
 from lab.kaggle_client import AccountClient, KaggleError, RetryPolicy, client_for, get_account, notebook_text
@@ -161,9 +161,8 @@ def _holdings() -> Iterator[dict]:
         try:
             data = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
             yield data
-            tmp = path.with_name(f".holdings.{os.getpid()}.tmp")
-            tmp.write_text(json.dumps(data, indent=1), encoding="utf-8")
-            os.replace(tmp, path)
+            text = json.dumps(data, indent=1)
+            atomic_write(path, lambda f: f.write(text.encode("utf-8")))
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
 
@@ -402,13 +401,12 @@ def run_link(run_id: str, n: int, data_dir: Callable[[], Path], *, say: Callable
     c = client(link.machine)
     if link.status == "starting":
         try:
+            if not _pushing(link) and cancelled():  # before any upload: nothing goes up, no session starts
+                return _cancel_before_push(run_id, n)
             data = _ensure_data(run_id, n, c, data_dir(), say)
             ckpt = _ensure_checkpoint(run_id, n, c, say)
-            if cancelled():
-                with updating(run_id) as run:
-                    run.links[n - 1].status, run.links[n - 1].ended = "cancelled", now()
-                    run.links[n - 1].reason = "cancelled before its push"
-                return run.links[n - 1]
+            if not _pushing(_get(run_id, n)[1]) and cancelled():
+                return _cancel_before_push(run_id, n)
             _ensure_pushed(run_id, n, c, data, ckpt, say)
         except UserError as e:  # LinkRefused included
             _fail_before_push(run_id, n, str(e))
@@ -416,6 +414,19 @@ def run_link(run_id: str, n: int, data_dir: Callable[[], Path], *, say: Callable
     status, failure = _watch(run_id, n, c, say, cancelled)
     _download(run_id, n, c, say)
     return _finish(run_id, n, status, failure, say)
+
+
+def _pushing(link: Link) -> bool:
+    """Whether a push was sent (or maybe sent): a session may run, so a cancel cannot skip it."""
+    kernel = link.detail.get("kernel") or {}
+    return bool(kernel.get("pushed_at") or kernel.get("pushing"))
+
+
+def _cancel_before_push(run_id: str, n: int) -> Link:
+    with updating(run_id) as run:
+        link = run.links[n - 1]
+        link.status, link.ended, link.reason = "cancelled", now(), "cancelled before its push"
+    return link
 
 
 def _fail_before_push(run_id: str, n: int, reason: str) -> None:
@@ -465,12 +476,36 @@ def _ensure_checkpoint(run_id: str, n: int, c: AccountClient, say) -> dict | Non
     return record
 
 
+@contextmanager
+def _dataset_lock(username: str, kind: str, key: str) -> Iterator[None]:
+    """Held by the one process that uploads (or waits on) a user's dataset: a second process
+    (another run's driver on the same data) waits here, then finds what the first recorded."""
+    folder = lab_home() / "kaggle" / "locks"
+    folder.mkdir(parents=True, exist_ok=True)
+    name = hashlib.sha256(f"{username.lower()}\0{kind}\0{key}".encode()).hexdigest()[:32]
+    with open(folder / f"{name}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
 def _dataset_once(c: AccountClient, kind: str, key: str, slug: str, match: dict, make_folder: Callable[[], Path],
                   *, title: str, notes: str, say, note: Callable[[dict, str], None]) -> dict:
     """Makes sure the account's dataset `slug` holds this content (`match`) and is READY,
     uploading it only if no earlier process did. The intent is recorded (in the holdings, and
     through `note` in the link) before the upload with the version then current, so an upload
-    whose record was lost in a crash is found (a newer version) and adopted, not repeated."""
+    whose record was lost in a crash is found (a newer version) and adopted, not repeated.
+    One process at a time per dataset: an "uploading" record found here is a dead process's."""
+    with _dataset_lock(c.username, kind, key):
+        return _dataset_once_locked(c, kind, key, slug, match, make_folder, title=title, notes=notes, say=say,
+                                    note=note)
+
+
+def _dataset_once_locked(c: AccountClient, kind: str, key: str, slug: str, match: dict,
+                         make_folder: Callable[[], Path], *, title: str, notes: str, say,
+                         note: Callable[[dict, str], None]) -> dict:
     h = held(c.username, kind, key)
     if h and any(h.get(k) != v for k, v in match.items()):
         h = None  # another content (an older checkpoint): a new version is due
@@ -555,29 +590,29 @@ def _ensure_pushed(run_id: str, n: int, c: AccountClient, data: dict, ckpt: dict
         r.links[n - 1].detail.update(kernel=kernel, phase="pushing")
         r.links[n - 1].notebook = f"{link.detail['folder']}/pushed.ipynb"
     name = slug.split("/")[1]
-    for attempt in (1, 2):
-        try:
-            pushed = c.push_kernel(slug, name, nb, dataset_sources=sources,
-                                   timeout_s=link.detail["session_timeout_s"], gpu=True, internet=False, private=True)
-        except KaggleError as e:
-            if e.push is not None:  # Kaggle ran it, without some sources: the session is real
-                dropped = [s for s in sources if s in e.what]
-                for source in dropped:  # what the lab remembered is wrong: forget it, upload again next time
-                    _forget_dataset(c.username, source)
-                say(f"warning: {e}")
-                return _record_push(run_id, n, {**kernel, "version": e.push.version, "url": e.push.url,
-                                                "dropped_sources": dropped or sources, "error": str(e)}, say)
-            if e.unsure and attempt == 1:
-                if _appears(c, slug):
-                    return _record_push(run_id, n, {**kernel, "version": None, "url": "", "adopted": True}, say)
-                continue  # no kernel appeared: Kaggle did not take it, one more push
-            if e.unsure:
-                raise  # still unknown: the record keeps "pushing", and the next try asks Kaggle first
-            _set(run_id, n, kernel={**kernel, "pushing": False, "refused": e.what})
-            raise LinkRefused(e, _refusal_kind(e)) from None
-        _crash_point("after-push")
-        return _record_push(run_id, n, {**kernel, "version": pushed.version, "url": pushed.url}, say)
-    raise AssertionError("unreachable")
+    try:
+        pushed = c.push_kernel(slug, name, nb, dataset_sources=sources,
+                               timeout_s=link.detail["session_timeout_s"], gpu=True, internet=False, private=True)
+    except KaggleError as e:
+        if e.push is not None:  # Kaggle ran it, without some sources: the session is real
+            dropped = [s for s in sources if s in e.what] or sources
+            for source in dropped:  # what the lab remembered is wrong: forget it, upload again next time
+                _forget_dataset(c.username, source)
+            say(f"warning: {e}")
+            return _record_push(run_id, n, {**kernel, "version": e.push.version, "url": e.push.url,
+                                            "dropped_sources": dropped, "error": str(e)}, say)
+        if e.unsure:
+            if _appears(c, slug):
+                return _record_push(run_id, n, {**kernel, "version": None, "url": "", "adopted": True}, say)
+            # Not seen yet is not "not taken": Kaggle may list it later. No second push now; the
+            # record keeps "pushing", so the next `lab watch` asks Kaggle again before it pushes.
+            raise KaggleError(e.account, e.what, "`lab watch RUN` asks Kaggle again whether the kernel is there "
+                                                 "before it pushes, so no second session starts.",
+                              status=e.status, unsure=True) from None
+        _set(run_id, n, kernel={**kernel, "pushing": False, "refused": e.what})
+        raise LinkRefused(e, _refusal_kind(e)) from None
+    _crash_point("after-push")
+    return _record_push(run_id, n, {**kernel, "version": pushed.version, "url": pushed.url}, say)
 
 
 def _appears(c: AccountClient, slug: str, tries: int = 3) -> bool:
@@ -679,7 +714,7 @@ def _download(run_id: str, n: int, c: AccountClient, say) -> dict:
         return output  # a finished download is not redone
     folder = run.folder / link.detail["folder"]
     slug = link.detail["kernel"]["slug"]
-    for attempt in (1, 2):
+    for _ in range(2):  # one more download when the first came incomplete
         files = c.kernel_output(slug, folder)
         check = _check_output(folder)
         if not check.get("problem"):

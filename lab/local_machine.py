@@ -45,6 +45,8 @@ def execute_link(run: Run, cfg: RunConfig, data_dir: Path, resume: Path | None, 
         error = f"{e.ename}: {e.evalue}"
     except KeyboardInterrupt:
         error = "interrupted"
+    except Exception as e:  # noqa: BLE001 - a dead kernel, no kernelspec: the link is recorded failed
+        error = f"{type(e).__name__}: {e}"
     result = _read_result(run.folder)
     with updating(run.id) as r:
         link = r.links[-1]
@@ -59,7 +61,7 @@ def execute_link(run: Run, cfg: RunConfig, data_dir: Path, resume: Path | None, 
         r.status = link.status
     if error:
         raise UserError(f"run {run.id} failed: {error}. The executed notebook is {out_nb}; "
-                        f"continue from the last checkpoint with `lab run --resume {run.id}`")
+                        f"`lab watch {run.id}` continues it from the last checkpoint")
     return link
 
 

@@ -10,9 +10,9 @@ that go on in the background.
 
 The Auto rule (guide: "Machine"): among free Kaggle accounts (reachable, credentials accepted,
 fewer GPU sessions running than Kaggle allows, enough quota for a useful link), first one
-whose quota covers the whole run (the calculator's quota hours, start-up included); among
-those, one that already holds the data and the checkpoint, then the most quota left.
-Otherwise the one with the most quota left, saying that the run will be continued. This
+whose quota covers the whole run (the calculator's quota hours, start-up included); then one
+that already holds the data and the checkpoint; then the most quota left. When none covers
+the run, the choice says that the run will be continued elsewhere. This
 computer is chosen only when picked explicitly, or when the lab has no Kaggle account at all
 (the form's "Auto" then still starts something rather than nothing).
 
@@ -47,7 +47,12 @@ LOCAL = "local"
 ACTIVE = ("starting", "running")
 HALTED = ("done", "failed", "stopped", "cancelled")
 RECHECK_POLLS = 10  # a waiting driver looks at the machines again every 10 polls (5 minutes)
+LOCK_TRIES, LOCK_RETRY_S = 5, 0.1  # a driver tries its lock this often before it leaves the run to another
 _QUOTA_RETRY = dict(attempts=2, base_s=0.5, cap_s=1.0, max_retry_after_s=5.0)
+
+
+class DriverBusy(UserError):
+    """Another process drives the run already."""
 
 
 @dataclass
@@ -138,6 +143,8 @@ def _kaggle_machine(account, running: list[str], patient: bool) -> Machine:
             q = c.quota()
         except UserError as e:  # one account's trouble does not hide the others
             m.error = f"{e.what}. {e.todo}" if isinstance(e, kc.KaggleError) else str(e)
+        except Exception as e:  # noqa: BLE001 - nor does a surprise; its text may hold anything, so not shown
+            m.error = f"'{account.name}': unexpected {type(e).__name__} reading the quota"
         else:
             m.quota_left_h, m.quota_total_h = q.left_s / 3600, q.total_s / 3600
             m.refresh = q.refresh_time.isoformat() if q.refresh_time else None
@@ -171,7 +178,10 @@ _LOCAL_RU = " Этот компьютер берётся, только если 
 def choose(cfg: RunConfig, need_hours: float | None, machines: list[Machine] | None = None,
            holds: dict[str, set[str]] | None = None) -> Choice:
     """The Auto rule over `machines` (default: `overview()`); `holds` says which accounts already
-    have the run's data and checkpoint ({"alice": {"data", "checkpoint"}}). Pure given both."""
+    have the run's data and checkpoint ({"alice": {"data", "checkpoint"}}). Pure given both.
+
+    Among the accounts that can take a useful link: first one whose quota covers the whole run,
+    then one that already holds both the data and the checkpoint, then the most quota left."""
     machines = overview() if machines is None else machines
     holds = holds or {}
     kaggle = [m for m in machines if m.kind == "kaggle"]
@@ -180,32 +190,38 @@ def choose(cfg: RunConfig, need_hours: float | None, machines: list[Machine] | N
         return _local_only(machines)
     candidates = [m for m in kaggle if usable(m)]
     if not candidates:
-        return _nothing_free(kaggle, need_hours)
-    score = lambda m: len(holds.get(m.name, set()) & {"data", "checkpoint"})  # noqa: E731
-    covering = [m for m in candidates if need_hours is not None and m.quota_left_h >= need_hours]
+        return _nothing_free(kaggle)
+    both = frozenset({"data", "checkpoint"})
+    has = lambda m: frozenset(holds.get(m.name, set()) & both)  # noqa: E731
+    covers = lambda m: need_hours is not None and m.quota_left_h >= need_hours  # noqa: E731
+    best = max(candidates, key=lambda m: (covers(m), has(m) == both, m.quota_left_h, m.name))
     local_en, local_ru = (_LOCAL_EN, _LOCAL_RU) if has_local else ("", "")
-    if covering:
-        best = max(covering, key=lambda m: (score(m), m.quota_left_h, m.name))
-        held = frozenset(holds.get(best.name, set()) & {"data", "checkpoint"})
+    if covers(best):
+        held = has(best)
         return Choice(best.name,
                       f"{best.name}: its {_h(best.quota_left_h)} h of GPU quota cover the whole run "
                       f"({_h(need_hours)} h){_HOLDS_EN.get(held, '')}.{local_en}",
                       f"{best.name}: его {_h(best.quota_left_h, True)} ч квоты GPU хватит на весь прогон "
                       f"({_h(need_hours, True)} ч){_HOLDS_RU.get(held, '')}.{local_ru}")
-    best = max(candidates, key=lambda m: (m.quota_left_h, score(m), m.name))
-    if need_hours is None:
-        en = (f"{best.name}: the run's need is unknown (fix the fields the calculator names), so the account "
-              f"with the most quota left ({_h(best.quota_left_h)} h) takes it; if it runs out, the lab continues "
-              f"the run from its checkpoint on another free machine.")
-        ru = (f"{best.name}: сколько нужно прогону, неизвестно (исправьте поля, которые называет калькулятор), "
-              f"поэтому берётся аккаунт с самой большой квотой ({_h(best.quota_left_h, True)} ч); если она кончится, "
-              f"лаба продолжит прогон с чекпоинта на другой свободной машине.")
+    most = max(m.quota_left_h for m in candidates)
+    if has(best) == both and best.quota_left_h < most:
+        left_en = (f"it already holds the data and the checkpoint, with {_h(best.quota_left_h)} h of quota left "
+                   f"(another account has {_h(most)} h)")
+        left_ru = (f"на нём уже есть данные и чекпоинт, квоты осталось {_h(best.quota_left_h, True)} ч "
+                   f"(у другого аккаунта {_h(most, True)} ч)")
     else:
-        en = (f"{best.name}: no free account's quota covers the whole run ({_h(need_hours)} h); it has the most "
-              f"left ({_h(best.quota_left_h)} h). When it runs out, the lab continues the run from its checkpoint "
-              f"on another free machine.")
+        left_en = f"it has the most left ({_h(best.quota_left_h)} h)"
+        left_ru = f"у него её больше всех ({_h(best.quota_left_h, True)} ч)"
+    if need_hours is None:
+        en = (f"{best.name}: the run's need is unknown (fix the fields the calculator names); {left_en}. "
+              f"If its quota runs out, the lab continues the run from its checkpoint on another free machine.")
+        ru = (f"{best.name}: сколько нужно прогону, неизвестно (исправьте поля, которые называет калькулятор); "
+              f"{left_ru}. Если квота кончится, лаба продолжит прогон с чекпоинта на другой свободной машине.")
+    else:
+        en = (f"{best.name}: no free account's quota covers the whole run ({_h(need_hours)} h); {left_en}. "
+              f"When it runs out, the lab continues the run from its checkpoint on another free machine.")
         ru = (f"{best.name}: ни у одного свободного аккаунта квоты не хватит на весь прогон "
-              f"({_h(need_hours, True)} ч); у него её больше всех ({_h(best.quota_left_h, True)} ч). Когда она "
+              f"({_h(need_hours, True)} ч); {left_ru}. Когда она "
               f"кончится, лаба продолжит прогон с чекпоинта на другой свободной машине.")
     return Choice(best.name, en + local_en, ru + local_ru, continues=True)
 
@@ -224,18 +240,21 @@ def _local_only(machines: list[Machine]) -> Choice:
                   "Лаба подождёт, пока он освободится.")
 
 
-def _nothing_free(kaggle: list[Machine], need_hours: float | None) -> Choice:
+def _nothing_free(kaggle: list[Machine]) -> Choice:
     why_en, why_ru = [], []
     for m in kaggle:
         if m.error:
             why_en.append(f"{m.name}: {m.error}")
             why_ru.append(f"{m.name}: ошибка — {m.error}")
         elif not m.free:
-            why_en.append(f"{m.name}: busy with {len(m.running)} GPU session(s)")
-            why_ru.append(f"{m.name}: занят, идут сессии GPU ({len(m.running)})")
+            en = [r if r == _FOREIGN else f"{r} (`lab watch {r}` collects it)" for r in m.running]
+            ru = [r if r == _FOREIGN else f"{r} (его заберёт `lab watch {r}`)" for r in m.running]
+            why_en.append(f"{m.name}: busy with {len(m.running)} GPU session(s): {', '.join(en)}")
+            why_ru.append(f"{m.name}: занят, идут сессии GPU ({len(m.running)}): {', '.join(ru)}")
         else:
             refresh = _when(m.refresh)
-            why_en.append(f"{m.name}: {_h(m.quota_left_h or 0)} h of quota left, refreshed {refresh}")
+            why_en.append(f"{m.name}: {_h(m.quota_left_h or 0)} h of quota left, refreshes "
+                          f"{'at ' if m.refresh else ''}{refresh}")
             why_ru.append(f"{m.name}: осталось {_h(m.quota_left_h or 0, True)} ч квоты, обновится {refresh}")
     refreshes = sorted(m.refresh for m in kaggle if not m.error and m.free and m.refresh)
     until = refreshes[0] if refreshes else None
@@ -251,6 +270,9 @@ def _nothing_free(kaggle: list[Machine], need_hours: float | None) -> Choice:
     return Choice(None, "No Kaggle account can take the run now (" + "; ".join(why_en) + ")." + tail_en,
                   "Ни один аккаунт Kaggle сейчас не может взять прогон (" + "; ".join(why_ru) + ")." + tail_ru,
                   wait_until=until)
+
+
+_FOREIGN = "a session the lab did not start"
 
 
 def _when(iso: str | None) -> str:
@@ -286,6 +308,19 @@ def start_point(resume: str | None) -> tuple[Run | None, Path | None, dict | Non
     return run, ckpt, json.loads(ckpt.with_suffix(".json").read_text(encoding="utf-8"))
 
 
+def settle_config(cfg: RunConfig, meta: dict | None, given: set[str] | frozenset = frozenset()) -> list:
+    """Readies `cfg` (in place) to run from `meta`, the checkpoint's sidecar (None: from scratch),
+    and checks it as it will run: a model field `given` now with another value than the
+    checkpoint's is an error; then the model fields are the checkpoint's (locked when
+    continuing), and every field is checked against that model. Returns the warnings."""
+    cfg.resume_from = ""
+    if meta is not None:
+        raise_on_errors(check_resume(cfg, meta["config"], meta["step"], set(given) & set(MODEL_FIELDS)))
+        for name in MODEL_FIELDS:
+            setattr(cfg, name, meta["config"][name])
+    return raise_on_errors(check(cfg))
+
+
 def check_machine(machine: str | None) -> str:
     """"auto", "local" or a Kaggle account that answers with these credentials."""
     name = (machine or "auto").strip()
@@ -300,7 +335,9 @@ def check_machine(machine: str | None) -> str:
 
 def register_run(cfg: RunConfig, machine: str, cont: Run | None = None, ckpt: Path | None = None,
                  meta: dict | None = None) -> Run:
-    """Creates the run (or readies `cont` to be continued) for `machine`; nothing runs yet."""
+    """Creates the run (or readies `cont` to be continued) for `machine`; nothing runs yet.
+    A person asked to go on, so an earlier cancel is forgotten here, before any driver starts:
+    a cancel given after this, even before the driver holds the run, is kept."""
     machine = check_machine(machine)
     cfg = RunConfig.from_dict({**cfg.to_dict(), "resume_from": "", "machine": machine})
     if cont is None:
@@ -312,6 +349,7 @@ def register_run(cfg: RunConfig, machine: str, cont: Run | None = None, ckpt: Pa
         return create_run(cfg, parent=parent)
     if driver_alive(cont.id):
         raise UserError(f"run {cont.id} is running now: wait for it to end, or `lab cancel {cont.id}` first")
+    _cancel_flag(cont.id).unlink(missing_ok=True)
     with updating(cont.id) as r:
         r.config = cfg.to_dict()
     return load_run(cont.id)
@@ -323,21 +361,10 @@ def start(cfg: RunConfig, machine: str = "auto", resume: str | None = None) -> s
     (a new run from it; the model fields are the checkpoint's)."""
     cfg = RunConfig.from_dict(cfg.to_dict())
     cont, ckpt, meta = start_point(resume or cfg.resume_from or None)
-    cfg.resume_from = ""
-    if meta is not None:
-        for name in MODEL_FIELDS:  # locked when continuing: the checkpoint's architecture
-            setattr(cfg, name, meta["config"][name])
-    raise_on_errors(check(cfg))
-    if meta is not None:
-        raise_on_errors(check_resume(cfg, meta["config"], meta["step"], set()))
+    settle_config(cfg, meta)
     run = register_run(cfg, machine, cont, ckpt, meta)
     spawn_driver(run.id)
     return run.id
-
-
-def continue_run(run_id: str) -> None:
-    """Drives a stopped, failed or cancelled run on in the background (as `lab watch RUN`)."""
-    spawn_driver(load_run(run_id).id, resume=True)
 
 
 def spawn_driver(run_id: str, resume: bool = False) -> int:
@@ -450,8 +477,14 @@ def drive(run_id: str, *, say: Callable[[str], None] = print, resume: bool = Tru
     processes under torchrun on this computer (0: one per GPU)."""
     run_id = load_run(run_id).id
     lock = _DriverLock(run_id)
-    if not lock.acquire():
-        raise UserError(f"run {run_id} is already being driven by another process; `lab watch {run_id}` follows it")
+    # `driver_alive` probes with this very lock for an instant: a few tries tell a probe from a driver.
+    for attempt in range(LOCK_TRIES):
+        if lock.acquire():
+            break
+        if attempt < LOCK_TRIES - 1:
+            time.sleep(LOCK_RETRY_S)
+    else:
+        raise DriverBusy(f"run {run_id} is already being driven by another process; `lab watch {run_id}` follows it")
     say = _logged(run_id, say)
     try:
         if resume:
@@ -510,12 +543,13 @@ def _go_on_with(run: Run, link: Link, state: _Driving, say: Callable[[str], None
         _abandon_local(run, link, say)
         return None
     try:
-        ended = km.run_link(run_id, link.n, lambda: _data_folder(run.cfg), say=say,
+        ended = km.run_link(run_id, link.n, lambda: Path(run.cfg.data_dir), say=say,
                             cancelled=lambda: cancel_requested(run_id))
     except km.LinkRefused as e:
-        if e.kind in ("busy", "quota") and run.cfg.machine != e.account:
+        if e.kind in ("busy", "quota"):  # a picked account too: the lab waits for it and asks again
             state.excluded[e.account] = time.monotonic() + RECHECK_POLLS * km.poll_s()
-            say(f"{e} The lab tries another machine.")
+            say(f"{e} The lab tries another machine." if run.cfg.machine in ("auto", "", None)
+                else f"{e} The lab waits for it and asks again.")
             return None
         return _halt(run_id, "failed", _then_watch(str(e), run_id), say=say)
     except UserError as e:
@@ -588,7 +622,6 @@ def _halt(run_id: str, status: str, message: str, message_ru: str | None = None,
 def _next_choice(run: Run, excluded: dict[str, float]) -> tuple[Choice, list[Machine]]:
     """The machine for the run's next link: the one the person picked while it can take it,
     else the Auto rule."""
-    from lab import kaggle_machine as km
     pinned = run.cfg.machine or "auto"
     if pinned == LOCAL:
         busy = [r for r in active_runs_on(LOCAL) if r != run.id]
@@ -599,12 +632,9 @@ def _next_choice(run: Run, excluded: dict[str, float]) -> tuple[Choice, list[Mac
         return Choice(LOCAL, "This computer: you picked it.", "Этот компьютер: вы его выбрали."), machines
     clock = time.monotonic()
     # An account that refused a push for its session limit runs sessions the lab did not start.
-    machines = [replace(m, free=False, running=m.running + ["a session the lab did not start"])
+    machines = [replace(m, free=False, running=m.running + [_FOREIGN])
                 if excluded.get(m.name, 0) > clock else m for m in overview(patient=True)]
-    source = km.source_checkpoint(run)
-    data_id = _data_id(run.cfg)
-    holds = {m.name: km.holds(m.name, data_id, source["sha256"] if source else None, run.id)
-             for m in machines if m.kind == "kaggle"}
+    holds = holdings(machines, run.cfg, run)
     need = need_hours(run)
     if pinned != "auto":
         m = next((m for m in machines if m.name == pinned), None)
@@ -615,7 +645,7 @@ def _next_choice(run: Run, excluded: dict[str, float]) -> tuple[Choice, list[Mac
             if m is None:
                 raise UserError(f"the run's machine '{pinned}' is no longer one of the lab's accounts: "
                                 f"`lab run --resume {run.id} --machine auto` continues it elsewhere")
-            return _nothing_free([m], need), [m]
+            return _nothing_free([m]), [m]
     return choose(run.cfg, need, machines, holds), machines
 
 
@@ -647,7 +677,7 @@ def need_hours(run: Run) -> float | None:
     ckpt = {"step": run.step, "config": cfg.to_dict()} if run.step else None
     try:
         q = sizing.estimate(cfg, checkpoint=ckpt).quota_hours
-    except Exception:  # noqa: BLE001 - the rule works without it (most quota left)
+    except (UserError, ValueError):  # the rule works without it (most quota left)
         return None
     if q.value is None:
         return None
@@ -664,33 +694,56 @@ def _pin_data(run_id: str, say: Callable[[str], None]) -> None:
                             f"(lab prepare), or continue with another data folder (lab run --resume {run_id} "
                             f"--data-dir DIR)")
         return
-    from lab import corpus
-    corpus.get_constellations(run.cfg.constellations)
-    found = corpus.find_prepared(run.cfg.constellations)
-    if found is None:
-        say(f"preparing the data for {'+'.join(run.cfg.constellations)}")
-        found = corpus.prepare(run.cfg.constellations, progress=False)
+    found = prepared_data(run.cfg.constellations, say)
     with updating(run_id) as r:
         r.config = {**r.config, "data_dir": str(found)}
 
 
-def _data_folder(cfg: RunConfig) -> Path:
-    return Path(cfg.data_dir)
+def prepared_data(constellations: list[str], say: Callable[[str], None], progress: bool = False) -> Path:
+    """The data folder prepared for these constellations with their current text: found, or
+    prepared now."""
+    from lab import corpus
+    corpus.get_constellations(constellations)
+    found = corpus.find_prepared(constellations)
+    if found is None:
+        say(f"preparing the data for {'+'.join(constellations)}")
+        found = corpus.prepare(constellations, progress=progress)
+    return found
 
 
 def _data_id(cfg: RunConfig) -> str | None:
+    """The id of the data the run trains on: its pinned folder, else the one prepared for its
+    constellations (as `_pin_data` will find it); None when there is none yet."""
     from lab.kaggle_machine import data_id_of
     try:
-        return data_id_of(Path(cfg.data_dir))
-    except UserError:
+        if cfg.data_dir:
+            return data_id_of(Path(cfg.data_dir))
+        from lab import corpus
+        found = corpus.find_prepared(cfg.constellations)
+        return data_id_of(found) if found is not None else None
+    except (UserError, OSError, ValueError):
         return None
+
+
+def holdings(machines: list[Machine], cfg: RunConfig, run: Run | None = None) -> dict[str, set[str]]:
+    """What each Kaggle account already holds of the next link (the Auto rule's second tier):
+    the run's data and, for a run being continued, its checkpoint. The driver and the form's
+    preview both ask this, so the preview names the account the driver picks. Reads the lab's
+    own records only: no call to Kaggle."""
+    from lab import kaggle_machine as km
+    if not any(m.kind == "kaggle" for m in machines):
+        return {}
+    source = km.source_checkpoint(run) if run is not None else None
+    data_id = _data_id(cfg)
+    return {m.name: km.holds(m.name, data_id, source["sha256"] if source else None, run.id if run else "")
+            for m in machines if m.kind == "kaggle"}
 
 
 def _run_local(run: Run, say: Callable[[str], None], progress: bool, nproc: int) -> Link:
     from lab.checkpoint import list_checkpoints
     from lab.local_machine import execute_link
     cfg = run.cfg
-    data = _data_folder(cfg)
+    data = Path(cfg.data_dir)
     if list_checkpoints(run.folder / "checkpoints"):
         resume = run.folder
     elif run.parent and run.parent.get("checkpoint"):
@@ -707,9 +760,8 @@ def _run_local(run: Run, say: Callable[[str], None], progress: bool, nproc: int)
 
 def _abandon_local(run: Run, link: Link, say: Callable[[str], None]) -> None:
     """A local link whose driver died: its session died with it (papermill ran in the driver)."""
-    from lab.checkpoint import list_checkpoints
-    found = list_checkpoints(run.folder / "checkpoints")
-    step = int(found[-1].stem.split("_")[1]) if found else None
+    from lab.local_machine import _last_checkpoint_step
+    step = _last_checkpoint_step(run.folder)
     with updating(run.id) as r:
         last = r.links[link.n - 1]
         last.status, last.ended = "failed", now()
@@ -730,13 +782,21 @@ def status(run_id: str) -> dict:
     control = read_control(run.id)
     alive = driver_alive(run.id)
     current = run.links[-1] if run.links else None
-    message = control.get("message")
-    if run.status not in HALTED and not alive and run.status != "new":
-        message = (f"No control process drives run {run.id} now (it was stopped or crashed): "
-                   f"`lab watch {run.id}` resumes it.")
+    message, message_ru = control.get("message"), control.get("message_ru")
+    if run.status not in HALTED and not alive:
+        if run.status == "new":
+            message = (f"Run {run.id} has not started: no control process drives it (it may be starting now); "
+                       f"if this stays, `lab watch {run.id}` starts it.")
+            message_ru = (f"Прогон {run.id} ещё не начался: его не ведёт ни один управляющий процесс (возможно, "
+                          f"он как раз запускается); если так и останется, его запустит `lab watch {run.id}`.")
+        else:
+            message = (f"No control process drives run {run.id} now (it was stopped or crashed): "
+                       f"`lab watch {run.id}` resumes it.")
+            message_ru = (f"Прогон {run.id} сейчас не ведёт ни один управляющий процесс (его остановили, или он "
+                          f"упал): `lab watch {run.id}` продолжит его.")
     return {"id": run.id, "status": run.status, "step": run.step, "steps_until": run.cfg.steps_until,
             "machine": current.machine if current else None, "driver": alive,
-            "message": message, "message_ru": control.get("message_ru"),
+            "message": message, "message_ru": message_ru,
             "waiting_until": control.get("waiting_until"), "cancel_requested": cancel_requested(run.id),
             "links": [asdict(link) for link in run.links], "log_tail": _log_tail(run, current),
             "control_tail": _tail(run.folder / "control.log", 12),
@@ -804,6 +864,7 @@ def cancel(run_id: str) -> str:
         return f"run {run.id}: the session on this computer saves a checkpoint and stops"
     if not alive:
         spawn_driver(run.id)  # someone must collect what the session saves
-    if link.status == "starting":
+    if link.status == "starting" and not (link.detail.get("kernel") or {}).get("pushing"):
+        # The driver asks before each upload and before the push: nothing more goes up.
         return f"run {run.id}: cancelled before its push to {link.machine}; no session starts"
     return f"run {run.id}: " + cancel_hint(link.detail.get("kernel") or {"slug": link.machine}, link.machine)

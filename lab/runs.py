@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import fcntl
 import json
-import os
 import secrets
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
@@ -87,10 +86,10 @@ def create_run(cfg: RunConfig, parent: dict | None = None) -> Run:
 
 
 def _write(run: Run) -> None:
-    path = run.folder / RECORD
-    tmp = path.with_name(f".{RECORD}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(run.to_dict(), indent=1, ensure_ascii=False), encoding="utf-8")
-    os.replace(tmp, path)
+    """Written atomically and synced (every write but a new run's holds the run's lock)."""
+    from lab.checkpoint import atomic_write
+    text = json.dumps(run.to_dict(), indent=1, ensure_ascii=False)
+    atomic_write(run.folder / RECORD, lambda f: f.write(text.encode("utf-8")))
 
 
 def load_run(ref: str) -> Run:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from lab.config import MODEL_FIELDS, RunConfig, UserError, check, check_resume, raise_on_errors
+from lab.config import RunConfig, UserError
 from lab.train_cli import add_config_flags, config_from_args
 
 
@@ -24,27 +24,23 @@ def run(args: argparse.Namespace) -> int:
     from lab import machines
     cont, ckpt, meta = machines.start_point(args.resume_from)
     if cont is not None:  # continuing a run: its fields, then what was given now
-        base = {**cont.config, **{k: v for k, v in vars(args).items() if k in cont.config and v is not None}}
-        args_given = {k for k, v in vars(args).items() if k in RunConfig().to_dict() and v is not None}
-        cfg = RunConfig.from_dict({**base, "resume_from": ""})
-        given = args_given
+        given_now = {k: v for k, v in vars(args).items() if k in cont.config and v is not None}
+        cfg = RunConfig.from_dict({**cont.config, **given_now, "resume_from": ""})
+        given = set(given_now)
     else:
         cfg, given = config_from_args(args)
         cfg.resume_from = ""
-    warnings = raise_on_errors(check(cfg))
-    if meta is not None:
-        raise_on_errors(check_resume(cfg, meta["config"], meta["step"], given & set(MODEL_FIELDS)))
-        for name in MODEL_FIELDS:
-            setattr(cfg, name, meta["config"][name])
+    warnings = machines.settle_config(cfg, meta, given)
     for w in warnings:
         print(f"warning: {w.en}")
     if args.nproc and args.machine != "local":
         raise UserError("--nproc applies to this computer only (--machine local): Kaggle sessions use both T4s")
-    _check_data(cfg, quiet=args.quiet)
+    if not cfg.data_dir:  # every machine trains on data prepared here: now, with its progress shown
+        cfg.data_dir = str(machines.prepared_data(cfg.constellations, say=lambda s: None, progress=not args.quiet))
     target = machines.register_run(cfg, args.machine, cont, ckpt, meta)
     print(f"run {target.id}: {target.folder}", flush=True)
     if args.detach:
-        machines.spawn_driver(target.id, resume=True)
+        machines.spawn_driver(target.id)  # not resume: a cancel given from now on holds
         print(f"started in the background: `lab watch {target.id}` follows it, `lab cancel {target.id}` stops it")
         return 0
     final = machines.drive(target.id, resume=True, progress=not args.quiet, nproc=args.nproc,
@@ -58,17 +54,6 @@ def run(args: argparse.Namespace) -> int:
     if final.status == "failed":
         raise UserError(machines.read_control(final.id).get("message") or f"run {final.id} failed")
     return 0
-
-
-def _check_data(cfg: RunConfig, quiet: bool) -> None:
-    """Every machine trains on a data folder prepared here (Kaggle gets it uploaded): prepare it
-    now, with its progress shown, rather than in the middle of the run."""
-    if cfg.data_dir:
-        return
-    from lab import corpus
-    corpus.get_constellations(cfg.constellations)
-    if corpus.find_prepared(cfg.constellations) is None:
-        corpus.prepare(cfg.constellations, progress=not quiet)
 
 
 def configure_listing(parser: argparse.ArgumentParser) -> None:

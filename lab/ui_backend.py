@@ -51,12 +51,21 @@ def overview(refresh: bool = False) -> list:
     global _overview
     if refresh or _overview is None:
         _overview = machines.overview()
+        _holds.clear()
     return _overview
 
 
+_holds: dict[tuple, dict[str, set[str]]] = {}  # (data folder, constellations) -> what each account holds
+
+
 def choose(cfg: RunConfig, need_hours: float | None) -> Choice:
-    """The Auto rule over the kept overview: no call to Kaggle per keystroke."""
-    return machines.choose(cfg, need_hours, machines=overview())
+    """The Auto rule over the kept overview, with what each account already holds asked the
+    way the run's driver asks it (`lab.machines.holdings`): no call to Kaggle per keystroke."""
+    found = overview()
+    key = (cfg.data_dir, tuple(cfg.constellations))
+    if key not in _holds:
+        _holds[key] = machines.holdings(found, cfg)
+    return machines.choose(cfg, need_hours, machines=found, holds=_holds[key])
 
 
 def start(cfg: RunConfig, machine: str = "auto", resume: str | None = None) -> str:
@@ -64,6 +73,7 @@ def start(cfg: RunConfig, machine: str = "auto", resume: str | None = None) -> s
     global _overview
     run_id = machines.start(cfg, machine=machine, resume=resume)
     _overview = None  # the kept overview no longer says who is busy
+    _holds.clear()
     return run_id
 
 
@@ -150,10 +160,11 @@ def account_names() -> list[str]:
 
 def checkpoints() -> dict[str, dict]:
     """Every checkpoint of the lab's runs, newest run first: path -> {step, config, path, run}."""
+    from lab.checkpoint import list_checkpoints
     from lab.runs import list_runs
     out: dict[str, dict] = {}
     for run in sorted(list_runs(), key=lambda r: (r.created, r.id), reverse=True):
-        for pt in sorted((run.folder / "checkpoints").glob("ckpt_*.pt"), reverse=True):
+        for pt in reversed(list_checkpoints(run.folder / "checkpoints")):
             info = sizing.checkpoint_info(str(pt))
             if info:
                 out[info["path"]] = {**info, "run": run.id}

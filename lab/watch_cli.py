@@ -38,14 +38,15 @@ def run(args: argparse.Namespace) -> int:
             return 0
         try:
             final = machines.drive(run_id, resume=args.resume, progress=True)
-        except UserError as e:
-            if "already being driven" in str(e):
-                return 0
-            raise
+        except machines.DriverBusy:
+            return 0
         return 1 if final.status == "failed" else 0
     if args.follow or machines.driver_alive(run_id):
         return follow(run_id)
-    final = machines.drive(run_id, resume=True, progress=not args.quiet, say=lambda s: print(s, flush=True))
+    try:
+        final = machines.drive(run_id, resume=True, progress=not args.quiet, say=lambda s: print(s, flush=True))
+    except machines.DriverBusy:  # another process took it just now
+        return follow(run_id)
     return 1 if final.status == "failed" else 0
 
 

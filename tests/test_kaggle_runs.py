@@ -239,17 +239,20 @@ def test_credentials_refused_mid_run_stop_it_before_any_push(lab_env):
     assert pushes(emu) == []
 
 
-def test_a_push_refused_at_the_session_limit_names_the_account_or_moves_on(lab_env):
+def test_a_push_refused_at_the_session_limit_waits_for_a_picked_account_or_moves_on(lab_env):
     emu, data = lab_env.emu, lab_env.data
     busy = "Maximum batch GPU session count of 2 reached."
     emu.fail_next_push("alice", busy)
     run = machines.register_run(tiny(data, steps_until=5), "alice")
-    final = drive(run.id)
-    message = machines.status(run.id)["message"]
-    assert final.status == "failed" and busy in message and "Kaggle account 'alice'" in message
-    assert "Wait until one of the account's running GPU sessions ends" in message and f"lab watch {run.id}" in message
+    lines: list[str] = []
+    final = drive(run.id, lines)  # the picked account: the lab waits for it and asks again, not fails
+    assert final.status == "done", lines
+    assert [(link.machine, link.status) for link in final.links] == [("alice", "failed"), ("alice", "done")]
+    assert any(busy in line and "Kaggle account 'alice'" in line and "waits for it and asks again" in line
+               for line in lines), lines
     assert final.links[0].detail["kernel"]["refused"] and emu.kernel_versions("alice", km.kernel_slug(run.id, 1)) == []
     assert km.held("alice", "data", km.data_id_of(data))["ready"], "the upload is kept for the next try"
+    assert len(emu.dataset_versions("alice", km.data_slug(km.data_id_of(data)))) == 1, "the data went up once"
 
     # With Auto, the lab moves on to the next free account.
     emu.set_quota("bob", total_s=30 * 3600, used_s=29 * 3600)  # so Auto tries alice (most quota) first
@@ -260,6 +263,21 @@ def test_a_push_refused_at_the_session_limit_names_the_account_or_moves_on(lab_e
     assert final.status == "done", lines
     assert [(link.machine, link.status) for link in final.links] == [("alice", "failed"), ("bob", "done")]
     assert any(busy in line and "tries another machine" in line for line in lines)
+
+
+def test_a_push_with_no_clear_answer_is_not_pushed_again_until_kaggle_is_asked(lab_env):
+    emu, data = lab_env.emu, lab_env.data
+    emu.inject_faults("SaveKernel", 500, 1)  # no answer, and Kaggle did not take it
+    run = machines.register_run(tiny(data, steps_until=5), "alice")
+    slug = km.kernel_slug(run.id, 1)
+    final = drive(run.id)
+    message = machines.status(run.id)["message"]
+    assert final.status == "failed" and "no clear answer" in message and f"lab watch {run.id}" in message
+    assert final.links[0].status == "starting" and final.links[0].detail["kernel"]["pushing"]
+    assert len(emu.recorded("SaveKernel")) == 1 and emu.kernel_versions("alice", slug) == [], "no second push at once"
+    final = drive(run.id)  # `lab watch`: asks Kaggle, finds no kernel, pushes once
+    assert final.status == "done" and emu.kernel_versions("alice", slug) == [1]
+    assert [link.status for link in final.links] == ["done"]
 
 
 def test_a_push_whose_source_kaggle_dropped_fails_clearly_and_forgets_the_dataset(lab_env):

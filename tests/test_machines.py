@@ -58,11 +58,29 @@ def test_with_equal_holdings_the_most_quota_left_wins():
 
 
 def test_when_no_quota_covers_the_run_the_most_quota_takes_it_and_says_it_will_be_continued():
-    choice = choose(CFG, 40.0, [local(), acct("alice", 12.0), acct("bob", 29.5)], {"alice": {"data", "checkpoint"}})
+    choice = choose(CFG, 40.0, [local(), acct("alice", 12.0), acct("bob", 29.5)], {"alice": {"data"}})
     assert choice.machine == "bob" and choice.continues
     assert "no free account's quota covers the whole run (40.0 h)" in choice.reason_en
+    assert "it has the most left (29.5 h)" in choice.reason_en
     assert "continues the run from its checkpoint on another free machine" in choice.reason_en
     assert "продолжит прогон с чекпоинта на другой свободной машине" in choice.reason_ru
+
+
+def test_the_rule_ranks_covering_then_holding_data_and_checkpoint_then_quota():
+    holds = {"alice": {"data", "checkpoint"}, "carol": {"data", "checkpoint"}}
+    # Nothing covers 40 h: holding both the data and the checkpoint comes before more quota.
+    choice = choose(CFG, 40.0, [acct("alice", 12.0), acct("bob", 29.5), acct("carol", 10.0)], holds)
+    assert choice.machine == "alice" and choice.continues
+    assert "already holds the data and the checkpoint" in choice.reason_en and "(another account has 29.5 h)" \
+        in choice.reason_en
+    assert "на нём уже есть данные и чекпоинт" in choice.reason_ru
+    # Covering the run comes first of all.
+    assert choose(CFG, 20.0, [acct("alice", 12.0), acct("bob", 29.5)], holds).machine == "bob"
+    # Holding only one of the two is no tier of its own over more quota.
+    assert choose(CFG, 40.0, [acct("alice", 12.0), acct("bob", 29.5)], {"alice": {"data"}}).machine == "bob"
+    # An unknown need: the holder too.
+    assert choose(CFG, None, [acct("alice", 2.0), acct("bob", 5.0)], {"alice": {"data", "checkpoint"}}).machine \
+        == "alice"
 
 
 def test_an_unknown_need_takes_the_most_quota_and_says_so():
@@ -83,7 +101,8 @@ def test_with_nothing_free_it_waits_for_the_earliest_refresh_and_names_each_reas
                  acct("carol", 20.0, running=["a", "b"]), acct("dave", None, error="wrong key")]
     choice = choose(CFG, 3.0, machines_)
     assert choice.machine is None and choice.wait_until == SOON
-    for part in ("alice: 0.0 h of quota left", "bob: 0.1 h of quota left", "carol: busy with 2 GPU session(s)",
+    for part in ("alice: 0.0 h of quota left, refreshes at ", "bob: 0.1 h of quota left",
+                 "carol: busy with 2 GPU session(s): a (`lab watch a` collects it), b (`lab watch b` collects it)",
                  "dave: wrong key", "waits for the earliest quota refresh"):
         assert part in choice.reason_en
     assert "ближайшего обновления квоты" in choice.reason_ru
@@ -277,3 +296,77 @@ def test_a_run_started_on_this_computer_goes_on_in_the_background_and_cancel_sav
     assert final.status == "cancelled" and final.links[0].status == "stopped"
     assert final.links[0].reason == "SIGINT received" and final.step > 0
     assert (final.folder / "checkpoints" / f"ckpt_{final.step:08d}.pt").is_file()
+
+
+# ---------------------------------------------------------------------------------------------
+# Regressions: the driver's lock, a cancel before the driver starts, surprises kept per account
+
+
+def _local_run(pydoc_data, tmp_path, monkeypatch):
+    monkeypatch.setenv("LAB_HOME", str(tmp_path / "home"))
+    return machines.register_run(RunConfig(data_dir=str(pydoc_data), steps_until=5), "local")
+
+
+def test_a_cancel_before_the_driver_holds_the_run_sticks_and_a_probe_does_not_turn_the_driver_away(
+        pydoc_data, tmp_path, monkeypatch):
+    import threading
+    run = _local_run(pydoc_data, tmp_path, monkeypatch)
+    state = machines.status(run.id)
+    assert "has not started" in state["message"] and f"lab watch {run.id}" in state["message"]
+    assert "ещё не начался" in state["message_ru"]
+    machines.cancel(run.id)  # before the background driver took the run
+    probe = machines._DriverLock(run.id)
+    assert probe.acquire()  # `driver_alive` holding the lock for an instant
+    threading.Timer(0.15, probe.release).start()
+    final = machines.drive(run.id, resume=False, say=lambda s: None, progress=False)
+    assert final.status == "cancelled" and final.links == [], "the driver waited out the probe; the cancel held"
+    # Another driver holding it throughout: a DriverBusy, not a message to match.
+    holder = machines._DriverLock(run.id)
+    assert holder.acquire()
+    try:
+        with pytest.raises(machines.DriverBusy):
+            machines.drive(run.id, say=lambda s: None, progress=False)
+    finally:
+        holder.release()
+    # Asking to go on (a new start of the same run) forgets the cancel before any driver starts.
+    assert machines.cancel_requested(run.id)
+    machines.register_run(run.cfg, "local", cont=run)
+    assert not machines.cancel_requested(run.id)
+
+
+def test_a_notebook_that_dies_unexpectedly_fails_its_link_and_says_lab_watch(pydoc_data, tmp_path, monkeypatch):
+    import papermill
+    from lab import local_machine
+    from lab.runs import load_run
+    run = _local_run(pydoc_data, tmp_path, monkeypatch)
+
+    def dead_kernel(*args, **kwargs):
+        raise RuntimeError("Kernel died before replying to kernel_info")
+    monkeypatch.setattr(papermill, "execute_notebook", dead_kernel)
+    with pytest.raises(UserError) as e:
+        local_machine.execute_link(run, run.cfg, pydoc_data, None, progress=False)
+    assert "RuntimeError: Kernel died" in str(e.value) and f"lab watch {run.id}" in str(e.value)
+    link = load_run(run.id).links[-1]
+    assert link.status == "failed" and "RuntimeError" in link.reason
+
+
+def test_one_accounts_surprise_shows_as_its_error_only(kaggle_lab, monkeypatch):
+    real = kc.client_for
+
+    def client_for(account, **kw):
+        if account.name == "bob":
+            raise RuntimeError("secret-ish raw text")
+        return real(account, **kw)
+    monkeypatch.setattr(kc, "client_for", client_for)
+    found = {m.name: m for m in machines.overview()}
+    assert found["alice"].error is None and found["alice"].free
+    assert found["bob"].error == "'bob': unexpected RuntimeError reading the quota" and not found["bob"].free
+
+
+def test_a_cancel_before_the_push_uploads_nothing(kaggle_lab, pydoc_data):
+    run = machines.register_run(RunConfig(data_dir=str(pydoc_data), steps_until=5), "alice")
+    km.plan_link(run.id, "alice", 3600, None, "test")
+    link = km.run_link(run.id, 1, lambda: pydoc_data, say=lambda s: None, cancelled=lambda: True)
+    assert link.status == "cancelled" and link.reason == "cancelled before its push"
+    assert kaggle_lab.emu.recorded("CreateDataset") == [] and kaggle_lab.emu.recorded("SaveKernel") == []
+    assert km.held("alice", "data", km.data_id_of(pydoc_data)) is None
