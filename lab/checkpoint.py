@@ -15,8 +15,6 @@ import signal
 import time
 from pathlib import Path
 
-import torch
-
 KEEP = 2
 _NAME = re.compile(r"^ckpt_(\d{8})\.pt$")
 
@@ -55,6 +53,7 @@ def atomic_write(path: Path, write) -> None:
 
 def save_checkpoint(state: dict, folder: str | os.PathLike, keep: int = KEEP) -> Path:
     """Writes the checkpoint of `state["step"]` atomically and prunes all but the newest `keep`."""
+    import torch  # here, not at the top: the control side uses this module's file helpers without torch
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"ckpt_{state['step']:08d}.pt"
@@ -127,6 +126,7 @@ def resolve_checkpoint(target: str | os.PathLike, allow_fallback: bool = False) 
 
 
 def load_checkpoint(path: str | os.PathLike) -> dict:
+    import torch
     # weights_only=False: the state holds Python and NumPy RNG states. These are the lab's
     # own files, verified against their sha256 by `resolve_checkpoint`.
     return torch.load(path, map_location="cpu", weights_only=False)
