@@ -697,20 +697,15 @@ class KaggleEmulator:
     def _plan_mounts(self, user: EmulatedAccount, body: dict) -> tuple[list, list, list]:
         mounts: list[tuple[Path, Path]] = []
         bad_datasets, bad_kernels = [], []
-        for ref in body.get("datasetDataSources") or []:
-            source = self._dataset_source(user, ref)
-            if source is None:
-                bad_datasets.append(ref)
-            else:
-                owner, slug = ref.split("/")[:2]
-                mounts.append((source, self._input_path("datasets", owner, slug)))
-        for ref in body.get("kernelDataSources") or []:
-            source = self._kernel_source(user, ref)
-            if source is None:
-                bad_kernels.append(ref)
-            else:
-                owner, slug = ref.split("/")[:2]
-                mounts.append((source, self._input_path("notebooks", owner, slug)))
+        for field_name, kind, find, bad in (("datasetDataSources", "datasets", self._dataset_source, bad_datasets),
+                                            ("kernelDataSources", "notebooks", self._kernel_source, bad_kernels)):
+            for ref in body.get(field_name) or []:
+                source = find(user, ref)
+                if source is None:
+                    bad.append(ref)
+                else:
+                    owner, slug = ref.split("/")[:2]
+                    mounts.append((source, self._input_path(kind, owner, slug)))
         return mounts, bad_datasets, bad_kernels
 
     def _input_path(self, kind: str, owner: str, slug: str) -> Path:

@@ -695,9 +695,7 @@ def _save_log(c: AccountClient, slug: str, path: Path) -> None:
         return  # the log is a courtesy: the status decides
     if text:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
+        atomic_write(path, lambda f: f.write(text.encode("utf-8")))
 
 
 def cancel_hint(kernel: dict, account: str) -> str:
@@ -833,13 +831,12 @@ def merge_metrics(run_folder: Path, link_metrics: Path, from_step: int) -> None:
     mine = run_folder / "metrics.jsonl"
     ours = mine.read_text(encoding="utf-8").splitlines() if mine.is_file() else []
     theirs = link_metrics.read_text(encoding="utf-8").splitlines()
-    early = [line for line in ours if (_row_step(line) or 0) <= from_step and _row_step(line) is not None]
-    if not early:
-        early = [line for line in theirs if _row_step(line) is not None and _row_step(line) <= from_step]
-    late = [line for line in theirs if _row_step(line) is not None and _row_step(line) > from_step]
-    tmp = mine.with_name(".metrics.jsonl.tmp")
-    tmp.write_text("".join(line + "\n" for line in early + late), encoding="utf-8")
-    os.replace(tmp, mine)
+    ours_by_step = [(step, line) for line in ours if (step := _row_step(line)) is not None]
+    theirs_by_step = [(step, line) for line in theirs if (step := _row_step(line)) is not None]
+    early = ([line for step, line in ours_by_step if step <= from_step]
+             or [line for step, line in theirs_by_step if step <= from_step])
+    late = [line for step, line in theirs_by_step if step > from_step]
+    atomic_write(mine, lambda f: f.write("".join(line + "\n" for line in early + late).encode("utf-8")))
 
 
 __all__ = ["run_link", "plan_link", "source_checkpoint", "holds", "kernel_notebook", "link_limit_min",

@@ -85,32 +85,38 @@ class Choice:
 # The machines
 
 
-_local_gpu: str | None = None
+_local_cards: list[str] | None = None
+
+
+def local_cards() -> list[str]:
+    """nvidia-smi's "name, memory" line for each card of this computer, asked once; empty
+    without a card. Found without importing torch."""
+    global _local_cards
+    if _local_cards is None:
+        _local_cards = _query_cards()
+    return _local_cards
+
+
+def _query_cards() -> list[str]:
+    smi = shutil.which("nvidia-smi")
+    if not smi:
+        return []
+    try:
+        out = subprocess.run([smi, "--query-gpu=name,memory.total", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [line.strip() for line in out.splitlines() if line.strip()]
 
 
 def local_gpu() -> str:
-    """This computer's card as the sizing calculator names it, found without importing torch."""
-    global _local_gpu
-    if _local_gpu is None:
-        _local_gpu = _detect_gpu()
-    return _local_gpu
-
-
-def _detect_gpu() -> str:
-    smi = shutil.which("nvidia-smi")
-    if not smi:
+    """This computer's card as the sizing calculator names it."""
+    cards = local_cards()
+    if not cards:
         return "cpu"
-    try:
-        names = subprocess.run([smi, "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
-                               text=True, timeout=10).stdout.split("\n")
-    except (OSError, subprocess.SubprocessError):
-        return "cpu"
-    names = [n.strip() for n in names if n.strip()]
-    if not names:
-        return "cpu"
-    first = names[0]
+    first = cards[0].split(",")[0].strip()
     card = "rtx3050" if "3050" in first else "T4" if "T4" in first else first
-    return f"{len(names)}x{card}" if len(names) > 1 and card == "T4" else card
+    return f"{len(cards)}x{card}" if len(cards) > 1 and card == "T4" else card
 
 
 def overview(kaggle: bool = True, patient: bool = False) -> list[Machine]:

@@ -13,6 +13,8 @@ import json
 import os
 from pathlib import Path
 
+from lab.checkpoint import atomic_write
+
 
 def read_metrics(path: str | os.PathLike) -> list[dict]:
     """Rows of a metrics.jsonl; a half-written last line (a run still writing) is skipped."""
@@ -99,7 +101,6 @@ def save_loss_plot(run_dir: str | os.PathLike, x: str = "step", title: str | Non
     run_dir = Path(run_dir)
     fig = loss_figure({run_dir.name: read_metrics(run_dir)}, x=x, title=title or run_dir.name)
     path = run_dir / "loss.png"
-    tmp = path.with_name(".loss.png.tmp")
-    tmp.write_bytes(figure_png(fig))
-    os.replace(tmp, path)
+    png = figure_png(fig)
+    atomic_write(path, lambda f: f.write(png))
     return path

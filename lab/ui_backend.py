@@ -8,8 +8,6 @@ machines panel's Refresh: the form asks the Auto rule on every change, over this
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
 import threading
 
 from lab import machines, sizing
@@ -33,16 +31,9 @@ def local_gpu() -> tuple[str, str]:
 
 
 def _describe_gpu() -> str:
-    smi = shutil.which("nvidia-smi")
-    if smi:
-        try:
-            out = subprocess.run([smi, "--query-gpu=name,memory.total", "--format=csv,noheader"],
-                                 capture_output=True, text=True, timeout=10).stdout
-        except (OSError, subprocess.SubprocessError):
-            out = ""
-        cards = [line.strip() for line in out.splitlines() if line.strip()]
-        if cards:
-            return (f"{len(cards)}× " if len(cards) > 1 else "") + cards[0]
+    cards = machines.local_cards()
+    if cards:
+        return (f"{len(cards)}× " if len(cards) > 1 else "") + cards[0]
     return f"CPU ({os.cpu_count() or 1})"
 
 
