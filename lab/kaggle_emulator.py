@@ -1009,16 +1009,14 @@ def _read_chunks(body: BinaryIO, length: int | None, chunked: bool):
             if size == 0:
                 body.readline(1024)
                 return
-            left = size
-            while left > 0:
-                data = body.read(min(left, _CHUNK))
-                if not data:
-                    return
-                left -= len(data)
-                yield data
+            yield from _read_exactly(body, size)
             body.readline(16)
         return
-    left = length or 0
+    yield from _read_exactly(body, length or 0)
+
+
+def _read_exactly(body: BinaryIO, left: int):
+    """Up to `left` bytes in chunks; stops early if the peer closes."""
     while left > 0:
         data = body.read(min(left, _CHUNK))
         if not data:
