@@ -87,7 +87,7 @@ def create_run(cfg: RunConfig, parent: dict | None = None) -> Run:
 
 def _write(run: Run) -> None:
     """Written atomically and synced (every write but a new run's holds the run's lock)."""
-    from lab.checkpoint import atomic_write
+    from lab.kernel.checkpoint import atomic_write
     text = json.dumps(run.to_dict(), indent=1, ensure_ascii=False)
     atomic_write(run.folder / RECORD, lambda f: f.write(text.encode("utf-8")))
 

@@ -18,8 +18,8 @@ import time
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-from lab.model import GPT  # noqa: E402
-from lab.train import autocast, make_optimizer, pick_precision, Runtime  # noqa: E402
+from lab.kernel.model import GPT  # noqa: E402
+from lab.kernel.train import autocast, make_optimizer, pick_precision, Runtime  # noqa: E402
 from lab.config import RunConfig  # noqa: E402
 
 # Peak dense TFLOP/s by card, for fp16/bf16 tensor cores (fp32 where that is all there is).

@@ -15,7 +15,7 @@ from typing import Callable, Iterator
 
 import pytest
 
-from lab.kaggle_emulator import KaggleEmulator
+from tools.kaggle_emulator import KaggleEmulator
 
 # Fast enough for tests: 1 wall second is 1 emulated minute of quota and session time.
 TEST_EMULATOR = dict(time_scale=60.0, dataset_ready_s=0.3, queue_s=0.05, grace_s=5.0)
@@ -55,7 +55,7 @@ class KaggleLab:
         return path
 
     def client(self, name: str, **kw):
-        from lab import kaggle_client as kc
+        from lab.kaggle import client as kc
         kw.setdefault("retry", kc.RetryPolicy(attempts=6, base_s=0.01, cap_s=0.05))
         return kc.client_for(name, **kw)
 
@@ -66,7 +66,7 @@ def kaggle_lab(kaggle_emulator, tmp_path, monkeypatch) -> KaggleLab:
 
 
 def lab_for(emu: KaggleEmulator, tmp_path: Path, monkeypatch) -> KaggleLab:
-    from lab import kaggle_client as kc
+    from lab.kaggle import client as kc
     home, files, user_home = tmp_path / "lab-home", tmp_path / "creds", tmp_path / "user-home"
     for p in (home, files, user_home):
         p.mkdir()

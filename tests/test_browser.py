@@ -120,7 +120,7 @@ def _stop(home, run_id: str, wait_s: float = 60.0) -> None:
     old = os.environ.get("LAB_HOME")
     os.environ["LAB_HOME"] = str(home)
     try:
-        from lab import machines
+        from lab.machines import driver as machines
         deadline = time.monotonic() + wait_s
         while machines.driver_alive(run_id) and time.monotonic() < deadline:
             time.sleep(0.5)

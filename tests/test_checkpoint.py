@@ -4,7 +4,7 @@ import signal
 import pytest
 import torch
 
-from lab import checkpoint
+from lab.kernel import checkpoint as checkpoint
 
 
 def _state(step):

@@ -12,8 +12,8 @@ import pytest
 
 from kaggle_fixtures import (SAVER_CELL, SLEEP_CELL, kaggle_emulator, kaggle_lab,  # noqa: F401 (fixtures)
                              make_kaggle_emulator, make_notebook, lab_for)
-from lab import accounts_cli
-from lab import kaggle_client as kc
+from lab.cli import accounts as accounts_cli
+from lab.kaggle import client as kc
 from lab.config import UserError
 
 TERMINAL = ("COMPLETE", "ERROR", "CANCEL_ACKNOWLEDGED")

@@ -15,7 +15,7 @@ import requests
 
 from kaggle_fixtures import (SAVER_CELL, SLEEP_CELL, kaggle_emulator, kaggle_lab,  # noqa: F401 (fixtures)
                              make_kaggle_emulator, make_notebook, lab_for)
-from lab.kaggle_emulator import KaggleEmulator
+from tools.kaggle_emulator import KaggleEmulator
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 QUOTA = "kernels.KernelsApiService/GetAcceleratorQuotaStatistics"
@@ -172,7 +172,7 @@ def test_recorded_requests_hold_no_credentials(kaggle_lab, tmp_path):
 
 
 def test_the_command_line_emulator_serves_and_writes_private_credentials(tmp_path):
-    proc = subprocess.Popen([sys.executable, "-m", "lab.kaggle_emulator", "--port", "0", "--state", str(tmp_path),
+    proc = subprocess.Popen([sys.executable, "-m", "tools.kaggle_emulator", "--port", "0", "--state", str(tmp_path),
                              "--account", "alice", "--token-account", "tina:tok-abcdefgh"],
                             cwd=ROOT, env={**os.environ, "PYTHONPATH": ROOT}, stdout=subprocess.PIPE, text=True)
     lines: list[str] = []

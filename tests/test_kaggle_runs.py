@@ -24,9 +24,9 @@ import pytest
 
 from conftest import ROOT
 from kaggle_fixtures import kaggle_emulator, kaggle_lab, make_kaggle_emulator, make_notebook  # noqa: F401
-from lab import kaggle_machine as km
-from lab import machines
-from lab.checkpoint import sha256_file
+from lab.machines import kaggle as km
+from lab.machines import driver as machines
+from lab.kernel.checkpoint import sha256_file
 from lab.config import RunConfig
 from lab.runs import load_run
 
@@ -78,7 +78,7 @@ def one_thread():
 
 def reference_losses(cfg: RunConfig, data: Path, out: Path) -> dict[int, float]:
     """The same run uninterrupted, in this process, on one thread like the sessions."""
-    from lab.train import train
+    from lab.kernel.train import train
     with one_thread():
         train(RunConfig.from_dict({**cfg.to_dict(), "machine": "local"}), out, data, log=lambda s: None)
     return losses(out)
@@ -140,7 +140,8 @@ def test_a_run_longer_than_alices_quota_continues_on_bob_as_one_curve(lab_env, t
     out_ckpt = first.detail["output"]["checkpoint"]
     hop = second.detail["ckpt"]
     stored = emu.state_dir / "datasets" / "bob" / km.ckpt_slug(run.id) / "v1" / out_ckpt["name"]
-    assert out_ckpt["sha256"] == out_ckpt["sha256_sidecar"] == first.checkpoint["sha256"]
+    downloaded = final.folder / first.detail["folder"] / "checkpoints" / out_ckpt["name"]
+    assert out_ckpt["sha256"] == first.checkpoint["sha256"] == sha256_file(downloaded)
     assert hop["sha256_source"] == hop["sha256_staged"] == hop["sha256"] == out_ckpt["sha256"] == sha256_file(stored)
 
     # Nothing lost, nothing done twice: one session per link, the data once per account.
@@ -210,7 +211,7 @@ def test_killing_the_control_side_anywhere_neither_loses_nor_repeats_anything(la
     assert emu.kernel_versions("bob", km.kernel_slug(run_id, 2)) == [1]
     assert not load_run(run_id).links[1].detail["kernel"].get("pushed_at")
     # ...and `lab watch` finishes the run.
-    done = subprocess.run([sys.executable, "-m", "lab.watch_cli", run_id, "-q"], cwd=ROOT, capture_output=True,
+    done = subprocess.run([sys.executable, "-m", "lab.cli.watch", run_id, "-q"], cwd=ROOT, capture_output=True,
                           text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
 

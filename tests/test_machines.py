@@ -10,11 +10,11 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from kaggle_fixtures import kaggle_emulator, kaggle_lab, make_kaggle_emulator  # noqa: F401 (fixtures)
-from lab import kaggle_client as kc
-from lab import kaggle_machine as km
-from lab import machines
+from lab.kaggle import client as kc
+from lab.machines import kaggle as km
+from lab.machines import driver as machines
 from lab.config import RunConfig, UserError
-from lab.machines import Choice, Machine, choose
+from lab.machines.driver import Choice, Machine, choose
 
 CFG = RunConfig()
 SOON = (datetime.now(timezone.utc) + timedelta(hours=5)).isoformat()
@@ -149,7 +149,7 @@ def test_names_on_kaggle_are_valid_slugs_and_titles():
 
 
 def test_the_data_folder_goes_up_flat_and_reads_the_same(pydoc_data, tmp_path, monkeypatch):
-    from lab.data import TokenData
+    from lab.kernel.data import TokenData
     monkeypatch.setenv("LAB_HOME", str(tmp_path))
     stage = km.stage_data(pydoc_data)
     assert all(p.is_file() for p in stage.iterdir()), "a dataset is one flat folder"
@@ -161,7 +161,7 @@ def test_the_data_folder_goes_up_flat_and_reads_the_same(pydoc_data, tmp_path, m
 
 
 def _fake_checkpoint(folder, step: int, payload: bytes = b"weights") -> dict:
-    from lab.checkpoint import sha256_file
+    from lab.kernel.checkpoint import sha256_file
     ckpt = folder / "checkpoints" / f"ckpt_{step:08d}.pt"
     ckpt.parent.mkdir(parents=True, exist_ok=True)
     ckpt.write_bytes(payload)
@@ -336,7 +336,7 @@ def test_a_cancel_before_the_driver_holds_the_run_sticks_and_a_probe_does_not_tu
 
 def test_a_notebook_that_dies_unexpectedly_fails_its_link_and_says_lab_watch(pydoc_data, tmp_path, monkeypatch):
     import papermill
-    from lab import local_machine
+    from lab.machines import local as local_machine
     from lab.runs import load_run
     run = _local_run(pydoc_data, tmp_path, monkeypatch)
 

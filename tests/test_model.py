@@ -3,7 +3,7 @@ import itertools
 import pytest
 import torch
 
-from lab.model import GPT, weight_count
+from lab.kernel.model import GPT, weight_count
 
 
 def test_reference_size_has_the_guides_weight_count():

@@ -1,6 +1,6 @@
 import pytest
 
-from lab.schedule import lr_at, warmup_for
+from lab.kernel.schedule import lr_at, warmup_for
 
 KW = dict(lr=1e-3, warmup_steps=100, decay_frac=0.2, min_lr_frac=0.1)
 

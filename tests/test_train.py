@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from conftest import ROOT, TINY, lab
-from lab.train import pick_precision
+from lab.kernel.train import pick_precision
 
 
 def metrics(run_dir):
@@ -196,8 +196,8 @@ def test_cpu_trains_in_fp32():
 
 def test_cuda_out_of_memory_says_to_lower_the_batch_and_which_batch_fits(pydoc_data, tmp_path, monkeypatch):
     from lab.config import RunConfig
-    from lab.model import GPT
-    from lab.train import OutOfMemory, Trainer
+    from lab.kernel.model import GPT
+    from lab.kernel.train import OutOfMemory, Trainer
 
     real_forward = GPT.forward
 

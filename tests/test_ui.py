@@ -13,7 +13,8 @@ import time
 import pytest
 
 from kaggle_fixtures import kaggle_emulator, kaggle_lab, make_kaggle_emulator  # noqa: F401 (fixtures)
-from lab import ui, ui_backend
+from lab import ui
+from lab.ui import backend as ui_backend
 from lab.config import RunConfig, UserError
 from lab.runs import Link, create_run, updating
 
@@ -30,7 +31,7 @@ def home(tmp_path, monkeypatch):
     ui.set_language("ru")
     yield tmp_path / "lab-home"
     ui.set_language("ru")
-    from lab.ui_panels import _monitors
+    from lab.ui.panels import _monitors
     for m in _monitors:
         m.close()
 

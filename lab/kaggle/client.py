@@ -219,7 +219,7 @@ def _secrets_of(account: Account) -> tuple[str | None, str | None]:
 def _registry_runs(name: str) -> list[str]:
     """The runs whose current link is on this account, from the run registry (imported only
     when asked: listing accounts needs no more of the package than this)."""
-    from lab.machines import active_runs_on
+    from lab.machines.driver import active_runs_on
     return active_runs_on(name)
 
 

@@ -82,7 +82,7 @@ def launch_torchrun(nproc: int, argv: list[str]) -> int:
     argv = [a for i, a in enumerate(argv) if a != "--nproc" and not a.startswith("--nproc=")
             and (i == 0 or argv[i - 1] != "--nproc")]
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
-           "-m", "lab.train_cli", *argv]
+           "-m", "lab.cli.train", *argv]
     return subprocess.call(cmd)
 
 
@@ -92,9 +92,9 @@ def run(args: argparse.Namespace) -> int:
     nproc = processes_wanted(cfg, args.nproc)
     if nproc > 1 and "WORLD_SIZE" not in os.environ:
         return launch_torchrun(nproc, args.argv)
-    from lab.checkpoint import CheckpointError
-    from lab.data import DataError
-    from lab.train import OutOfMemory, train
+    from lab.kernel.checkpoint import CheckpointError
+    from lab.kernel.data import DataError
+    from lab.kernel.train import OutOfMemory, train
     try:
         result = train(cfg, args.out, data_dir, resume=cfg.resume_from or None,
                        allow_fallback=args.allow_fallback, given=given, log=lambda s: print(s, flush=True))

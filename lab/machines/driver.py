@@ -127,7 +127,7 @@ def overview(kaggle: bool = True, patient: bool = False) -> list[Machine]:
     out = [Machine(LOCAL, "local", local_gpu(), running=busy, free=not busy)]
     if not kaggle:
         return out
-    from lab import kaggle_client as kc
+    from lab.kaggle import client as kc
     accounts = kc.list_accounts()
     if not accounts:
         return out
@@ -137,8 +137,8 @@ def overview(kaggle: bool = True, patient: bool = False) -> list[Machine]:
 
 
 def _kaggle_machine(account, running: list[str], patient: bool) -> Machine:
-    from lab import kaggle_client as kc
-    from lab import kaggle_machine as km
+    from lab.kaggle import client as kc
+    from lab.machines import kaggle as km
     m = Machine(account.name, "kaggle", "2xT4", running=running, free=len(running) < km.MAX_GPU_SESSIONS)
     if account.auth == "broken":
         m.error = f"the credentials of '{account.name}' are damaged: remove and add the account again"
@@ -160,7 +160,7 @@ def _kaggle_machine(account, running: list[str], patient: bool) -> Machine:
 
 def usable(m: Machine) -> bool:
     """A Kaggle account that can take a useful link now: free, and quota for more than the start-up."""
-    from lab.kaggle_machine import MIN_LINK_MIN, STARTUP_MIN
+    from lab.machines.kaggle import MIN_LINK_MIN, STARTUP_MIN
     return m.kind == "kaggle" and m.free and (m.quota_left_h or 0) * 60 >= STARTUP_MIN + MIN_LINK_MIN
 
 
@@ -299,7 +299,7 @@ def start_point(resume: str | None) -> tuple[Run | None, Path | None, dict | Non
     given as a run id, a run folder or a checkpoint file."""
     if not resume:
         return None, None, None
-    from lab.checkpoint import CheckpointError, resolve_checkpoint
+    from lab.kernel.checkpoint import CheckpointError, checkpoint_meta, resolve_checkpoint
     path = Path(resume).expanduser()
     run = None
     if not path.exists():
@@ -311,7 +311,7 @@ def start_point(resume: str | None) -> tuple[Run | None, Path | None, dict | Non
         ckpt = resolve_checkpoint(path)
     except CheckpointError as e:
         raise UserError(str(e)) from None
-    return run, ckpt, json.loads(ckpt.with_suffix(".json").read_text(encoding="utf-8"))
+    return run, ckpt, checkpoint_meta(ckpt)
 
 
 def settle_config(cfg: RunConfig, meta: dict | None, given: set[str] | frozenset = frozenset()) -> list:
@@ -332,7 +332,7 @@ def check_machine(machine: str | None) -> str:
     name = (machine or "auto").strip()
     if name in ("auto", LOCAL):
         return name
-    from lab import kaggle_client as kc
+    from lab.kaggle import client as kc
     account = kc.get_account(name)  # an unknown name: the error lists the lab's accounts
     kc.check_no_global_token()
     kc.client_for(account, retry=kc.RetryPolicy(**_QUOTA_RETRY), timeout_s=20.0).quota()
@@ -374,9 +374,9 @@ def start(cfg: RunConfig, machine: str = "auto", resume: str | None = None) -> s
 
 
 def spawn_driver(run_id: str, resume: bool = False) -> int:
-    """`python -m lab.watch_cli RUN --background` in its own session: it survives the notebook."""
+    """`python -m lab.cli.watch RUN --background` in its own session: it survives the notebook."""
     folder = runs_dir() / run_id
-    cmd = [sys.executable, "-m", "lab.watch_cli", run_id, "--background"] + (["--resume"] if resume else [])
+    cmd = [sys.executable, "-m", "lab.cli.watch", run_id, "--background"] + (["--resume"] if resume else [])
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "LAB_HOME": str(lab_home())}
     with open(folder / "driver.log", "ab") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
@@ -543,7 +543,7 @@ def _drive(run_id: str, say: Callable[[str], None], progress: bool, nproc: int) 
 
 def _go_on_with(run: Run, link: Link, state: _Driving, say: Callable[[str], None]) -> Run | None:
     """Takes the run's unfinished link to its end; returns the halted run, or None to go on."""
-    from lab import kaggle_machine as km
+    from lab.machines import kaggle as km
     run_id = run.id
     if link.machine == LOCAL:
         _abandon_local(run, link, say)
@@ -571,7 +571,7 @@ def _go_on_with(run: Run, link: Link, state: _Driving, say: Callable[[str], None
 
 def _next_step(run: Run, state: _Driving, say: Callable[[str], None], progress: bool, nproc: int) -> Run | None:
     """With no link running: stop, wait, or start the next link where the rule says."""
-    from lab import kaggle_machine as km
+    from lab.machines import kaggle as km
     run_id = run.id
     if cancel_requested(run_id):
         return _halt(run_id, "cancelled", f"run {run_id} cancelled at step {run.step}: "
@@ -663,7 +663,7 @@ def _worth_waiting(run: Run, machines: list[Machine]) -> bool:
 
 def _wait(run_id: str, choice: Choice) -> None:
     """Waits until the earliest quota refresh, or a recheck, whichever is sooner; a cancel ends it."""
-    from lab.kaggle_machine import poll_s
+    from lab.machines.kaggle import poll_s
     with updating(run_id) as r:
         r.status = "waiting"
     _set_control(run_id, message=choice.reason_en, message_ru=choice.reason_ru, waiting_until=choice.wait_until)
@@ -720,7 +720,7 @@ def prepared_data(constellations: list[str], say: Callable[[str], None], progres
 def _data_id(cfg: RunConfig) -> str | None:
     """The id of the data the run trains on: its pinned folder, else the one prepared for its
     constellations (as `_pin_data` will find it); None when there is none yet."""
-    from lab.kaggle_machine import data_id_of
+    from lab.machines.kaggle import data_id_of
     try:
         if cfg.data_dir:
             return data_id_of(Path(cfg.data_dir))
@@ -736,7 +736,7 @@ def holdings(machines: list[Machine], cfg: RunConfig, run: Run | None = None) ->
     the run's data and, for a run being continued, its checkpoint. The driver and the form's
     preview both ask this, so the preview names the account the driver picks. Reads the lab's
     own records only: no call to Kaggle."""
-    from lab import kaggle_machine as km
+    from lab.machines import kaggle as km
     if not any(m.kind == "kaggle" for m in machines):
         return {}
     source = km.source_checkpoint(run) if run is not None else None
@@ -746,8 +746,8 @@ def holdings(machines: list[Machine], cfg: RunConfig, run: Run | None = None) ->
 
 
 def _run_local(run: Run, say: Callable[[str], None], progress: bool, nproc: int) -> Link:
-    from lab.checkpoint import list_checkpoints
-    from lab.local_machine import execute_link
+    from lab.kernel.checkpoint import list_checkpoints
+    from lab.machines.local import execute_link
     cfg = run.cfg
     data = Path(cfg.data_dir)
     if list_checkpoints(run.folder / "checkpoints"):
@@ -766,7 +766,7 @@ def _run_local(run: Run, say: Callable[[str], None], progress: bool, nproc: int)
 
 def _abandon_local(run: Run, link: Link, say: Callable[[str], None]) -> None:
     """A local link whose driver died: its session died with it (papermill ran in the driver)."""
-    from lab.local_machine import _last_checkpoint_step
+    from lab.machines.local import _last_checkpoint_step
     step = _last_checkpoint_step(run.folder)
     with updating(run.id) as r:
         last = r.links[link.n - 1]
@@ -815,7 +815,7 @@ def _log_tail(run: Run, link: Link | None, lines: int = 25) -> str:
         return ""
     if link.machine == LOCAL:
         return _tail(run.folder / "driver.log", lines) or _tail(run.folder / "control.log", lines)
-    from lab.kaggle_client import log_text
+    from lab.kaggle.client import log_text
     folder = run.folder / link.detail.get("folder", "")
     slug = (link.detail.get("kernel") or {}).get("slug", "/")
     for path in (folder / f"{slug.split('/')[1]}.log", folder / "live.log"):
@@ -847,7 +847,7 @@ def _tail_text(text: str, lines: int) -> str:
 def cancel(run_id: str) -> str:
     """No further link starts; a session on this computer saves a checkpoint and stops; for a
     Kaggle session, says where to stop it (Kaggle's public API cannot). Returns what happened."""
-    from lab.kaggle_machine import cancel_hint
+    from lab.machines.kaggle import cancel_hint
     run = load_run(run_id)
     link = _active_link(run)
     if link is None and run.status in ("done", "cancelled"):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 
-from lab import kaggle_client as kc
+from lab.kaggle import client as kc
 from lab.config import UserError
 
 # Listing asks every account in turn: short waits, few tries, so one dead account is quick.

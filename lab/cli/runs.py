@@ -5,7 +5,7 @@ import argparse
 import json
 
 from lab.config import RunConfig, UserError
-from lab.train_cli import add_config_flags, config_from_args
+from lab.cli.train import add_config_flags, config_from_args
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -21,7 +21,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from lab import machines
+    from lab.machines import driver as machines
     cont, ckpt, meta = machines.start_point(args.resume_from)
     if cont is not None:  # continuing a run: its fields, then what was given now
         given_now = {k: v for k, v in vars(args).items() if k in cont.config and v is not None}
@@ -61,7 +61,7 @@ def configure_listing(parser: argparse.ArgumentParser) -> None:
 
 
 def run_listing(args: argparse.Namespace) -> int:
-    from lab.plots import read_metrics
+    from lab.kernel.metrics import read_metrics
     from lab.runs import lineage, list_runs
     runs = list_runs()
     if args.json:
@@ -94,7 +94,7 @@ def configure_plot(parser: argparse.ArgumentParser) -> None:
 
 
 def run_plot(args: argparse.Namespace) -> int:
-    from lab.plots import save_loss_plot
+    from lab.kernel.plots import save_loss_plot
     from lab.runs import load_run
     r = load_run(args.run)
     if not (r.folder / "metrics.jsonl").exists():

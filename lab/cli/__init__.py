@@ -16,16 +16,16 @@ from lab.config import ConfigError, UserError
 
 # name -> (module, one-line help)
 COMMANDS = {
-    "prepare": ("lab.corpus_cli", "train the tokenizer and write token shards for constellations"),
-    "train": ("lab.train_cli", "train a GPT in this process (or under torchrun)"),
-    "size": ("lab.sizing_cli", "the sizing calculator: weights, tokens, speed, memory, quota"),
-    "run": ("lab.runs_cli", "start or continue a run: the training notebook on a machine"),
-    "runs": ("lab.runs_cli:listing", "the lab's runs with their links and lineage"),
-    "plot": ("lab.runs_cli:plot", "redraw a run's loss plot"),
-    "accounts": ("lab.accounts_cli", "the lab's Kaggle accounts: list with quota, add, remove"),
-    "machines": ("lab.watch_cli:machines", "this computer and the Kaggle accounts: GPU, quota, what runs there"),
-    "watch": ("lab.watch_cli", "drive or follow a run to its end; resumes it after a crash, a fix or a cancel"),
-    "cancel": ("lab.watch_cli:cancel", "stop a run: no further link; say how to stop its Kaggle session"),
+    "prepare": ("lab.cli.prepare", "train the tokenizer and write token shards for constellations"),
+    "train": ("lab.cli.train", "train a GPT in this process (or under torchrun)"),
+    "size": ("lab.cli.size", "the sizing calculator: weights, tokens, speed, memory, quota"),
+    "run": ("lab.cli.runs", "start or continue a run: the training notebook on a machine"),
+    "runs": ("lab.cli.runs:listing", "the lab's runs with their links and lineage"),
+    "plot": ("lab.cli.runs:plot", "redraw a run's loss plot"),
+    "accounts": ("lab.cli.accounts", "the lab's Kaggle accounts: list with quota, add, remove"),
+    "machines": ("lab.cli.watch:machines", "this computer and the Kaggle accounts: GPU, quota, what runs there"),
+    "watch": ("lab.cli.watch", "drive or follow a run to its end; resumes it after a crash, a fix or a cancel"),
+    "cancel": ("lab.cli.watch:cancel", "stop a run: no further link; say how to stop its Kaggle session"),
 }
 
 

@@ -19,11 +19,12 @@ from pathlib import Path
 
 import torch
 
-from lab.checkpoint import CheckpointError, list_checkpoints
+from lab.kernel.checkpoint import CheckpointError, list_checkpoints
 from lab.config import RunConfig
-from lab.data import find_data
-from lab.plots import figure_png, loss_figure, read_metrics, save_loss_plot
-from lab.train import train
+from lab.kernel.data import find_data
+from lab.kernel.metrics import read_metrics
+from lab.kernel.plots import figure_png, loss_figure, save_loss_plot
+from lab.kernel.train import train
 
 
 def kaggle_root() -> Path:

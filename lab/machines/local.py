@@ -11,7 +11,8 @@ import sys
 from pathlib import Path
 
 from lab.config import RunConfig, UserError
-from lab.notebook import TRAIN_NOTEBOOK, parameterized
+from lab.kernel.checkpoint import checkpoint_meta, checkpoint_step, list_checkpoints
+from lab.notebooks import TRAIN_NOTEBOOK, parameterized
 from lab.procs import forwarding_stop_signals
 from lab.runs import Link, Run, now, updating
 
@@ -73,11 +74,10 @@ def _read_result(folder: Path) -> dict | None:
 def _checkpoint_meta(path: str | None) -> dict | None:
     if not path:
         return None
-    meta = json.loads(Path(path).with_suffix(".json").read_text())
+    meta = checkpoint_meta(path)
     return {"name": Path(path).name, "step": meta["step"], "sha256": meta["sha256"]}
 
 
 def _last_checkpoint_step(folder: Path) -> int | None:
-    from lab.checkpoint import list_checkpoints
     found = list_checkpoints(folder / "checkpoints")
-    return int(found[-1].stem.split("_")[1]) if found else None
+    return checkpoint_step(found[-1]) if found else None

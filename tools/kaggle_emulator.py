@@ -14,7 +14,7 @@ use up, at most 2 GPU sessions at once, the 12-hour session limit, SIGTERM befor
 What it only guesses at is marked *(assumed)*.
 
 Stdlib only. Tests use `KaggleEmulator` in-process; people trying the kit headless run
-`python -m lab.kaggle_emulator --port 8765 --state DIR --account alice`.
+`python -m tools.kaggle_emulator --port 8765 --state DIR --account alice`.
 """
 from __future__ import annotations
 
@@ -1163,7 +1163,7 @@ def _parse_account(spec: str, token: bool) -> EmulatedAccount:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m lab.kaggle_emulator",
+    p = argparse.ArgumentParser(prog="python -m tools.kaggle_emulator",
                                 description="A local Kaggle API for trying the lab kit without Kaggle.")
     p.add_argument("--port", type=int, default=8765, help="0 picks a free port")
     p.add_argument("--host", default="127.0.0.1")

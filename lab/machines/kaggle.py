@@ -40,10 +40,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator
 
-from lab.checkpoint import atomic_write, list_checkpoints, resolve_checkpoint, sha256_file
+from lab.kernel.checkpoint import (atomic_write, checkpoint_meta, list_checkpoints, place_checkpoint, resolve_checkpoint,
+                                   sha256_file, verify_checkpoint)
+from lab.kernel.metrics import metrics_lines, write_metrics_lines
 from lab.config import RunConfig, UserError
 from lab.home import lab_home
-from lab.kaggle_client import AccountClient, KaggleError, RetryPolicy, client_for, get_account, notebook_text
+from lab.kaggle.client import AccountClient, KaggleError, RetryPolicy, client_for, get_account, notebook_text
 from lab.runs import Link, Run, load_run, now, updating
 from lab.sizing import STARTUP_MIN  # a session's start, data mount and final save, spent from quota
 
@@ -278,7 +280,7 @@ def source_checkpoint(run: Run) -> dict | None:
         path = resolve_checkpoint(target)
     except ValueError as e:
         raise UserError(f"run {run.id}: {e}") from None
-    meta = json.loads(path.with_suffix(".json").read_text(encoding="utf-8"))
+    meta = checkpoint_meta(path)
     source = {"path": str(path), "name": path.name, "step": int(meta["step"]), "sha256": meta["sha256"]}
     st = path.stat()
     _verified[str(path)] = (st.st_mtime_ns, st.st_size, source)
@@ -297,7 +299,7 @@ def stage_checkpoint(source: dict, run_folder: Path, dest: Path) -> str:
     """A flat folder with the checkpoint, its sidecar and the metrics up to its step; returns the
     sha256 of the checkpoint as staged, which must equal its sidecar's."""
     ckpt = Path(source["path"])
-    sidecar = json.loads(ckpt.with_suffix(".json").read_text(encoding="utf-8"))
+    sidecar = checkpoint_meta(ckpt)
     shutil.rmtree(dest, ignore_errors=True)
     dest.mkdir(parents=True)
     _put(ckpt, dest / ckpt.name)
@@ -308,17 +310,8 @@ def stage_checkpoint(source: dict, run_folder: Path, dest: Path) -> str:
     shutil.copyfile(ckpt.with_suffix(".json"), dest / ckpt.with_suffix(".json").name)
     metrics = _metrics_beside(ckpt, run_folder)
     if metrics is not None:
-        rows = [line for line in metrics.read_text(encoding="utf-8").splitlines()
-                if line.strip() and _row_step(line) is not None and _row_step(line) <= source["step"]]
-        (dest / "metrics.jsonl").write_text("".join(r + "\n" for r in rows), encoding="utf-8")
+        write_metrics_lines(dest / "metrics.jsonl", metrics_lines(metrics, upto=source["step"]))
     return digest
-
-
-def _row_step(line: str) -> int | None:
-    try:
-        return int(json.loads(line)["step"])
-    except (ValueError, KeyError, TypeError):
-        return None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -332,7 +325,7 @@ def kernel_notebook(cfg: RunConfig, resume_name: str, limit_min: float) -> dict:
     from papermill.iorw import load_notebook_node
     from papermill.parameterize import parameterize_notebook
 
-    from lab.notebook import TRAIN_NOTEBOOK, parameterized
+    from lab.notebooks import TRAIN_NOTEBOOK, parameterized
     scale = time_scale()  # the notebook's clock is the wall clock; the emulator's runs faster
     link_cfg = RunConfig.from_dict({**cfg.to_dict(), "data_dir": "", "resume_from": resume_name,
                                     "limit_min": limit_min / scale,
@@ -736,16 +729,12 @@ def _check_output(folder: Path) -> dict:
         except ValueError:
             out["problem"] = "result.json is unreadable"
     for path in reversed(list_checkpoints(folder / "checkpoints")):
-        try:
-            sidecar = json.loads(path.with_suffix(".json").read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue  # its save never finished
-        digest = sha256_file(path)
-        if digest != sidecar.get("sha256") or path.stat().st_size != sidecar.get("bytes"):
-            out["problem"] = f"checkpoint {path.name} does not match its sidecar's sha256"
+        problem = verify_checkpoint(path)
+        if problem is not None:
+            out["problem"] = f"checkpoint {path.name}: {problem}"
             continue
-        out["checkpoint"] = {"name": path.name, "step": int(sidecar["step"]), "sha256": digest,
-                             "sha256_sidecar": sidecar["sha256"]}
+        meta = checkpoint_meta(path)
+        out["checkpoint"] = {"name": path.name, "step": int(meta["step"]), "sha256": meta["sha256"]}
         break
     named = (out.get("result") or {}).get("checkpoint")
     if named and (out.get("checkpoint") or {}).get("name") != Path(named).name:
@@ -766,7 +755,7 @@ def _finish(run_id: str, n: int, status: str, failure: str, say) -> Link:
         if (folder / name).is_file():
             shutil.copyfile(folder / name, run.folder / name)
     if (run.folder / "metrics.jsonl").is_file():
-        from lab.plots import save_loss_plot
+        from lab.kernel.plots import save_loss_plot
         save_loss_plot(run.folder, title=run.id)
     with updating(run_id) as r:
         link = r.links[n - 1]
@@ -804,23 +793,9 @@ def failure_reason(link: Link, status: str, failure: str, output: dict) -> str:
 # The run folder: one curve, the newest checkpoints
 
 
-def merge_checkpoint(ckpt: Path, run_folder: Path, keep: int = 2) -> Path:
-    """Puts a verified checkpoint and its sidecar into the run's `checkpoints/` (the .pt first,
-    so a sidecar always means a whole checkpoint) and keeps the newest `keep`."""
-    dest = run_folder / "checkpoints"
-    dest.mkdir(parents=True, exist_ok=True)
-    for src in (ckpt, ckpt.with_suffix(".json")):
-        target = dest / src.name
-        if target.exists() and target.stat().st_size == src.stat().st_size and sha256_file(target) == sha256_file(src):
-            continue
-        tmp = dest / f".{src.name}.tmp"
-        tmp.unlink(missing_ok=True)
-        _put(src, tmp)
-        os.replace(tmp, target)
-    for old in list_checkpoints(dest)[:-keep]:
-        old.unlink(missing_ok=True)
-        old.with_suffix(".json").unlink(missing_ok=True)
-    return dest / ckpt.name
+def merge_checkpoint(ckpt: Path, run_folder: Path) -> Path:
+    """Puts a verified checkpoint into the run's `checkpoints/`, hard-linked where it can be."""
+    return place_checkpoint(ckpt, run_folder / "checkpoints", put=_put)
 
 
 def merge_metrics(run_folder: Path, link_metrics: Path, from_step: int) -> None:
@@ -829,14 +804,8 @@ def merge_metrics(run_folder: Path, link_metrics: Path, from_step: int) -> None:
     if not link_metrics.is_file():
         return
     mine = run_folder / "metrics.jsonl"
-    ours = mine.read_text(encoding="utf-8").splitlines() if mine.is_file() else []
-    theirs = link_metrics.read_text(encoding="utf-8").splitlines()
-    ours_by_step = [(step, line) for line in ours if (step := _row_step(line)) is not None]
-    theirs_by_step = [(step, line) for line in theirs if (step := _row_step(line)) is not None]
-    early = ([line for step, line in ours_by_step if step <= from_step]
-             or [line for step, line in theirs_by_step if step <= from_step])
-    late = [line for step, line in theirs_by_step if step > from_step]
-    atomic_write(mine, lambda f: f.write("".join(line + "\n" for line in early + late).encode("utf-8")))
+    early = metrics_lines(mine, upto=from_step) or metrics_lines(link_metrics, upto=from_step)
+    write_metrics_lines(mine, early + metrics_lines(link_metrics, after=from_step))
 
 
 __all__ = ["run_link", "plan_link", "source_checkpoint", "holds", "kernel_notebook", "link_limit_min",

@@ -16,10 +16,10 @@ from pathlib import Path
 import ipywidgets as widgets
 
 from lab import sizing
-from lab import ui_backend as backend
+from lab.ui import backend
 from lab.config import MODEL_FIELDS, SCHEDULES, Problem, RunConfig, UserError
-from lab.ui_calc import ORANGE, RED, calculator_html, need_hours
-from lab.ui_text import (GPU_NAMES, MODES, SECTIONS, TITLE, Panel, esc, help_text, label, lang, language_switch, on_language,
+from lab.ui.calc import ORANGE, RED, calculator_html, need_hours
+from lab.ui.text import (GPU_NAMES, MODES, SECTIONS, TITLE, Panel, esc, help_text, label, lang, language_switch, on_language,
                          pair, tr)
 
 INT_FIELDS = ("context", "width", "heads", "layers", "batch_per_card", "steps_until", "warmup_steps", "eval_every")

@@ -10,7 +10,8 @@ from __future__ import annotations
 import os
 import threading
 
-from lab import machines, sizing
+from lab import sizing
+from lab.machines import driver as machines
 from lab.config import RunConfig, UserError
 
 Machine, Choice = machines.Machine, machines.Choice
@@ -143,7 +144,7 @@ def constellation_tokens() -> dict[str, int]:
 
 def account_names() -> list[str]:
     try:
-        from lab import kaggle_client
+        from lab.kaggle import client as kaggle_client
         return [a.name for a in kaggle_client.list_accounts()]
     except UserError:
         return []
@@ -151,7 +152,7 @@ def account_names() -> list[str]:
 
 def checkpoints() -> dict[str, dict]:
     """Every checkpoint of the lab's runs, newest run first: path -> {step, config, path, run}."""
-    from lab.checkpoint import list_checkpoints
+    from lab.kernel.checkpoint import list_checkpoints
     from lab.runs import list_runs
     out: dict[str, dict] = {}
     for run in sorted(list_runs(), key=lambda r: (r.created, r.id), reverse=True):

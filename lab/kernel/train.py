@@ -21,12 +21,13 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
-from lab.checkpoint import (CheckpointError, StopGuard, atomic_write, load_checkpoint, resolve_checkpoint,
+from lab.kernel.checkpoint import (CheckpointError, StopGuard, load_checkpoint, resolve_checkpoint,
                             save_checkpoint)
 from lab.config import MODEL_FIELDS, RunConfig, check, check_against_data, check_resume, raise_on_errors
-from lab.data import TokenData
-from lab.model import GPT
-from lab.schedule import lr_for_config
+from lab.kernel.data import TokenData
+from lab.kernel.metrics import metrics_lines, write_metrics_lines
+from lab.kernel.model import GPT
+from lab.kernel.schedule import lr_for_config
 
 
 @dataclass
@@ -190,10 +191,9 @@ class Trainer:
         source = mine if mine.exists() else theirs
         if not source.exists():
             return
-        rows = [line for line in source.read_text(encoding="utf-8").splitlines()
-                if line.strip() and json.loads(line)["step"] <= step]
+        rows = metrics_lines(source, upto=step)
         self.out.mkdir(parents=True, exist_ok=True)
-        atomic_write(mine, lambda f: f.write("".join(r + "\n" for r in rows).encode("utf-8")))
+        write_metrics_lines(mine, rows)
 
     def _build(self) -> None:
         cfg, rt = self.cfg, self.rt

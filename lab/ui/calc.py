@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from lab import sizing
 from lab.config import Problem, RunConfig
-from lab.ui_text import SIZE_HELP, esc, hours, kind_badge, lang, pair, tr
+from lab.ui.text import SIZE_HELP, esc, hours, kind_badge, lang, pair, tr
 
 RED, ORANGE = "#d32f2f", "#ef6c00"
 

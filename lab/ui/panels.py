@@ -7,11 +7,12 @@ import time
 import ipywidgets as widgets
 
 from lab import __version__, sizing
-from lab import ui_backend as backend
+from lab.ui import backend
 from lab.config import UserError
 from lab.home import lab_home
-from lab.plots import figure_png, loss_figure, read_metrics
-from lab.ui_text import Panel, esc, hours, language_switch, on_language, status_word, tr
+from lab.kernel.metrics import read_metrics
+from lab.kernel.plots import figure_png, loss_figure
+from lab.ui.text import Panel, esc, hours, language_switch, on_language, status_word, tr
 
 LIVE = ("new", "starting", "running", "waiting")
 LOG_LINES = 12  # the log tail shown: its newest lines, no scrolling needed

@@ -41,7 +41,7 @@ import sentencepiece as spm
 from tqdm.auto import tqdm
 
 from lab import home
-from lab.builtin_texts import BUILTINS, DEFAULT_CONSTELLATIONS_INI
+from lab.corpus.builtin import BUILTINS, DEFAULT_CONSTELLATIONS_INI
 from lab.config import UserError
 
 FORMAT = 1

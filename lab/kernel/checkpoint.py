@@ -11,6 +11,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import signal
 import time
 from pathlib import Path
@@ -63,10 +64,54 @@ def save_checkpoint(state: dict, folder: str | os.PathLike, keep: int = KEEP) ->
             "tokenizer_sha256": state.get("tokenizer_sha256"), "config": state.get("config")}
     atomic_write(path.with_suffix(".json"), lambda f: f.write(json.dumps(meta, indent=1).encode()))
     _fsync_dir(folder)
+    prune_checkpoints(folder, keep)
+    return path
+
+
+def prune_checkpoints(folder: str | os.PathLike, keep: int = KEEP) -> None:
+    """Removes all but the newest `keep` checkpoints of `folder`."""
     for old in list_checkpoints(folder)[:-keep]:
         old.unlink(missing_ok=True)
         old.with_suffix(".json").unlink(missing_ok=True)
-    return path
+
+
+def checkpoint_meta(path: str | os.PathLike) -> dict:
+    """What a checkpoint's save recorded beside it, without loading it (no torch): step, tokens,
+    sha256, bytes, val_set, tokenizer_sha256 and the run's config."""
+    return json.loads(Path(path).with_suffix(".json").read_text(encoding="utf-8"))
+
+
+def checkpoint_step(path: str | os.PathLike) -> int:
+    """The step a checkpoint file holds, from its name."""
+    return int(_NAME.match(Path(path).name).group(1))
+
+
+def newest_whole_checkpoint(folder: str | os.PathLike) -> tuple[Path, dict] | None:
+    """The newest checkpoint of `folder` that verifies, with its meta; None when there is none.
+    For collecting a finished session's outputs, where an older whole one is still worth having."""
+    for path in reversed(list_checkpoints(folder)):
+        if verify_checkpoint(path) is None:
+            return path, checkpoint_meta(path)
+    return None
+
+
+def place_checkpoint(src: Path, folder: str | os.PathLike, keep: int = KEEP, put=None) -> Path:
+    """Puts a verified checkpoint into `folder` (a run's `checkpoints/`) so that it counts there
+    only once whole, then keeps the newest `keep`. `put(src, dst)` copies a file (default: copy)."""
+    put = put or shutil.copyfile
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    for part in (src, src.with_suffix(".json")):  # the .pt first: a sidecar means a whole checkpoint
+        target = folder / part.name
+        if target.exists() and target.stat().st_size == part.stat().st_size and sha256_file(target) == sha256_file(part):
+            continue
+        tmp = folder / f".{part.name}.tmp"
+        tmp.unlink(missing_ok=True)
+        put(part, tmp)
+        os.replace(tmp, target)
+    _fsync_dir(folder)
+    prune_checkpoints(folder, keep)
+    return folder / src.name
 
 
 def list_checkpoints(folder: str | os.PathLike) -> list[Path]:
@@ -79,11 +124,10 @@ def list_checkpoints(folder: str | os.PathLike) -> list[Path]:
 
 def verify_checkpoint(path: Path) -> str | None:
     """None when the checkpoint is whole, else what is wrong with it."""
-    meta_path = path.with_suffix(".json")
-    if not meta_path.is_file():
+    if not path.with_suffix(".json").is_file():
         return "its save never finished (no sidecar .json)"
     try:
-        meta = json.loads(meta_path.read_text())
+        meta = checkpoint_meta(path)
     except ValueError:
         return "its sidecar .json is unreadable"
     size = path.stat().st_size

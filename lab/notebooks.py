@@ -19,11 +19,12 @@ from pathlib import Path
 import nbformat
 
 from lab.config import RunConfig
+from lab.kernel import READING_ORDER
 
 PACKAGE = Path(__file__).resolve().parent
 TRAIN_NOTEBOOK = PACKAGE.parent / "notebooks" / "train.ipynb"
 # In the order a reader meets them; each may use only the ones before it.
-KERNEL_MODULES = ["config", "model", "schedule", "data", "checkpoint", "train", "plots", "session"]
+KERNEL_MODULES = ["config"] + READING_ORDER
 KAGGLE_LIMIT_BYTES = 1_000_000
 
 # Settings of one session, not of the run: they stay out of RunConfig.
@@ -38,10 +39,15 @@ SESSION_PARAMETERS = {
 _LAB_IMPORT = re.compile(r"^(from lab(\.\w+)* import .*|import lab(\.\w+)*.*)$")
 
 
+def module_path(module: str) -> Path:
+    """`config` is the package's own (the control side shares it); the rest is `lab/kernel/`."""
+    return PACKAGE / "config.py" if module == "config" else PACKAGE / "kernel" / f"{module}.py"
+
+
 def kernel_source(module: str) -> str:
     """A module's code as a notebook cell: without its package imports, which the
     notebook's shared namespace makes unnecessary, and without the future import."""
-    text = (PACKAGE / f"{module}.py").read_text(encoding="utf-8")
+    text = module_path(module).read_text(encoding="utf-8")
     out, skipping = [], False
     for line in text.splitlines():
         if skipping:
@@ -74,7 +80,7 @@ def check_no_clashes() -> None:
     for module in KERNEL_MODULES:
         for name in top_level_names(kernel_source(module)):
             if name in seen:
-                raise ValueError(f"{name!r} is defined in both lab/{seen[name]}.py and lab/{module}.py; "
+                raise ValueError(f"{name!r} is defined in both {module_path(seen[name])} and {module_path(module)}; "
                                  f"rename one: the training notebook puts them in one namespace")
             seen[name] = module
 
@@ -92,7 +98,7 @@ def parameters_source() -> str:
 
 
 def _module_title(module: str) -> str:
-    doc = ast.get_docstring(ast.parse((PACKAGE / f"{module}.py").read_text(encoding="utf-8"))) or module
+    doc = ast.get_docstring(ast.parse(module_path(module).read_text(encoding="utf-8"))) or module
     return f"## `{module}`: {doc.splitlines()[0]}"
 
 

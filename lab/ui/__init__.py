@@ -16,9 +16,9 @@ into notebooks.
 """
 from __future__ import annotations
 
-from lab.ui_form import NewRunForm
-from lab.ui_panels import MachinesPanel, Monitor, RunsPanel, SetupPanel, StartPanel, lineage_rows
-from lab.ui_text import language_switch, set_language
+from lab.ui.form import NewRunForm
+from lab.ui.panels import MachinesPanel, Monitor, RunsPanel, SetupPanel, StartPanel, lineage_rows
+from lab.ui.text import language_switch, set_language
 
 __all__ = ["setup", "machines", "new_run", "start", "monitor", "runs", "set_language", "language_switch",
            "NewRunForm", "MachinesPanel", "Monitor", "RunsPanel", "SetupPanel", "StartPanel", "lineage_rows"]

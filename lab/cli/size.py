@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from lab import sizing
+from lab.kernel.metrics import read_metrics
 from lab.config import ConfigError, RunConfig, UserError, coerce, field_help
 from lab.home import runs_dir
 
@@ -100,7 +101,7 @@ def _grow_verdict(run: str, manifest: dict | None, vocab: int | None) -> sizing.
             pass  # an old run's odd field: size it as the defaults
     if manifest is None:
         manifest = sizing.find_manifest(cfg)
-    return sizing.when_to_grow(sizing.read_metrics(folder / "metrics.jsonl"), manifest, cfg, vocab)
+    return sizing.when_to_grow(read_metrics(folder), manifest, cfg, vocab)
 
 
 def render(est: sizing.Estimate, lang: str = "en", errors: bool = True) -> str:

@@ -969,23 +969,6 @@ def when_to_grow(metrics: list[dict], manifest: dict | None = None, cfg: RunConf
                    plateau=True, data_suffices=True, **base)
 
 
-def read_metrics(path: str | os.PathLike) -> list[dict]:
-    """All records of a metrics.jsonl; unreadable lines (a line being written) are skipped."""
-    out = []
-    try:
-        with open(path, encoding="utf-8") as f:
-            for line in f:
-                try:
-                    rec = json.loads(line)
-                except ValueError:
-                    continue
-                if isinstance(rec, dict):
-                    out.append(rec)
-    except OSError:
-        pass
-    return out
-
-
 # ---------------------------------------------------------------------------------------
 # Numbers in words
 

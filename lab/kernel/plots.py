@@ -13,23 +13,8 @@ import json
 import os
 from pathlib import Path
 
-from lab.checkpoint import atomic_write
-
-
-def read_metrics(path: str | os.PathLike) -> list[dict]:
-    """Rows of a metrics.jsonl; a half-written last line (a run still writing) is skipped."""
-    rows = []
-    p = Path(path)
-    if p.is_dir():
-        p = p / "metrics.jsonl"
-    if not p.exists():
-        return rows
-    for line in p.read_text(encoding="utf-8").splitlines():
-        try:
-            rows.append(json.loads(line))
-        except ValueError:
-            continue
-    return rows
+from lab.kernel.checkpoint import atomic_write
+from lab.kernel.metrics import read_metrics
 
 
 def val_segments(rows: list[dict]) -> list[tuple[str, list[dict]]]:

@@ -8,7 +8,7 @@
                         Kaggle session, says where to press Stop (Kaggle's API cannot)
     lab machines        this computer and each Kaggle account: GPU, quota, what runs there
 
-`python -m lab.watch_cli RUN --background` is what `lab.machines.start` runs in the background.
+`python -m lab.cli.watch RUN --background` is what `lab.machines.start` runs in the background.
 """
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from lab import machines
+    from lab.machines import driver as machines
     from lab.runs import load_run
     run_id = load_run(args.run).id
     if args.background:  # started by machines.start: drive, or leave it to the one that already does
@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
 
 def follow(run_id: str, every_s: float = 2.0) -> int:
     """Prints the driver's events as they come, until no process drives the run."""
-    from lab import machines
+    from lab.machines import driver as machines
     from lab.runs import runs_dir
     log = runs_dir() / run_id / "control.log"
     printed, last = 0, ""
@@ -78,7 +78,7 @@ def configure_cancel(parser: argparse.ArgumentParser) -> None:
 
 
 def run_cancel(args: argparse.Namespace) -> int:
-    from lab import machines
+    from lab.machines import driver as machines
     print(machines.cancel(args.run))
     return 0
 
@@ -88,7 +88,7 @@ def configure_machines(parser: argparse.ArgumentParser) -> None:
 
 
 def run_machines(args: argparse.Namespace) -> int:
-    from lab import machines
+    from lab.machines import driver as machines
     found = machines.overview()
     if args.json:
         for m in found:
@@ -107,7 +107,7 @@ def run_machines(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m lab.watch_cli RUN ...`: the same as `lab watch`, without the `lab` command."""
+    """`python -m lab.cli.watch RUN ...`: the same as `lab watch`, without the `lab` command."""
     parser = argparse.ArgumentParser(prog="lab watch", description="drive or follow a run to its end")
     configure(parser)
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
