@@ -236,5 +236,13 @@ def raise_on_errors(problems: list[Problem]) -> list[Problem]:
     return problems
 
 
+def card_set(name: str, cards: int = 1) -> str:
+    """The lab's name for a card set, as the `gpu` field and the calculator name them: "2xT4",
+    "T4", "rtx3050", "cpu"; another card keeps its own name ("2xNVIDIA H100" for two)."""
+    name = name.strip()
+    short = "cpu" if name.lower() == "cpu" else "T4" if "T4" in name else "rtx3050" if "3050" in name else name
+    return f"{cards}x{short}" if cards > 1 and short != "cpu" else short
+
+
 def divisors(n: int) -> list[int]:
     return [k for k in range(1, min(n, 64) + 1) if n % k == 0]

@@ -23,7 +23,7 @@ import torch.nn as nn
 
 from lab.kernel.checkpoint import (CheckpointError, StopGuard, load_checkpoint, resolve_checkpoint,
                             save_checkpoint)
-from lab.config import MODEL_FIELDS, RunConfig, check, check_against_data, check_resume, raise_on_errors
+from lab.config import MODEL_FIELDS, RunConfig, card_set, check, check_against_data, check_resume, raise_on_errors
 from lab.kernel.data import TokenData
 from lab.kernel.metrics import metrics_lines, write_metrics_lines
 from lab.kernel.model import GPT
@@ -419,16 +419,9 @@ def _progress_line(record: dict, steps_until: int) -> str:
             f"{record['tok_s']:,.0f} tok/s {record['elapsed_s']:.0f}s")
 
 
-def gpu_label(name: str, cards: int) -> str:
-    """The sizing calculator's name for a card set ("2xT4", "rtx3050", "cpu"), so measured
-    speeds calibrate its estimates."""
-    short = "cpu" if name == "cpu" else ("T4" if "T4" in name else "rtx3050" if "3050" in name else name)
-    return f"{cards}x{short}" if cards > 1 and short != "cpu" else short
-
-
 def describe_runtime(rt: Runtime, vocab: int) -> dict:
     name = torch.cuda.get_device_name(rt.device) if rt.device.type == "cuda" else "cpu"
-    return {"gpu": gpu_label(name, rt.cards), "device": rt.device.type, "name": name, "cards": rt.cards,
+    return {"gpu": card_set(name, rt.cards), "device": rt.device.type, "name": name, "cards": rt.cards,
             "precision": rt.precision, "world": rt.world, "vocab": vocab, "torch": torch.__version__}
 
 

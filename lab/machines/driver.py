@@ -39,7 +39,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
-from lab.config import MODEL_FIELDS, RunConfig, UserError, check, check_resume, raise_on_errors
+from lab.config import MODEL_FIELDS, RunConfig, UserError, card_set, check, check_resume, raise_on_errors
 from lab.home import lab_home, runs_dir
 from lab.runs import Link, Run, create_run, list_runs, load_run, now, updating
 
@@ -114,9 +114,7 @@ def local_gpu() -> str:
     cards = local_cards()
     if not cards:
         return "cpu"
-    first = cards[0].split(",")[0].strip()
-    card = "rtx3050" if "3050" in first else "T4" if "T4" in first else first
-    return f"{len(cards)}x{card}" if len(cards) > 1 and card == "T4" else card
+    return card_set(cards[0].split(",")[0], len(cards))
 
 
 def overview(kaggle: bool = True, patient: bool = False) -> list[Machine]:
@@ -682,12 +680,9 @@ def need_hours(run: Run) -> float | None:
     cfg = run.cfg
     ckpt = {"step": run.step, "config": cfg.to_dict()} if run.step else None
     try:
-        q = sizing.estimate(cfg, checkpoint=ckpt).quota_hours
+        return sizing.estimate(cfg, checkpoint=ckpt).hours_to_finish
     except (UserError, ValueError):  # the rule works without it (most quota left)
         return None
-    if q.value is None:
-        return None
-    return float(q.extra.get("to_steps_until", q.value))
 
 
 def _pin_data(run_id: str, say: Callable[[str], None]) -> None:

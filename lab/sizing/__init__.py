@@ -25,7 +25,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterable
 
-from lab.config import MODEL_FIELDS, Problem, RunConfig, check, check_against_data, check_resume
+from lab.config import MODEL_FIELDS, Problem, RunConfig, card_set, check, check_against_data, check_resume
 from lab.home import data_dir, runs_dir
 
 DEFAULT_VOCAB = 4000  # the lab's tokenizer, when no manifest or checkpoint says otherwise
@@ -391,13 +391,9 @@ def _run_gpu(cfg: dict, device: dict) -> str | None:
     if device.get("device") == "cpu":
         return "cpu"
     name = str(device.get("name", ""))
-    cards = max(int(device.get("cards") or 1), int(device.get("world") or 1))
-    if "T4" in name:
-        return "2xT4" if cards >= 2 else "T4"
-    if "3050" in name:
-        return "rtx3050"
     if name:
-        return None  # a card the calculator has no figures for
+        card = card_set(name, max(int(device.get("cards") or 1), int(device.get("world") or 1)))
+        return card if card in CARDS else None  # None: a card the calculator has no figures for
     return cfg.get("gpu") if cfg.get("gpu") in CARDS else None
 
 
@@ -513,6 +509,13 @@ class Estimate:
     @property
     def errors(self) -> list[Problem]:
         return [p for p in self.problems if p.severity == "error"]
+
+    @property
+    def hours_to_finish(self) -> float | None:
+        """GPU quota the rest of the run needs (to `steps_until`, start-ups included): what the
+        Auto rule compares with each account's quota. None when the fields do not say."""
+        q = self.quota_hours
+        return None if q.value is None else float(q.extra.get("to_steps_until", q.value))
 
     @property
     def warnings(self) -> list[Problem]:

@@ -9,13 +9,6 @@ from lab.ui.text import SIZE_HELP, esc, hours, kind_badge, lang, pair, tr
 RED, ORANGE = "#d32f2f", "#ef6c00"
 
 
-def need_hours(est: sizing.Estimate) -> float:
-    q = est.quota_hours
-    if q.value is None:
-        return 0.0
-    return float(q.extra.get("to_steps_until", q.value))
-
-
 def calculator_html(est: sizing.Estimate | None, cfg: RunConfig, choice, choice_error: str | None,
                     loose: list[Problem], general: list[str]) -> str:
     """The calculator: each figure with its kind (exact, measured, calibrated, estimate)."""

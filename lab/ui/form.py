@@ -18,7 +18,7 @@ import ipywidgets as widgets
 from lab import sizing
 from lab.ui import backend
 from lab.config import MODEL_FIELDS, SCHEDULES, Problem, RunConfig, UserError
-from lab.ui.calc import ORANGE, RED, calculator_html, need_hours
+from lab.ui.calc import ORANGE, RED, calculator_html
 from lab.ui.text import (GPU_NAMES, MODES, SECTIONS, TITLE, Panel, esc, help_text, label, lang, language_switch, on_language,
                          pair, tr)
 
@@ -326,7 +326,7 @@ class NewRunForm(Panel):
         cfg = self.config()
         self.estimate = self._estimate(cfg)
         if cfg.machine == "auto":
-            self._auto.submit(cfg, need_hours(self.estimate))
+            self._auto.submit(cfg, self.estimate.hours_to_finish or 0.0)
             if self.choice is not None and self.choice.machine == "local":  # most likely still: no flicker
                 self.estimate = self._estimate(cfg, picked="local")
         else:
