@@ -11,7 +11,8 @@ import pytest
 import sentencepiece as spm
 from pydoc_data.topics import topics
 
-from lab import cli, corpus
+from lab import cli
+from lab.corpus import core as corpus
 from lab.config import UserError
 
 SMALL_VOCAB = 600

@@ -33,7 +33,7 @@ def est(manifest=None, runs=(), **fields):
 
 def manifest(tokens=None, shortest_val=100_000, vocab=4000):
     tokens = tokens or {"pydoc": 600_000_000}
-    return {"constellations": {k: {"train_tokens": v, "val_tokens": v // 100} for k, v in tokens.items()},
+    return {"format": 1, "constellations": {k: {"train_tokens": v, "val_tokens": v // 100} for k, v in tokens.items()},
             "train_tokens": sum(tokens.values()), "val_tokens": sum(tokens.values()) // 100,
             "shortest_val_tokens": shortest_val, "tokenizer": {"vocab": vocab}, "val_set": "abc123"}
 

@@ -715,7 +715,7 @@ def prepared_data(constellations: list[str], say: Callable[[str], None], progres
 def _data_id(cfg: RunConfig) -> str | None:
     """The id of the data the run trains on: its pinned folder, else the one prepared for its
     constellations (as `_pin_data` will find it); None when there is none yet."""
-    from lab.machines.kaggle import data_id_of
+    from lab.corpus.manifests import data_id_of
     try:
         if cfg.data_dir:
             return data_id_of(Path(cfg.data_dir))

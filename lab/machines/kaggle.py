@@ -42,6 +42,7 @@ from typing import Callable, Iterator
 
 from lab.kernel.checkpoint import (atomic_write, checkpoint_meta, list_checkpoints, place_checkpoint, resolve_checkpoint,
                                    sha256_file, verify_checkpoint)
+from lab.corpus.manifests import data_id_of, read_manifest
 from lab.kernel.metrics import metrics_lines, write_metrics_lines
 from lab.config import RunConfig, UserError
 from lab.home import lab_home
@@ -213,24 +214,12 @@ def _put(src: Path, dst: Path) -> None:
         shutil.copyfile(src, dst)
 
 
-def data_id_of(data_dir: Path) -> str:
-    manifest = _manifest(data_dir)
-    return str(manifest.get("data_id") or data_dir.name)
-
-
-def _manifest(data_dir: Path) -> dict:
-    try:
-        return json.loads((Path(data_dir) / "manifest.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        raise UserError(f"no readable manifest.json in {data_dir}: prepare the data again (lab prepare)") from None
-
-
 def stage_data(data_dir: Path) -> Path:
     """The data folder as a flat folder for a dataset upload: `pydoc/train_0000.bin` becomes
     `pydoc__train_0000.bin` and the manifest names the flat files, so the training notebook
     reads the mounted dataset as it reads the folder here. Made once per data id."""
     data_dir = Path(data_dir)
-    manifest = _manifest(data_dir)
+    manifest = read_manifest(data_dir)
     data_id = data_id_of(data_dir)
     stage = lab_home() / "kaggle" / "stage" / re.sub(r"[^A-Za-z0-9._+-]", "_", data_id)
     if (stage / "manifest.json").is_file():

@@ -25,7 +25,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterable
 
-from lab.config import MODEL_FIELDS, Problem, RunConfig, card_set, check, check_against_data, check_resume
+from lab.config import MODEL_FIELDS, Problem, RunConfig, UserError, card_set, check, check_against_data, check_resume
+from lab.corpus.manifests import prepared_folders, read_manifest
 from lab.home import data_dir, runs_dir
 
 DEFAULT_VOCAB = 4000  # the lab's tokenizer, when no manifest or checkpoint says otherwise
@@ -222,32 +223,16 @@ def _cached_json(path: Path) -> Any:
     return value
 
 
-def prepared_manifests() -> list[tuple[Path, dict]]:
-    """Every finished data folder in `$LAB_HOME/data/` with its manifest, newest first.
-    Like `lab.corpus.prepared_folders`, without importing numpy and sentencepiece; and
-    unlike `lab.corpus.find_prepared` it does not re-hash the sources' text, which takes
-    seconds on a big constellation: the form asks on every keystroke."""
-    try:
-        entries = [e for e in os.scandir(data_dir()) if e.is_dir() and not e.name.startswith(".")]
-    except OSError:
-        return []
-    out = []
-    for entry in entries:
-        m = _cached_json(Path(entry.path) / "manifest.json")
-        if isinstance(m, dict) and isinstance(m.get("constellations"), dict):
-            out.append((Path(entry.path), m))
-    out.sort(key=lambda fm: (str(fm[1].get("created", "")), fm[0].name), reverse=True)
-    return out
-
-
 def find_manifest(cfg: RunConfig) -> dict | None:
     """The prepared data's manifest for the run: `data_dir`'s when set, else the newest
     folder prepared for exactly the selected constellations. None when nothing is."""
     if cfg.data_dir:
-        m = _cached_json(Path(cfg.data_dir) / "manifest.json")
-        return m if isinstance(m, dict) else None
+        try:
+            return read_manifest(cfg.data_dir)
+        except UserError:
+            return None
     names = set(cfg.constellations)
-    return next((m for _, m in prepared_manifests() if set(m["constellations"]) == names), None)
+    return next((m for _, m in prepared_folders() if set(m["constellations"]) == names), None)
 
 
 def checkpoint_info(target: str) -> dict | None:

@@ -13,6 +13,7 @@ import threading
 from lab import sizing
 from lab.machines import driver as machines
 from lab.config import RunConfig, UserError
+from lab.corpus.manifests import prepared_folders
 
 Machine, Choice = machines.Machine, machines.Choice
 
@@ -135,7 +136,7 @@ class Latest:
 def constellation_tokens() -> dict[str, int]:
     """Train tokens per constellation, from the newest data prepared with it."""
     out: dict[str, int] = {}
-    for _, manifest in sizing.prepared_manifests():
+    for _, manifest in prepared_folders():
         for name, part in manifest.get("constellations", {}).items():
             if isinstance(part, dict) and isinstance(part.get("train_tokens"), int):
                 out.setdefault(name, part["train_tokens"])

@@ -1,0 +1,78 @@
+"""Prepared data folders and their manifests, read without numpy or sentencepiece: the
+calculator asks on every keystroke, the driver before every link.
+
+A data folder (`$LAB_HOME/data/<id>/`, written by `lab prepare`) holds `manifest.json`: the
+constellations with their sources' sha256, token counts per split, the tokenizer, the val-set
+id and `data_id`.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from lab import home
+from lab.config import UserError
+
+FORMAT = 1
+MANIFEST = "manifest.json"
+
+_cache: dict[str, tuple[tuple, Any]] = {}
+
+
+def _read_cached(file: Path) -> Any:
+    """The parsed file, re-read only when its mtime, size or inode changed; None if absent or bad."""
+    try:
+        st = file.stat()
+    except OSError:
+        _cache.pop(str(file), None)
+        return None
+    key = (st.st_mtime_ns, st.st_size, st.st_ino)
+    hit = _cache.get(str(file))
+    if hit and hit[0] == key:
+        return hit[1]
+    try:
+        value = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        value = None
+    _cache[str(file)] = (key, value)
+    return value
+
+
+def read_manifest(path: str | os.PathLike) -> dict:
+    """The manifest of a data folder (or the manifest file itself); a clear error when it is
+    missing, unreadable or of another format."""
+    path = Path(path)
+    file = path / MANIFEST if path.is_dir() else path
+    if not file.is_file():
+        raise UserError(f"no manifest at {file}: prepare the data first (lab prepare -c NAME)")
+    manifest = _read_cached(file)
+    if not isinstance(manifest, dict):
+        raise UserError(f"{file} is not a readable manifest: prepare the data again (lab prepare)")
+    if manifest.get("format") != FORMAT:
+        raise UserError(f"{file} has format {manifest.get('format')!r}; this lab reads format {FORMAT}: "
+                        f"prepare the data again with this version")
+    return manifest
+
+
+def prepared_folders() -> list[tuple[Path, dict]]:
+    """Every finished data folder in `$LAB_HOME/data/` with its manifest, newest first. Folders
+    being written (dot names) and unreadable manifests are skipped."""
+    try:
+        entries = [e for e in os.scandir(home.data_dir()) if e.is_dir() and not e.name.startswith(".")]
+    except OSError:
+        return []
+    out = []
+    for entry in entries:
+        try:
+            out.append((Path(entry.path), read_manifest(entry.path)))
+        except UserError:
+            continue
+    out.sort(key=lambda fm: (str(fm[1].get("created", "")), fm[0].name), reverse=True)
+    return out
+
+
+def data_id_of(data_dir: str | os.PathLike) -> str:
+    """The id that names a prepared data set everywhere (its Kaggle dataset too)."""
+    return str(read_manifest(data_dir).get("data_id") or Path(data_dir).name)
