@@ -198,7 +198,7 @@ def test_rtx3050_has_8_gb_and_room_for_half_the_batch():
 
 
 def test_cpu_memory_is_host_memory(monkeypatch):
-    monkeypatch.setattr(sizing, "_host_bytes", 16e9)
+    monkeypatch.setattr(sizing.memory, "_host_bytes", 16e9)
     e = est(gpu="cpu")
     assert e.precision == "fp32"
     assert e.memory_per_card_gb.extra["usable_gb"] == 12  # 75% of 16 GB
@@ -620,7 +620,7 @@ def test_calculator_answers_well_under_50_ms(home):
 
 
 def test_importing_the_calculator_pulls_in_neither_torch_nor_numpy():
-    code = ("import sys, time; t = time.perf_counter(); import lab.sizing, lab.sizing_cli; "
+    code = ("import sys, time; t = time.perf_counter(); import lab.sizing, lab.cli.size; "
             "print(time.perf_counter() - t, 'torch' in sys.modules, 'numpy' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=Path(__file__).resolve().parents[1]).stdout.split()

@@ -1,0 +1,69 @@
+"""The cards a run can be sized for, the guide's reference size and the size arithmetic
+(weights, FLOPs per token, the next size up)."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, replace
+
+from lab.config import RunConfig
+
+DEFAULT_VOCAB = 4000  # the lab's tokenizer, when no manifest or checkpoint says otherwise
+TOKENS_PER_WEIGHT = 20  # the guide's "about 20 tokens of data per weight"
+# The size at which the guide measured its speeds (and the form's defaults).
+REFERENCE = {"context": 1024, "width": 512, "heads": 8, "layers": 8, "vocab": 4000, "batch_per_card": 6}
+AUTO_GPU = "2xT4"  # "auto" sizes for Kaggle's machine: the Auto rule picks a Kaggle account first
+STARTUP_MIN = 10.0  # a Kaggle session's start, data mount and the final checkpoint save
+CPU_TOK_S_PER_CORE = 240.0  # at the reference size: 480 tok/s on a 2-core EPYC, torch 2.13, fp32
+
+
+@dataclass(frozen=True)
+class Card:
+    """A card (or pair of cards) a run can be sized for."""
+    name: str
+    cards: int
+    usable_gb: float | None  # per card; None: host memory, read on first use
+    precision: str  # what precision "auto" picks on it
+    ref_tok_s: float  # at REFERENCE, all cards together
+    ref_measured: bool  # the guide measured ref_tok_s; otherwise it is our estimate
+    kaggle: bool  # runs on Kaggle and spends an account's weekly quota
+    context_gb: float  # CUDA context and cuBLAS workspaces, outside PyTorch's allocator
+
+
+# How memory messages name the card: (English, Russian).
+CARD_WHERE = {"2xT4": ("each T4", "на каждой T4"), "T4": ("a T4", "на T4"), "rtx3050": ("an RTX 3050", "на RTX 3050"),
+              "cpu": ("this computer", "на этом компьютере")}
+
+CARDS = {
+    "2xT4": Card("2xT4", 2, 15.0, "fp16", 102_000.0, True, True, 0.5),
+    "T4": Card("T4", 1, 15.0, "fp16", 49_000.0, True, True, 0.5),
+    # Not measured. The guide: "slower than one T4". Its bf16 tensor rate with fp32
+    # accumulation (~18 TFLOPS) and 224 GB/s put it near 0.7 of a power-capped T4.
+    "rtx3050": Card("rtx3050", 1, 8.0, "bf16", 34_000.0, False, False, 0.5),
+    "cpu": Card("cpu", 1, None, "fp32", 0.0, False, False, 0.0),
+}
+
+
+def weight_count(layers: int, width: int, vocab: int, context: int) -> int:
+    """12·layers·d² + vocab·d + n·d: per block q, k, v, out (4·d²) and the 4·d MLP (8·d²);
+    no biases, norms without weights, the output head tied to the token embedding.
+    (The same one-liner as `lab.model.weight_count`, which imports torch.)"""
+    return 12 * layers * width * width + vocab * width + context * width
+
+
+def flops_per_token(layers: int, width: int, vocab: int, context: int) -> float:
+    """Training FLOPs per token: 6·N for the matrix products forward and backward, plus
+    12·layers·n·d for attention's scores and weighted sums (PaLM's accounting)."""
+    return 6 * weight_count(layers, width, vocab, context) + 12 * layers * context * width
+
+
+
+def reference_tok_s(card: Card) -> float:
+    if card.name == "cpu":  # scales roughly with cores; calibrate with a short run
+        return CPU_TOK_S_PER_CORE * (os.cpu_count() or 1)
+    return card.ref_tok_s
+
+
+def next_size(cfg: RunConfig) -> RunConfig:
+    """The next size up, the guide's step: half as many layers again (8 -> 12)."""
+    return replace(cfg, layers=cfg.layers + max(1, cfg.layers // 2))
+

@@ -1,0 +1,97 @@
+"""Validation: everything wrong with a run's fields once the figures are known (the
+field checks of `lab.config`, the data, the checkpoint, whether the batch fits)."""
+from __future__ import annotations
+
+from lab.config import Problem, RunConfig, check, check_against_data, check_resume
+from lab.sizing.cards import CARD_WHERE, TOKENS_PER_WEIGHT, Card
+from lab.sizing.figures import Estimate
+from lab.sizing.words import format_count, format_number
+
+
+def problems(cfg: RunConfig, run_cfg: RunConfig, est: Estimate, card: Card | None, vocab_given: int | None,
+              manifest: dict | None, checkpoint: dict | None, ckpt_missing: bool,
+              given: set[str] | None) -> list[Problem]:
+    out = check(run_cfg)
+    if est.vocab < 1:
+        out.append(Problem("vocab", f"vocab must be at least 1 (got {est.vocab})",
+                           f"словарь должен быть не меньше 1 (сейчас {est.vocab})"))
+    out += _data_problems(run_cfg, est, manifest, vocab_given)
+    if cfg.resume_from:
+        if ckpt_missing:
+            out.append(Problem("resume_from", f"no finished checkpoint at {cfg.resume_from}: give a ckpt_*.pt "
+                                              f"file or a run folder that has one",
+                               f"в {cfg.resume_from} нет готового чекпоинта: укажите файл ckpt_*.pt "
+                               f"или папку прогона с ним"))
+        elif checkpoint is not None:
+            theirs = checkpoint.get("config") or cfg.model_dict()  # no config saved: nothing to lock against
+            out += check_resume(cfg, theirs, int(checkpoint["step"]), given)
+    if card is not None and card.precision == "fp16" and est.precision == "bf16":
+        out.append(Problem("precision", f"{card.name} has no native bf16: it is emulated and slow; "
+                                        f"use precision auto (fp16 + GradScaler)",
+                           f"у {card.name} нет настоящего bf16: он эмулируется и медленный; "
+                           f"выберите precision auto (fp16 + GradScaler)", severity="warning"))
+    out += _fit_problems(run_cfg, est, card)
+    return out
+
+
+def _data_problems(cfg: RunConfig, est: Estimate, manifest: dict | None, vocab_given: int | None) -> list[Problem]:
+    out: list[Problem] = []
+    if manifest is None:
+        names = ", ".join(cfg.constellations) or cfg.data_dir
+        out.append(Problem("constellations", f"no prepared data for {names}: tokens available are unknown; "
+                                             f"run `lab prepare` first",
+                           f"для {names} нет подготовленных данных: сколько токенов, неизвестно; "
+                           f"сначала `lab prepare`", severity="warning"))
+        return out
+    per = manifest.get("constellations")
+    if isinstance(per, dict) and per and not cfg.data_dir:
+        missing = [n for n in cfg.constellations if n not in per]
+        if missing:
+            out.append(Problem("constellations", f"not in the prepared data: {', '.join(missing)}; "
+                                                 f"prepare them with `lab prepare`",
+                               f"нет в подготовленных данных: {', '.join(missing)}; подготовьте их `lab prepare`"))
+    shortest = manifest.get("shortest_val_tokens")
+    if isinstance(shortest, int) and cfg.context >= 1:
+        out += check_against_data(cfg, shortest)
+    mvocab = (manifest.get("tokenizer") or {}).get("vocab")
+    if vocab_given is not None and isinstance(mvocab, int) and mvocab != vocab_given:
+        out.append(Problem("vocab", f"vocab {vocab_given} differs from the prepared data's tokenizer ({mvocab})",
+                           f"словарь {vocab_given} не совпадает с токенизатором данных ({mvocab})",
+                           severity="warning"))
+    wanted, available = est.tokens_wanted.value, est.tokens_available.value
+    if wanted and available and wanted > available:
+        fits = available / TOKENS_PER_WEIGHT
+        out.append(Problem("layers", f"the model is bigger than the data can train: {format_count(est.weights.value)} weights "
+                                     f"want ≈ {format_count(wanted)} tokens ({TOKENS_PER_WEIGHT} per weight), the data hold "
+                                     f"{format_count(available)} ({est.epochs.value:g} epochs). It will be undertrained: "
+                                     f"pick a size up to ~{format_count(fits)} weights or add data",
+                           f"модель больше, чем данные могут обучить: {format_count(est.weights.value, 'ru')} весов хотят "
+                           f"≈ {format_count(wanted, 'ru')} токенов ({TOKENS_PER_WEIGHT} на вес), а в данных "
+                           f"{format_count(available, 'ru')} (эпох: {format_number(est.epochs.value, 'ru')}). Она недообучится: "
+                           f"возьмите размер до ~{format_count(fits, 'ru')} весов или добавьте данных", severity="warning"))
+    return out
+
+
+def _fit_problems(cfg: RunConfig, est: Estimate, card: Card | None) -> list[Problem]:
+    mem, best = est.memory_per_card_gb, est.max_batch_per_card
+    if card is None or best.value is None or cfg.batch_per_card <= best.value:
+        return []  # the same formula decides both, so the warning and the largest batch agree
+    usable = mem.extra["usable_gb"]
+    where, where_ru = CARD_WHERE[card.name]
+    need, have = f"≈ {mem.value:g} GB", f"{usable:g} GB"
+    need_ru, have_ru = f"≈ {format_number(mem.value, 'ru')} ГБ", f"{format_number(usable, 'ru')} ГБ"
+    if best.value == 0:
+        return [Problem("batch_per_card",
+                        f"the model does not fit on {where} even at batch 1 ({need} at batch {cfg.batch_per_card}, "
+                        f"{have} usable): lower width, layers or context",
+                        f"модель не помещается даже с батчем 1 ({need_ru} при батче {cfg.batch_per_card}, "
+                        f"доступно {have_ru} {where_ru}): уменьшите d, слои или контекст", severity="warning")]
+    return [Problem("batch_per_card",
+                    f"batch {cfg.batch_per_card} per card needs {need}, more than the {have} usable on {where}: "
+                    f"out of memory is likely. Lower batch_per_card to {best.value} or less "
+                    f"(raise grad_accum to keep the tokens per step)",
+                    f"батч {cfg.batch_per_card} на карту требует {need_ru}, больше {have_ru}, доступных {where_ru}: "
+                    f"вероятна нехватка памяти. Уменьшите батч до {best.value} или меньше "
+                    f"(увеличьте grad_accum, чтобы сохранить токены на шаг)", severity="warning")]
+
+

@@ -1,0 +1,177 @@
+"""The estimate: every figure for a run's fields (weights, data, steps, time, quota,
+memory), computed from the cards, the measured speeds and the memory formula."""
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+from lab.config import MODEL_FIELDS, Problem, RunConfig
+from lab.sizing.cards import AUTO_GPU, CARDS, STARTUP_MIN, TOKENS_PER_WEIGHT, Card, weight_count
+from lab.sizing.checks import problems
+from lab.sizing.figures import Estimate, Figure, unknown
+from lab.sizing.inputs import checkpoint_info, find_manifest, resolve_vocab, tokens_available
+from lab.sizing.memory import GB, max_batch, memory_bytes, usable_bytes
+from lab.sizing.speeds import Measured, measured_runs, speed_figure
+
+EVAL_FORWARD_SHARE = 1 / 3  # an eval batch is a forward only: a third of a training micro-step
+
+
+def _with_checkpoint_model(cfg: RunConfig, ckpt: dict | None, given: set[str] | None) -> RunConfig:
+    """A continued run has the checkpoint's architecture: the model fields the person did not
+    set are taken from it, so the figures describe the model that will actually train."""
+    if not ckpt or given is None:
+        return cfg
+    theirs = ckpt.get("config") or {}
+    return replace(cfg, **{k: theirs[k] for k in MODEL_FIELDS if k not in given and isinstance(theirs.get(k), int)})
+
+
+def _eval_share(cfg: RunConfig) -> float:
+    """Time spent on val evaluations, as a fraction of training time."""
+    if cfg.eval_every < 1 or cfg.grad_accum < 1:
+        return 0.0
+    return cfg.eval_batches * EVAL_FORWARD_SHARE / (cfg.eval_every * cfg.grad_accum)
+
+
+def _sizes_ok(cfg: RunConfig, vocab: int) -> bool:
+    return min(cfg.context, cfg.width, cfg.heads, cfg.layers, cfg.batch_per_card, cfg.grad_accum, vocab) >= 1
+
+
+def estimate(cfg: RunConfig, vocab: int | None = None, manifest: dict | None = None,
+             checkpoint: dict | None = None, given: set[str] | None = None,
+             runs: list[Measured] | None = None) -> Estimate:
+    """Every figure for the run, and every problem with its fields. Never raises on bad
+    fields (the form calls it with half-typed values): figures it cannot compute are
+    "unknown" and the errors say why.
+
+    manifest: the prepared data's manifest; None looks it up (`data_dir` or the
+    constellations). checkpoint: {"step", "config"}; None reads `resume_from`'s sidecar.
+    given: fields the person set explicitly (a resumed run takes the others from the
+    checkpoint; a given model field that differs is an error). runs: measured runs; None
+    scans `$LAB_HOME/runs`."""
+    if manifest is None:
+        manifest = find_manifest(cfg)
+    ckpt_missing = False
+    if checkpoint is None and cfg.resume_from:
+        checkpoint = checkpoint_info(cfg.resume_from)
+        ckpt_missing = checkpoint is None
+    vocab_n, vocab_source = resolve_vocab(vocab, manifest, checkpoint)
+    run_cfg = _with_checkpoint_model(cfg, checkpoint, given)
+    gpu_auto = cfg.gpu == "auto"
+    card = CARDS.get(AUTO_GPU if gpu_auto else cfg.gpu)
+    precision = (cfg.precision if cfg.precision not in ("auto", "") else card.precision) if card else "fp16"
+    if runs is None:
+        runs = measured_runs(card.name) if card else []
+
+    est = Estimate(card.name if card else cfg.gpu, gpu_auto, card.cards if card else 1, precision, vocab_n,
+                   vocab_source, **{name: unknown("fix the fields first", "сначала исправьте поля")
+                                    for name in Estimate.FIGURES})
+    if _sizes_ok(run_cfg, vocab_n):
+        _size_figures(est, run_cfg, manifest)
+        if card is not None:
+            steps = max(0, run_cfg.steps_until - (checkpoint["step"] if checkpoint else 0))
+            _step_figures(est, run_cfg, card, steps)
+            _time_figures(est, run_cfg, card, runs, steps)
+            _memory_figures(est, run_cfg, card)
+    est.problems = problems(cfg, run_cfg, est, card, vocab, manifest, checkpoint, ckpt_missing, given)
+    return est
+
+
+def _size_figures(est: Estimate, cfg: RunConfig, manifest: dict | None) -> None:
+    """Weights, and the data they want against the data there is."""
+    n_weights = weight_count(cfg.layers, cfg.width, est.vocab, cfg.context)
+    est.weights = Figure(n_weights, "exact", "weights", "12·layers·d² + vocab·d + n·d",
+                         "12·слои·d² + словарь·d + n·d")
+    wanted = TOKENS_PER_WEIGHT * n_weights
+    est.tokens_wanted = Figure(wanted, "estimate", "tokens", f"about {TOKENS_PER_WEIGHT} tokens per weight",
+                               f"около {TOKENS_PER_WEIGHT} токенов на вес")
+    available = tokens_available(cfg, manifest)
+    if not available:
+        est.tokens_available = unknown("no prepared data for these constellations (lab prepare)",
+                                        "для этих созвездий нет подготовленных данных (lab prepare)", "tokens")
+        est.epochs = unknown("data size unknown", "объём данных неизвестен", "epochs")
+        return
+    est.tokens_available = Figure(available, "exact", "tokens", "train tokens in the manifest",
+                                  "токенов обучения в манифесте")
+    est.epochs = Figure(round(wanted / available, 2), "estimate", "epochs",
+                        "passes over the data that the tokens wanted imply",
+                        "сколько проходов по данным нужно на желаемые токены")
+
+
+def _step_figures(est: Estimate, cfg: RunConfig, card: Card, steps: int) -> None:
+    """Tokens per optimizer step, and to steps_until."""
+    per_step = cfg.batch_per_card * card.cards * cfg.context * cfg.grad_accum
+    accum = f" × grad_accum {cfg.grad_accum}" if cfg.grad_accum != 1 else ""
+    est.tokens_per_step = Figure(per_step, "exact", "tokens",
+                                 f"batch {cfg.batch_per_card} × {card.cards} card(s) × n {cfg.context}{accum}",
+                                 f"батч {cfg.batch_per_card} × карт {card.cards} × n {cfg.context}{accum}")
+    planned = steps * per_step
+    extra = {"epochs": round(planned / est.tokens_available.value, 2)} if est.tokens_available.value else {}
+    est.tokens_planned = Figure(planned, "exact", "tokens", f"{steps} steps × {per_step} tokens",
+                                f"{steps} шагов × {per_step} токенов", extra)
+
+
+def _time_figures(est: Estimate, cfg: RunConfig, card: Card, runs: list[Measured], steps: int) -> None:
+    """Speed, the run's hours (capped by the limit) and the quota they spend."""
+    est.tok_s = speed = speed_figure(card, cfg, est.vocab, est.precision, runs)
+    if not speed.value:
+        return
+    eval_share = _eval_share(cfg)
+    step_s = est.tokens_per_step.value / speed.value * (1 + eval_share)
+    hours_to_end = steps * step_s / 3600
+    limit_h = cfg.limit_min / 60 if cfg.limit_min > 0 else math.inf
+    run_h = min(hours_to_end, limit_h)
+    capped = hours_to_end > limit_h
+    sessions = math.ceil(hours_to_end / limit_h) if steps and limit_h < math.inf else (1 if steps else 0)
+    est.run_hours = Figure(round(run_h, 3), speed.kind, "hours",
+                           f"{steps} steps at {speed.value} tokens/s, val evaluations +{eval_share:.1%}"
+                           + (f"; the limit stops it at ~{int(limit_h * 3600 / step_s)} steps" if capped else ""),
+                           f"{steps} шагов при {speed.value} токенов/с, оценки val +{eval_share:.1%}"
+                           + (f"; лимит остановит около {int(limit_h * 3600 / step_s)} шагов" if capped else ""),
+                           {"to_steps_until": round(hours_to_end, 3), "capped_by_limit": capped,
+                            "steps_in_limit": int(limit_h * 3600 / step_s) if capped else steps,
+                            "sessions": sessions})
+    if not card.kaggle:
+        est.quota_hours = Figure(0.0, "exact", "hours", "a local card spends no Kaggle quota",
+                                 "своя карта не тратит квоту Kaggle", {"to_steps_until": 0.0})
+        return
+    overhead = STARTUP_MIN / 60
+    est.quota_hours = Figure(round(run_h + overhead, 3) if steps else 0.0, speed.kind, "hours",
+                             f"run time + {STARTUP_MIN:g} min for the session's start and the final save; "
+                             f"2×T4 costs the same per hour as one GPU",
+                             f"время прогона + {STARTUP_MIN:g} мин на запуск сессии и последнее сохранение; "
+                             f"час 2×T4 стоит как час одной GPU",
+                             {"to_steps_until": round(hours_to_end + sessions * overhead, 3)})
+
+
+def _memory_figures(est: Estimate, cfg: RunConfig, card: Card) -> None:
+    """Memory per card at this batch, and the largest batch that fits."""
+    precision, vocab = est.precision, est.vocab
+    mem = memory_bytes(cfg.context, cfg.width, cfg.heads, cfg.layers, vocab, cfg.batch_per_card,
+                       precision, card.cards, card.context_gb)
+    usable = usable_bytes(card)
+    usable_gb = None if usable is None else round(usable / GB, 1)
+    est.memory_per_card_gb = Figure(round(mem.total / GB, 2), "estimate", "GB",
+                                    "weights+grads+AdamW 16·N, 16-bit copies, saved activations (SDPA), "
+                                    "logits, 10% slack, CUDA context (formula in lab.sizing.memory_bytes)",
+                                    "веса+градиенты+AdamW 16·N, 16-битные копии, активации (SDPA), логиты, "
+                                    "10% запаса, контекст CUDA (формула в lab.sizing.memory_bytes)",
+                                    {"usable_gb": usable_gb, "parts": mem.parts_gb()})
+    if usable is None:
+        est.max_batch_per_card = unknown("this computer's memory is unknown", "объём памяти неизвестен")
+        return
+    best = max_batch(cfg.context, cfg.width, cfg.heads, cfg.layers, vocab, usable, precision, card.cards,
+                     card.context_gb)
+    est.max_batch_per_card = Figure(best, "estimate", "sequences",
+                                    f"largest batch per card within {usable_gb:g} GB",
+                                    f"наибольший батч на карту в пределах {usable_gb:g} ГБ")
+
+
+def validate(cfg: RunConfig, manifest: dict | None = None, checkpoint: dict | None = None,
+             given: set[str] | None = None, vocab: int | None = None) -> list[Problem]:
+    """Everything wrong with a run's fields, in English and Russian: the field checks of
+    `lab.config.check`, the context against the data, the locked fields and steps of a
+    continued run, and whether the batch fits the card. Errors refuse the launch;
+    warnings are shown before it."""
+    return estimate(cfg, vocab=vocab, manifest=manifest, checkpoint=checkpoint, given=given).problems
+
+
