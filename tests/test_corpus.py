@@ -12,7 +12,8 @@ import sentencepiece as spm
 from pydoc_data.topics import topics
 
 from lab import cli
-from lab.corpus import core as corpus
+from lab import corpus
+from lab.corpus import prepared, shards
 from lab.config import UserError
 
 SMALL_VOCAB = 600
@@ -72,12 +73,12 @@ def test_round_trip_is_exact_for_whitespace_cyrillic_and_emoji():
     # Long documents are encoded in pieces cut after newlines; the cut must change nothing.
     long_doc = "\n".join(topics[t] for t in sorted(topics)[:10])
     whole = sp.encode(long_doc)
-    old = corpus.ENCODE_BATCH_CHARS
+    old = shards.ENCODE_BATCH_CHARS
     try:
-        corpus.ENCODE_BATCH_CHARS = 5000
-        assert corpus._encode(sp, [long_doc])[0].tolist() == whole
+        shards.ENCODE_BATCH_CHARS = 5000
+        assert shards._encode(sp, [long_doc])[0].tolist() == whole
     finally:
-        corpus.ENCODE_BATCH_CHARS = old
+        shards.ENCODE_BATCH_CHARS = old
 
 
 def test_tokenizer_learns_cyrillic_pieces_when_trained_on_russian():
@@ -228,7 +229,7 @@ def test_a_single_document_constellation_holds_out_the_tail_of_it(lab_home):
 
 
 def test_large_constellations_are_cut_into_several_shards(lab_home, monkeypatch):
-    monkeypatch.setattr(corpus, "SHARD_TOKENS", 20_000)
+    monkeypatch.setattr(shards, "SHARD_TOKENS", 20_000)
     folder = corpus.prepare(["pydoc"], vocab=SMALL_VOCAB, progress=False)
     m = corpus.read_manifest(folder)
     assert len(m["train"]) > 3 and all(e["tokens"] <= 20_000 for e in m["train"] + m["val"])
@@ -240,7 +241,7 @@ def test_an_interrupted_prepare_leaves_no_data_folder(lab_home, monkeypatch):
     def crash(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(corpus, "_write_manifest", crash)
+    monkeypatch.setattr(prepared, "write_manifest", crash)
     with pytest.raises(KeyboardInterrupt):
         corpus.prepare(["pydoc"], vocab=SMALL_VOCAB, progress=False)
     assert list((lab_home / "data").iterdir()) == []

@@ -347,6 +347,7 @@ def test_kaggle_accounts_show_their_quota_and_no_widget_holds_a_secret(kaggle_la
     form = ui.NewRunForm()
     assert {"alice", "bob"} <= {v for _, v in form.inputs["machine"].options}
     form.settle()
+    assert form.choice is not None, form.choice_error
     assert form.choice.machine in ("alice", "bob")
     ui.Monitor(form).close()
     ui.RunsPanel()

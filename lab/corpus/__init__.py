@@ -1,13 +1,34 @@
 """Constellations, the tokenizer and token shards: `lab prepare`.
 
-The package's public names are read lazily from the module that defines them, so
-`lab.corpus.manifests` (no numpy, no sentencepiece) stays light for the calculator."""
+By concern: `constellations` (the named groups of sources and their content hashes),
+`tokenizer` (train, store, reuse), `shards` (the held-out split and the uint16 shards),
+`prepared` (`prepare`: a selection into one data folder), `manifests` (the one reader of prepared
+folders and manifests), `builtin` (the texts shipped with the kit), `folders`.
+
+The package's public names are read lazily from the module that defines them, so importing
+`lab.corpus` or `lab.corpus.manifests` pulls in neither numpy nor sentencepiece: the
+calculator asks on every keystroke."""
 from __future__ import annotations
 
 import importlib
 
+# public name -> the module that defines it
+_WHERE = {
+    **dict.fromkeys(("Document", "Constellation", "Scan", "load_constellations", "get_constellations",
+                     "add_constellation", "source_files", "source_documents", "scan"), "constellations"),
+    **dict.fromkeys(("DEFAULT_VOCAB", "MAX_VOCAB", "EOS_ID", "TokenizerInfo", "train_tokenizer", "list_tokenizers",
+                     "reusable_tokenizer", "load_tokenizer"), "tokenizer"),
+    **dict.fromkeys(("SHARD_TOKENS", "Split", "choose_val", "ShardWriter"), "shards"),
+    **dict.fromkeys(("val_set_id", "find_prepared", "prepare"), "prepared"),
+    **dict.fromkeys(("FORMAT", "read_manifest", "prepared_folders", "data_id_of", "write_manifest"), "manifests"),
+}
+
 
 def __getattr__(name: str):
-    if name.startswith("__"):
-        raise AttributeError(name)
-    return getattr(importlib.import_module("lab.corpus.core"), name)
+    if name not in _WHERE:
+        raise AttributeError(f"module 'lab.corpus' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"lab.corpus.{_WHERE[name]}"), name)
+
+
+def __dir__() -> list[str]:
+    return sorted(_WHERE)

@@ -21,19 +21,28 @@ MANIFEST = "manifest.json"
 _cache: dict[str, tuple[tuple, Any]] = {}
 
 
-def _read_cached(file: Path) -> Any:
-    """The parsed file, re-read only when its mtime, size or inode changed; None if absent or bad."""
+def stat_key(path: str | os.PathLike) -> tuple | None:
+    """What changes when a file is rewritten or replaced: mtime, size, inode (None: absent)."""
     try:
-        st = file.stat()
+        st = os.stat(path)
     except OSError:
+        return None
+    return (st.st_mtime_ns, st.st_size, st.st_ino)
+
+
+def read_json_cached(file: str | os.PathLike) -> Any:
+    """The parsed JSON file, re-read only when its mtime, size or inode changed; None if
+    absent or bad. The calculator and the form read manifests and checkpoint sidecars
+    through it on every keystroke."""
+    key = stat_key(file)
+    if key is None:
         _cache.pop(str(file), None)
         return None
-    key = (st.st_mtime_ns, st.st_size, st.st_ino)
     hit = _cache.get(str(file))
     if hit and hit[0] == key:
         return hit[1]
     try:
-        value = json.loads(file.read_text(encoding="utf-8"))
+        value = json.loads(Path(file).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         value = None
     _cache[str(file)] = (key, value)
@@ -47,7 +56,7 @@ def read_manifest(path: str | os.PathLike) -> dict:
     file = path / MANIFEST if path.is_dir() else path
     if not file.is_file():
         raise UserError(f"no manifest at {file}: prepare the data first (lab prepare -c NAME)")
-    manifest = _read_cached(file)
+    manifest = read_json_cached(file)
     if not isinstance(manifest, dict):
         raise UserError(f"{file} is not a readable manifest: prepare the data again (lab prepare)")
     if manifest.get("format") != FORMAT:
@@ -76,3 +85,8 @@ def prepared_folders() -> list[tuple[Path, dict]]:
 def data_id_of(data_dir: str | os.PathLike) -> str:
     """The id that names a prepared data set everywhere (its Kaggle dataset too)."""
     return str(read_manifest(data_dir).get("data_id") or Path(data_dir).name)
+
+
+def write_manifest(folder: Path, manifest: dict) -> None:
+    """Writes a data folder's manifest.json (the folder is renamed into place after, whole)."""
+    (folder / MANIFEST).write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")

@@ -2,42 +2,11 @@
 cached by mtime (the form asks on every keystroke), and what they say about a run."""
 from __future__ import annotations
 
-import json
-import os
 from pathlib import Path
-from typing import Any
 
 from lab.config import RunConfig, UserError
-from lab.corpus.manifests import prepared_folders, read_manifest
+from lab.corpus.manifests import prepared_folders, read_json_cached, read_manifest
 from lab.sizing.cards import DEFAULT_VOCAB
-
-_json_cache: dict[str, tuple[tuple, Any]] = {}
-
-
-def stat_key(path: str | Path) -> tuple | None:
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return (st.st_mtime_ns, st.st_size, st.st_ino)
-
-
-def cached_json(path: Path) -> Any:
-    """The parsed file, re-read only when its mtime, size or inode changed; None if absent or bad."""
-    key = stat_key(path)
-    if key is None:
-        _json_cache.pop(str(path), None)
-        return None
-    hit = _json_cache.get(str(path))
-    if hit and hit[0] == key:
-        return hit[1]
-    try:
-        with open(path, encoding="utf-8") as f:
-            value = json.load(f)
-    except (OSError, ValueError):
-        value = None
-    _json_cache[str(path)] = (key, value)
-    return value
 
 
 def find_manifest(cfg: RunConfig) -> dict | None:
@@ -67,7 +36,7 @@ def checkpoint_info(target: str) -> dict | None:
             except OSError:
                 pass
     for sidecar in reversed(sidecars):
-        meta = cached_json(sidecar)
+        meta = read_json_cached(sidecar)
         if isinstance(meta, dict) and isinstance(meta.get("step"), int):
             return {"step": meta["step"], "config": meta.get("config") or {}, "path": str(sidecar.with_suffix(".pt"))}
     return None

@@ -12,10 +12,11 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from lab.config import RunConfig, card_set
+from lab.corpus.manifests import read_json_cached, stat_key
 from lab.home import runs_dir
 from lab.sizing.cards import CARDS, REFERENCE, Card, flops_per_token, reference_tok_s
 from lab.sizing.figures import Figure
-from lab.sizing.inputs import cached_json, find_manifest, resolve_vocab, stat_key
+from lab.sizing.inputs import find_manifest, resolve_vocab
 
 WARMUP_STEPS = 20  # steps at a session's start that compile kernels and fill caches
 SPEED_SAMPLES = 1000  # the median is over the most recent steps: the current code's speed
@@ -158,7 +159,7 @@ def _run_info(folder: str) -> tuple | None:
     hit = _run_infos.get(folder)
     if hit and hit[0] == key:
         return hit[1]
-    cfg, device = cached_json(Path(cfg_path)), cached_json(Path(dev_path))
+    cfg, device = read_json_cached(Path(cfg_path)), read_json_cached(Path(dev_path))
     info = None
     try:
         if isinstance(cfg, dict):
