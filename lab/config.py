@@ -1,7 +1,10 @@
 """The run's fields, defined once.
 
 `RunConfig` is what `lab train` reads from flags or a JSON file, what the training
-notebook's `parameters` cell holds, and what the "New run" form edits. The defaults are
+notebook's `parameters` cell holds, and what the "New run" form edits. Each field carries
+its label and help in English and Russian (the guide's words), its choices and its flag:
+the commands' flags (`flag_specs`), the notebook's parameters and the form's widgets are
+all generated from this one definition. The defaults are
 the guide's current values. This module is stdlib-only: it is pasted into the training
 notebook that runs on a bare Kaggle image.
 """
@@ -10,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterable
 
 MODEL_FIELDS = ("context", "width", "heads", "layers")
 SCHEDULES = ("wsd", "cosine", "linear", "inv_sqrt")
@@ -21,62 +24,130 @@ KAGGLE_SESSION_MIN = 720  # Kaggle ends a batch GPU session after 12 hours.
 LIMIT_WARN_MIN = 690
 
 
-def _f(default: Any, help_en: str, help_ru: str, **meta: Any) -> Any:
-    """A field with its help texts (English and the guide's Russian) as metadata."""
+def _f(default: Any, label: tuple[str, str], help_en: str, help_ru: str, **meta: Any) -> Any:
+    """A field with what every surface says about it, English first, then Russian: its label
+    (the form's), its help (the guide's words; the form shows it under the field and the
+    commands in --help), and optionally `choices`, `flags` and `metavar` for the commands."""
     kw = {"default_factory": lambda: list(default)} if isinstance(default, list) else {"default": default}
-    return field(metadata={"en": help_en, "ru": help_ru, **meta}, **kw)
+    return field(metadata={"label_en": label[0], "label_ru": label[1], "en": help_en, "ru": help_ru, **meta}, **kw)
 
 
 @dataclass
 class RunConfig:
     # Run and checkpoint
-    resume_from: str = _f("", "Checkpoint file or run folder to continue from; empty for a run from scratch.",
-                          "Файл чекпоинта или папка прогона, с которого продолжить; пусто — прогон с нуля.")
-    constellations: list = _f(["pydoc"], "Named groups of text sources the training text comes from.",
-                              "Из каких групп датасетов берётся текст.")
+    resume_from: str = _f("", ("Continue from checkpoint", "Продолжить с чекпоинта"),
+        "Training picks up the weights and the step number of the earlier run. The architecture is the "
+        "checkpoint's: weights of another shape will not fit, so the model fields are locked.",
+        "Обучение подхватывает веса и номер шага прошлого прогона. Архитектура при этом та же, что у "
+        "чекпоинта: другой формы веса просто не лягут, поэтому поля модели закрыты.", flags=("--resume",), metavar="PATH")
+    constellations: list = _f(["pydoc"], ("Constellations in training", "Созвездия в обучении"),
+        "Which groups of datasets the text comes from. New data means a new held-out set, so val starts "
+        "counting again.",
+        "Из каких групп датасетов берётся текст. Новые данные — новая отложенная выборка, поэтому val "
+        "начинает счёт заново.", flags=("--constellation", "-c"), metavar="NAME")
     # Model (locked when continuing from a checkpoint)
-    context: int = _f(1024, "Context n: tokens the model sees at once.", "Контекст n: сколько токенов модель видит за раз.")
-    width: int = _f(512, "Width d: the vector per token.", "Ширина d: длина вектора, которым модель описывает токен.")
-    heads: int = _f(8, "Heads: parallel views of attention; width must divide by heads.",
-                    "Головы: на сколько «взглядов» делится внимание; d делится на головы без остатка.")
-    layers: int = _f(8, "Layers: depth.", "Слои: глубина.")
+    context: int = _f(1024, ("Context n", "Контекст n"),
+        "Tokens the model sees at once. Longer holds a longer thought, but attention gets dearer: memory "
+        "and time grow with n.",
+        "Сколько токенов модель видит за раз. Длиннее — держит более длинную мысль, но внимание дорожает: "
+        "память и время растут вместе с n.")
+    width: int = _f(512, ("Width d", "Ширина d"),
+        "The length of the vector that describes each token. Weights grow as d²: doubling d gives about "
+        "4× the weights.",
+        "Длина вектора, которым модель описывает каждый токен. Веса растут как d²: удвоить d — примерно "
+        "вчетверо больше весов.")
+    heads: int = _f(8, ("Heads", "Головы"),
+        "How many parallel “views” attention is split into. d must divide by heads: 512 / 8 makes 64 per "
+        "head, the usual size.",
+        "На сколько параллельных «взглядов» делится внимание. d делится на головы без остатка: 512 / 8 = "
+        "64 на голову, это обычная величина.")
+    layers: int = _f(8, ("Layers", "Слои"),
+        "Depth: how many times in a row the model reworks the text. Weights and time grow almost "
+        "linearly: 12 layers are about 1.5× bigger and slower than 8.",
+        "Глубина: сколько раз подряд модель перерабатывает текст. Веса и время растут почти линейно: 12 "
+        "слоёв — примерно в полтора раза больше и медленнее, чем 8.")
     # Training
-    gpu: str = _f("auto", "The card(s) the run is sized for: auto, 2xT4, T4, rtx3050, cpu.",
-                  "Видеокарта: auto, 2xT4, T4, rtx3050, cpu.")
-    machine: str = _f("auto", "Where it runs: auto, local, or a Kaggle account name.",
-                      "Машина: «авто», эта машина или аккаунт Kaggle.")
-    batch_per_card: int = _f(6, "Batch per card: chunks of n tokens each card processes per step.",
-                             "Батч на карту: сколько кусков по n токенов карта обрабатывает за шаг.")
-    grad_accum: int = _f(1, "Micro-steps accumulated into one optimizer step.",
-                         "Сколько микрошагов копить в один шаг оптимизатора.")
-    steps_until: int = _f(45000, "The step at which training ends; the learning rate decays towards it.",
-                          "Номер шага, на котором обучение закончится; к нему плавно падает скорость обучения.")
-    limit_min: float = _f(630, "Minutes allotted; at the limit training saves a checkpoint and stops.",
-                          "Сколько минут отвести; по лимиту обучение сохранит чекпоинт и остановится.")
+    gpu: str = _f("auto", ("GPU", "Видеокарта"),
+        "2×T4 on Kaggle is twice as fast as one T4: about 102 thousand tokens/s against 49 thousand. An "
+        "own RTX 3050 is slower than one T4 and runs hot.",
+        "2×T4 на Kaggle вдвое быстрее одной T4: около 102 тыс. токенов в секунду против 49 тыс. Своя RTX "
+        "3050 медленнее одной T4 и греется.", choices=GPUS)
+    machine: str = _f("auto", ("Machine", "Машина"),
+        "A Kaggle account with its own quota. “Auto” picks a free machine: first one whose quota covers "
+        "the whole run, then one that already has the checkpoint and the data. If the quota runs out "
+        "early, the lab continues training on another free machine.",
+        "Аккаунт Kaggle со своей квотой. «Авто» выбирает свободную машину: сперва ту, где квоты хватит на "
+        "весь прогон, потом ту, где уже есть чекпоинт и данные. Если квота кончилась раньше, лаба "
+        "продолжит обучение на другой свободной машине.")
+    batch_per_card: int = _f(6, ("Batch per card", "Батч на карту"),
+        "Chunks of n tokens a card processes per step. A step on 2×T4 with batch 6 is 6 × 2 × 1024, or "
+        "12,288 tokens. Bigger batch: smoother training, more memory. Failed with “CUDA out of memory”: "
+        "lower the batch.",
+        "Сколько кусков по n токенов карта обрабатывает за шаг. Шаг на 2×T4 с батчем 6 — это 6 × 2 × 1024 "
+        "= 12 288 токенов. Больше батч — ровнее обучение, но больше памяти. Упало с «CUDA out of memory» "
+        "— уменьшите батч.")
+    grad_accum: int = _f(1, ("Gradient accumulation", "Накопление градиента"),
+        "Micro-steps accumulated into one optimizer step.",
+        "Сколько микрошагов копить в один шаг оптимизатора.")
+    steps_until: int = _f(45000, ("Steps until", "Шагов до"),
+        "The step at which training ends. It also sets the learning-rate schedule: the rate decays "
+        "smoothly towards this step. Added data: raise it.",
+        "Номер шага, на котором обучение закончится. Он же задаёт расписание скорости обучения: к этому "
+        "шагу она плавно падает. Добавили данных — увеличьте.")
+    limit_min: float = _f(630, ("Limit, min", "Лимит, мин"),
+        "Minutes allotted. At the limit training stops by itself and saves a checkpoint, even if “Steps "
+        "until” was not reached. 630 minutes leave a margin before Kaggle's session limit.",
+        "Сколько минут отвести. По лимиту обучение само остановится и сохранит чекпоинт, даже если до "
+        "«Шагов до» не дошло. 630 минут оставляют запас до лимита сессии Kaggle.")
     # More
-    schedule: str = _f("wsd", "Learning-rate schedule: wsd, cosine, linear, inv_sqrt.",
-                       "Расписание скорости обучения: wsd, cosine, linear, inv_sqrt.")
-    lr: float = _f(1e-3, "Peak learning rate.", "Пиковая скорость обучения.")
-    warmup_steps: int = _f(200, "Linear warmup steps (at most a tenth of steps_until).",
-                           "Шаги разогрева (не больше десятой части «Шагов до»).")
-    decay_frac: float = _f(0.2, "WSD and inv_sqrt: the final fraction of steps over which the rate decays.",
-                           "WSD и inv_sqrt: доля последних шагов, на которых скорость спадает.")
-    min_lr_frac: float = _f(0.1, "The rate at steps_until, as a fraction of lr.",
-                            "Скорость на последнем шаге, как доля от lr.")
-    weight_decay: float = _f(0.1, "AdamW weight decay (matrices only).", "Затухание весов AdamW (только матрицы).")
-    grad_clip: float = _f(1.0, "Gradient norm clipping; 0 turns it off.", "Обрезка нормы градиента; 0 — выключить.")
-    seed: int = _f(1337, "Random seed.", "Зерно случайности.")
-    eval_every: int = _f(250, "Steps between val evaluations (and text samples).",
-                         "Шагов между оценками на val (и примерами текста).")
-    eval_batches: int = _f(20, "Batches per val evaluation.", "Батчей на одну оценку val.")
-    log_every: int = _f(1, "Steps between lines of metrics.jsonl.", "Шагов между строками metrics.jsonl.")
-    checkpoint_every_min: float = _f(20, "Minutes between periodic checkpoints.", "Минут между чекпоинтами.")
-    parallel: str = _f("auto", "Several cards: auto (DDP under torchrun), ddp, dp (DataParallel), none.",
-                       "Несколько карт: auto, ddp, dp (DataParallel), none.")
-    precision: str = _f("auto", "auto: bf16 from compute capability 8.0 on, fp16 with GradScaler below it, fp32 on CPU.",
-                        "auto: bf16 на картах от 8.0, fp16 с GradScaler ниже, fp32 на CPU.")
-    data_dir: str = _f("", "Prepared data folder (shards, tokenizer, manifest); empty: found from constellations.",
-                       "Папка подготовленных данных; пусто — найти по созвездиям.")
+    schedule: str = _f("wsd", ("Schedule", "Расписание"),
+        "How the learning rate changes with the step: wsd (warmup, stable, decay), cosine, linear, "
+        "inv_sqrt (1/√t). A small rate at the end is what converges precisely.",
+        "Как скорость обучения меняется по шагам: wsd (разогрев, ровно, спад), cosine, linear, inv_sqrt "
+        "(1/√t). К концу нужна малая скорость, чтобы сойтись точно.", choices=SCHEDULES)
+    lr: float = _f(1e-3, ("Learning rate", "Скорость обучения"),
+        "The peak learning rate. Higher fits each batch faster, but above a threshold the loss explodes.",
+        "Пиковая скорость обучения. Больше — быстрее подгоняет каждый батч, но выше порога loss "
+        "взрывается.")
+    warmup_steps: int = _f(200, ("Warmup steps", "Шагов разогрева"),
+        "Steps over which the rate rises from zero to its peak (at most a tenth of “Steps until”).",
+        "Шаги, за которые скорость растёт от нуля до пика (не больше десятой части «Шагов до»).")
+    decay_frac: float = _f(0.2, ("Decay fraction", "Доля спада"),
+        "WSD and inv_sqrt: the final fraction of steps over which the rate decays.",
+        "WSD и inv_sqrt: доля последних шагов, на которых скорость спадает.")
+    min_lr_frac: float = _f(0.1, ("Final rate fraction", "Конечная доля скорости"),
+        "The rate at steps_until, as a fraction of lr.",
+        "Скорость на последнем шаге, как доля от lr.")
+    weight_decay: float = _f(0.1, ("Weight decay", "Затухание весов"),
+        "AdamW weight decay (matrices only).",
+        "Затухание весов AdamW (только матрицы).")
+    grad_clip: float = _f(1.0, ("Gradient clipping", "Обрезка градиента"),
+        "Gradient norm clipping; 0 turns it off.",
+        "Обрезка нормы градиента; 0 — выключить.")
+    seed: int = _f(1337, ("Seed", "Зерно"),
+        "Random seed.",
+        "Зерно случайности.")
+    eval_every: int = _f(250, ("Val every", "Оценка val каждые"),
+        "Steps between evaluations on the held-out set (and text samples).",
+        "Шагов между оценками на отложенной выборке (и примерами текста).")
+    eval_batches: int = _f(20, ("Val batches", "Батчей на оценку val"),
+        "Batches per val evaluation.",
+        "Батчей на одну оценку val.")
+    log_every: int = _f(1, ("Log every", "Строка лога каждые"),
+        "Steps between lines of metrics.jsonl.",
+        "Шагов между строками metrics.jsonl.")
+    checkpoint_every_min: float = _f(20, ("Checkpoint every, min", "Чекпоинт каждые, мин"),
+        "Minutes between periodic checkpoints.",
+        "Минут между чекпоинтами.")
+    parallel: str = _f("auto", ("Several cards", "Несколько карт"),
+        "Several cards: auto (DDP under torchrun), ddp, dp (DataParallel), none.",
+        "Несколько карт: auto, ddp, dp (DataParallel), none.", choices=PARALLEL_MODES)
+    precision: str = _f("auto", ("Precision", "Точность"),
+        "auto: bf16 from compute capability 8.0 on, fp16 with GradScaler below it, fp32 on CPU.",
+        "auto: bf16 на картах от 8.0, fp16 с GradScaler ниже, fp32 на CPU.", choices=PRECISIONS)
+    data_dir: str = _f("", ("Data folder", "Папка данных"),
+        "Prepared data folder (shards, tokenizer, manifest); empty: found from constellations.",
+        "Папка подготовленных данных; пусто — найти по созвездиям.")
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -108,14 +179,54 @@ def field_names() -> list[str]:
     return [f.name for f in dataclasses.fields(RunConfig)]
 
 
+def _meta(name: str) -> Any:
+    for f in dataclasses.fields(RunConfig):
+        if f.name == name:
+            return f.metadata
+    raise KeyError(f"RunConfig has no field {name!r}")
+
+
 def field_help(name: str, lang: str = "en") -> str:
-    return next(f.metadata[lang] for f in dataclasses.fields(RunConfig) if f.name == name)
+    return _meta(name)["ru" if lang == "ru" else "en"]
+
+
+def field_label(name: str, lang: str = "en") -> str:
+    return _meta(name)["label_ru" if lang == "ru" else "label_en"]
+
+
+def field_choices(name: str) -> tuple[str, ...] | None:
+    """The values a field allows, when it is one of a few names (schedule, gpu, ...)."""
+    return _meta(name).get("choices")
+
+
+def field_kind(name: str) -> str:
+    """The field's declared type as a word: "int", "float", "str" or "list"."""
+    kind = next(f.type for f in dataclasses.fields(RunConfig) if f.name == name)
+    return kind if isinstance(kind, str) else kind.__name__
+
+
+def flag_specs(exclude: Iterable[str] = ()) -> list[tuple[tuple[str, ...], dict]]:
+    """One command-line flag per field, as `(option strings, add_argument keywords)`, so every
+    command (`lab train`, `lab run`, `lab size`) takes the same flags with the same help:
+    `for opts, kw in flag_specs(): parser.add_argument(*opts, **kw)`. Values arrive as text
+    (a list field's flag repeats) and `coerce` types them, so a bad value is a ConfigError
+    in both languages rather than argparse's own message."""
+    out = []
+    for f in dataclasses.fields(RunConfig):
+        if f.name in exclude:
+            continue
+        meta, choices = f.metadata, f.metadata.get("choices")
+        kw: dict = {"dest": f.name, "default": None, "metavar": meta.get("metavar", f.name.upper()),
+                    "help": meta["en"] + (f" ({', '.join(choices)})" if choices else "")}
+        if field_kind(f.name) == "list":
+            kw["action"] = "append"
+        out.append((meta.get("flags", ("--" + f.name.replace("_", "-"),)), kw))
+    return out
 
 
 def coerce(name: str, value: Any) -> Any:
     """Turns a value from a flag, a JSON file or a widget into the field's declared type."""
-    kind = next(f.type for f in dataclasses.fields(RunConfig) if f.name == name)
-    kind = kind if isinstance(kind, str) else kind.__name__
+    kind = field_kind(name)
     try:
         if kind == "list":
             return [str(v) for v in (value.split(",") if isinstance(value, str) else value) if str(v)]
@@ -188,9 +299,9 @@ def check(cfg: RunConfig) -> list[Problem]:
                            "выберите хотя бы одно созвездие"))
     if cfg.lr <= 0:
         out.append(Problem("lr", f"lr must be positive (got {cfg.lr})", f"lr должна быть больше нуля ({cfg.lr})"))
-    for name, allowed in (("schedule", SCHEDULES), ("parallel", PARALLEL_MODES), ("precision", PRECISIONS),
-                          ("gpu", GPUS)):
-        if getattr(cfg, name) not in allowed:
+    for name in field_names():
+        allowed = field_choices(name)
+        if allowed and getattr(cfg, name) not in allowed:
             out.append(Problem(name, f"{name} must be one of {', '.join(allowed)} (got {getattr(cfg, name)!r})",
                                f"{name}: допустимо {', '.join(allowed)} (сейчас {getattr(cfg, name)!r})"))
     if not 0 <= cfg.decay_frac <= 1 or not 0 <= cfg.min_lr_frac <= 1:

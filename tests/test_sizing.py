@@ -585,9 +585,9 @@ def test_lab_size_bad_fields_exit_2_with_the_message(capsys):
 
 def test_lab_size_locks_model_flags_when_resuming(tmp_path, capsys):
     run = write_checkpoint(tmp_path / "run1", 100, {"context": 1024, "width": 512, "heads": 8, "layers": 12})
-    assert lab_main(["size", "--resume-from", str(run), "--json"]) == 0
+    assert lab_main(["size", "--resume", str(run), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["weights"]["value"] == sizing.weight_count(12, 512, 4000, 1024)
-    assert lab_main(["size", "--resume-from", str(run), "--layers", "8"]) == 2
+    assert lab_main(["size", "--resume", str(run), "--layers", "8"]) == 2
     assert "locked" in capsys.readouterr().err
 
 

@@ -8,14 +8,8 @@ from pathlib import Path
 
 from lab import sizing
 from lab.kernel.metrics import read_metrics
-from lab.config import ConfigError, RunConfig, UserError, coerce, field_help
+from lab.config import ConfigError, RunConfig, UserError, coerce, field_names, flag_specs
 from lab.home import runs_dir
-
-# RunConfig field -> (type, metavar): the form's fields that change a figure
-FLAGS = {"context": (int, "N"), "width": (int, "D"), "heads": (int, "H"), "layers": (int, "L"),
-         "batch_per_card": (int, "B"), "grad_accum": (int, "K"), "gpu": (str, "GPU"), "precision": (str, "P"),
-         "steps_until": (int, "S"), "limit_min": (float, "M"), "eval_every": (int, "S"),
-         "eval_batches": (int, "B"), "resume_from": (str, "PATH"), "data_dir": (str, "DIR")}
 
 LABELS = {  # figure -> (English, Russian)
     "weights": ("weights", "веса"),
@@ -34,11 +28,8 @@ LABELS = {  # figure -> (English, Russian)
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", metavar="FILE", help="a run's config.json to start from")
-    for name, (typ, metavar) in FLAGS.items():
-        parser.add_argument("--" + name.replace("_", "-"), dest=name, type=typ, default=None, metavar=metavar,
-                            help=field_help(name))
-    parser.add_argument("--constellation", dest="constellations", action="append", default=None, metavar="NAME",
-                        help="a constellation to train on (repeat for several)")
+    for opts, kw in flag_specs():  # the run's fields, as `lab train` and `lab run` take them
+        parser.add_argument(*opts, **kw)
     parser.add_argument("--vocab", type=int, default=None,
                         help=f"tokenizer vocabulary (default: the prepared data's, else {sizing.DEFAULT_VOCAB})")
     parser.add_argument("--manifest", metavar="FILE", help="a prepared data manifest.json (default: found)")
@@ -52,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
     start = _read_json(args.config) if args.config else {}
     cfg = RunConfig.from_dict(start)
     given = set(start)  # a config file's model fields count as given: locked when resuming
-    for name in list(FLAGS) + ["constellations"]:
+    for name in field_names():
         value = getattr(args, name)
         if value is not None:
             setattr(cfg, name, coerce(name, value))

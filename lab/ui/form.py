@@ -17,17 +17,18 @@ import ipywidgets as widgets
 
 from lab import sizing
 from lab.ui import backend
-from lab.config import MODEL_FIELDS, SCHEDULES, Problem, RunConfig, UserError
+from lab.config import MODEL_FIELDS, Problem, RunConfig, UserError, field_choices, field_kind
 from lab.ui.calc import ORANGE, RED, calculator_html
 from lab.ui.text import (GPU_NAMES, MODES, SECTIONS, TITLE, Panel, esc, help_text, label, lang, language_switch, on_language,
                          pair, tr)
 
-INT_FIELDS = ("context", "width", "heads", "layers", "batch_per_card", "steps_until", "warmup_steps", "eval_every")
-FLOAT_FIELDS = ("limit_min", "lr")
+# The guide's sections and order. Every name but "mode" is a RunConfig field: its widget
+# follows from the field's kind and choices, its words from its metadata (`lab.config`).
 LAYOUT = {"run": ("mode", "resume_from", "constellations"), "model": MODEL_FIELDS,
           "training": ("gpu", "machine", "batch_per_card", "steps_until", "limit_min"),
           "more": ("schedule", "lr", "warmup_steps", "eval_every")}
-CONFIG_FIELDS = ("constellations",) + tuple(n for n in INT_FIELDS + FLOAT_FIELDS) + ("gpu", "machine", "schedule")
+# The fields `config()` reads plainly; resume_from counts only in the "from a checkpoint" mode.
+CONFIG_FIELDS = tuple(n for section in LAYOUT.values() for n in section if n not in ("mode", "resume_from"))
 
 
 class _Row:
@@ -59,12 +60,20 @@ class _Row:
         self.message.layout.display = None if problems else "none"
 
 
-def _int(**kw) -> widgets.IntText:
-    return widgets.IntText(continuous_update=True, layout=widgets.Layout(width="9em"), **kw)
-
-
-def _float(**kw) -> widgets.FloatText:
-    return widgets.FloatText(continuous_update=True, layout=widgets.Layout(width="9em"), **kw)
+def field_widget(name: str, value) -> widgets.Widget:
+    """The input for a run field, from its declared kind and choices: a number box for int
+    and float fields, a drop-down for a field with choices (labels set by `_relabel`), a
+    multiple choice for a list field (options filled from the lab home), text otherwise."""
+    kind, choices = field_kind(name), field_choices(name)
+    if kind == "int":
+        return widgets.IntText(value=value, continuous_update=True, layout=widgets.Layout(width="9em"))
+    if kind == "float":
+        return widgets.FloatText(value=value, continuous_update=True, layout=widgets.Layout(width="9em"))
+    if kind == "list":
+        return widgets.SelectMultiple(options=[], rows=3, layout=widgets.Layout(width="28em"))
+    if choices:
+        return widgets.Dropdown(options=[(c, c) for c in choices], value=value, layout=widgets.Layout(width="14em"))
+    return widgets.Text(value=value, layout=widgets.Layout(width="28em"))
 
 
 def relabel(widget: widgets.Widget, options: list) -> None:
@@ -100,16 +109,14 @@ class NewRunForm(Panel):
         self._render_lock = threading.RLock()
 
         self.inputs: dict[str, widgets.Widget] = {
+            # The form's own: the mode, and the two fields whose options come from the lab home.
             "mode": widgets.ToggleButtons(options=[("", "scratch"), ("", "resume")], value="scratch"),
             "resume_from": widgets.Dropdown(options=[("—", "")], value="", layout=widgets.Layout(width="28em")),
-            "constellations": widgets.SelectMultiple(options=[], rows=3, layout=widgets.Layout(width="28em")),
-            **{n: _int(value=getattr(d, n)) for n in INT_FIELDS},
-            **{n: _float(value=getattr(d, n)) for n in FLOAT_FIELDS},
-            "gpu": widgets.Dropdown(options=[("", g) for g in GPU_NAMES], value=d.gpu, layout=widgets.Layout(width="14em")),
             "machine": widgets.Dropdown(options=[("", "auto"), ("", "local")], value="auto",
                                         layout=widgets.Layout(width="18em")),
-            "schedule": widgets.Dropdown(options=list(SCHEDULES), value=d.schedule, layout=widgets.Layout(width="9em")),
         }
+        for name in CONFIG_FIELDS:
+            self.inputs.setdefault(name, field_widget(name, getattr(d, name)))
         self.rows = {name: _Row(name, self.inputs[name]) for section in LAYOUT.values() for name in section}
         self.hints = widgets.Checkbox(value=True, indent=False, layout=widgets.Layout(width="auto"))
         self.title = widgets.HTML()
@@ -172,7 +179,7 @@ class NewRunForm(Panel):
         try:
             self._constellation_tokens = backend.constellation_tokens()  # data prepared since
             self.title.value = f"<h3 style='margin:4px 0'>{esc(pair(TITLE))}</h3>"
-            self.hints.description = tr("подсказки", "hints")
+            self.hints.description = tr("hints", "подсказки")
             for key, header in self.headers.items():
                 header.value = f"<h4 style='margin:10px 0 4px 0'>{esc(pair(SECTIONS[key]))}</h4>"
             self.more.set_title(0, pair(SECTIONS["more"]))
@@ -180,12 +187,12 @@ class NewRunForm(Panel):
                 row.relabel(self.hints.value)
             relabel(self.inputs["mode"], [(pair(MODES[m]), m) for m in MODES])
             relabel(self.inputs["gpu"], [(pair(GPU_NAMES[g]), g) for g in GPU_NAMES])
-            relabel(self.inputs["machine"], [(tr("Авто", "Auto"), "auto"), (tr("Этот компьютер", "This computer"), "local")]
+            relabel(self.inputs["machine"], [(tr("Auto", "Авто"), "auto"), (tr("This computer", "Этот компьютер"), "local")]
                     + [(f"Kaggle: {a}", a) for a in self._accounts])
             relabel(self.inputs["constellations"], [(self._constellation_label(n), n) for n in self._constellation_names])
             self.inputs["constellations"].rows = max(2, min(6, len(self._constellation_names)))
             relabel(self.inputs["resume_from"], self._checkpoint_options())
-            self.start_button.description = tr("Старт", "Start")
+            self.start_button.description = tr("Start", "Старт")
             self._render_where()
         finally:
             self._quiet = quiet
@@ -195,16 +202,16 @@ class NewRunForm(Panel):
     def _constellation_label(self, name: str) -> str:
         tokens = self._constellation_tokens.get(name)
         if tokens is None:
-            return f"{name} — " + tr("не подготовлено", "not prepared")
-        return f"{name} — {sizing.format_count(tokens, lang())} " + tr("токенов", "tokens")
+            return f"{name} — " + tr("not prepared", "не подготовлено")
+        return f"{name} — {sizing.format_count(tokens, lang())} " + tr("tokens", "токенов")
 
     def _checkpoint_options(self) -> list[tuple[str, str]]:
         if not self._checkpoints:
-            return [(tr("— чекпоинтов пока нет —", "— no checkpoints yet —"), "")]
-        out = [(tr("— выберите чекпоинт —", "— pick a checkpoint —"), "")]
+            return [(tr("— no checkpoints yet —", "— чекпоинтов пока нет —"), "")]
+        out = [(tr("— pick a checkpoint —", "— выберите чекпоинт —"), "")]
         for path, info in self._checkpoints.items():
             c = info.get("config") or {}
-            out.append((f"{info['run']} · {tr('шаг', 'step')} {info['step']} · {c.get('layers', '?')}×{c.get('width', '?')}"
+            out.append((f"{info['run']} · {tr('step', 'шаг')} {info['step']} · {c.get('layers', '?')}×{c.get('width', '?')}"
                         f", n {c.get('context', '?')}", path))
         return out
 
@@ -374,8 +381,8 @@ class NewRunForm(Panel):
                                           self._general)
         blocked = bool([p for p in probs if p.severity == "error"])
         self.start_button.disabled = blocked or self._starting
-        self.start_button.tooltip = tr("Исправьте поля, отмеченные красным", "Fix the fields marked in red") \
-            if blocked else tr("Запустить прогон", "Start the run")
+        self.start_button.tooltip = tr("Fix the fields marked in red", "Исправьте поля, отмеченные красным") \
+            if blocked else tr("Start the run", "Запустить прогон")
 
     # -- Start ----------------------------------------------------------------------------
 
@@ -388,7 +395,7 @@ class NewRunForm(Panel):
         cfg = replace(cfg, resume_from="")
         self._starting, self.start_error, self.run_id, self._went = True, None, None, cfg.machine
         self.start_button.disabled = True
-        self.where.value = f"<i>{esc(tr('Запускается…', 'Starting…'))}</i>"
+        self.where.value = f"<i>{esc(tr('Starting…', 'Запускается…'))}</i>"
         self._start_thread = backend.in_background(backend.start, cfg, cfg.machine, resume,
                                                    on_done=self._started, on_error=self._start_failed)
         if wait:
@@ -411,14 +418,14 @@ class NewRunForm(Panel):
         if not self.run_id or self._starting:
             return
         m = self._went
-        where = (tr("этот компьютер", "this computer") if m == "local" else
-                 tr("машину выберет лаба", "the lab picks the machine") if m == "auto" else f"Kaggle: {m}")
+        where = (tr("this computer", "этот компьютер") if m == "local" else
+                 tr("the lab picks the machine", "машину выберет лаба") if m == "auto" else f"Kaggle: {m}")
         from lab.home import runs_dir
-        self.where.value = (f"<div style='line-height:1.4'>✔ {esc(tr('Прогон', 'Run'))} <b class='lab-run-id'>"
+        self.where.value = (f"<div style='line-height:1.4'>✔ {esc(tr('Run', 'Прогон'))} <b class='lab-run-id'>"
                             f"{esc(self.run_id)}</b> → {esc(where)}<br><span style='color:#666;font-size:85%'>"
                             f"{esc(runs_dir() / self.run_id)}</span></div>")
 
     def _start_failed(self, error: Exception) -> None:
         self._starting, self.start_error = False, str(error)
-        self.where.value = f"<div style='color:{RED}'>✖ {esc(tr('Не запустился', 'Did not start'))}: {esc(error)}</div>"
+        self.where.value = f"<div style='color:{RED}'>✖ {esc(tr('Did not start', 'Не запустился'))}: {esc(error)}</div>"
         self._render()

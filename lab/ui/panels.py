@@ -41,7 +41,7 @@ def _x_toggle() -> widgets.ToggleButtons:
 
 def _x_labels(toggle: widgets.ToggleButtons) -> None:
     value = toggle.value
-    toggle.options = [(tr("шаги", "steps"), "step"), (tr("токены", "tokens"), "tokens")]
+    toggle.options = [(tr("steps", "шаги"), "step"), (tr("tokens", "токены"), "tokens")]
     toggle.value = value
 
 
@@ -61,10 +61,10 @@ class SetupPanel(Panel):
 
     def render(self) -> None:
         _, gpu = backend.local_gpu()
-        rows = [[esc(tr("Версия", "Version")), f"lab {esc(__version__)}"],
-                [esc(tr("Дом лабы", "Lab home")), f"<code>{esc(lab_home())}</code>"],
-                [esc(tr("Видеокарта этого компьютера", "This computer's GPU")), esc(gpu)]]
-        self.info.value = _table([esc(tr("Лаба", "The lab")), ""], rows, "lab-setup-table")
+        rows = [[esc(tr("Version", "Версия")), f"lab {esc(__version__)}"],
+                [esc(tr("Lab home", "Дом лабы")), f"<code>{esc(lab_home())}</code>"],
+                [esc(tr("This computer's GPU", "Видеокарта этого компьютера")), esc(gpu)]]
+        self.info.value = _table([esc(tr("The lab", "Лаба")), ""], rows, "lab-setup-table")
 
 
 # ---------------------------------------------------------------------------------------
@@ -93,20 +93,20 @@ class MachinesPanel(Panel):
         self.render()
 
     def render(self) -> None:
-        self.refresh_button.description = tr("Обновить", "Refresh")
+        self.refresh_button.description = tr("Refresh", "Обновить")
         rows = [self._row(m) for m in self.machines]
         if not any(m.kind == "kaggle" for m in self.machines):
-            rows.append(widgets.HTML(f"<span style='color:#666'>{esc(tr('Аккаунтов Kaggle нет. Добавить: ', 'No Kaggle accounts. Add one: '))}"
+            rows.append(widgets.HTML(f"<span style='color:#666'>{esc(tr('No Kaggle accounts. Add one: ', 'Аккаунтов Kaggle нет. Добавить: '))}"
                                      "<code>lab accounts add NAME --kaggle-json PATH</code></span>"))
         if self.error:
             rows.append(widgets.HTML(f"<span style='color:#d32f2f'>✖ {esc(self.error)}</span>"))
         self.list.children = rows
 
     def _row(self, m) -> widgets.Widget:
-        busy = ", ".join(m.running) if m.running else tr("свободна", "free") if m.free else tr("занята", "busy")
+        busy = ", ".join(m.running) if m.running else tr("free", "свободна") if m.free else tr("busy", "занята")
         if m.kind == "local":
-            name = f"<b>{esc(tr('Этот компьютер', 'This computer'))}</b> · {esc(backend.local_gpu()[1])}"
-            quota = widgets.HTML(f"<span style='color:#666'>{esc(tr('без квоты', 'no quota'))}</span>")
+            name = f"<b>{esc(tr('This computer', 'Этот компьютер'))}</b> · {esc(backend.local_gpu()[1])}"
+            quota = widgets.HTML(f"<span style='color:#666'>{esc(tr('no quota', 'без квоты'))}</span>")
         else:
             name = f"<b>{esc(m.name)}</b> · Kaggle {esc(m.gpu)}"
             if m.error:
@@ -117,8 +117,8 @@ class MachinesPanel(Panel):
                                             bar_style="success" if left > 0.3 * total else "warning" if left > 0 else "danger",
                                             layout=widgets.Layout(width="12em"))
                 bar.add_class(f"lab-quota-{m.name}")
-                reset = f" · {tr('сброс', 'resets')} {m.refresh[:16].replace('T', ' ')} UTC" if m.refresh else ""
-                text = widgets.HTML(f"{esc(hours(left))} {esc(tr('из', 'of'))} {esc(hours(total))}{esc(reset)}")
+                reset = f" · {tr('resets', 'сброс')} {m.refresh[:16].replace('T', ' ')} UTC" if m.refresh else ""
+                text = widgets.HTML(f"{esc(hours(left))} {esc(tr('of', 'из'))} {esc(hours(total))}{esc(reset)}")
                 quota = widgets.HBox([bar, text])
         return widgets.HBox([widgets.HTML(name, layout=widgets.Layout(width="22em")), quota,
                              widgets.HTML(f"&nbsp;· {esc(busy)}")], layout=widgets.Layout(align_items="center"))
@@ -188,8 +188,8 @@ class Monitor(Panel):
     def _relabel(self) -> None:
         if self._stop.is_set():
             return  # a closed monitor (its cell was run again)
-        self.refresh_button.description = tr("Обновить", "Refresh")
-        self.auto.description = tr("обновлять сам", "auto refresh")
+        self.refresh_button.description = tr("Refresh", "Обновить")
+        self.auto.description = tr("auto refresh", "обновлять сам")
         _x_labels(self.x)
         self.refresh()
 
@@ -199,7 +199,7 @@ class Monitor(Panel):
         if selected and selected not in ids:
             ids.insert(0, selected)
         self._filling = True
-        self.picker.options = [(tr("— прогонов пока нет —", "— no runs yet —"), "")] if not ids else ids
+        self.picker.options = [(tr("— no runs yet —", "— прогонов пока нет —"), "")] if not ids else ids
         self.picker.value = selected or (ids[0] if ids else "")
         self._filling = False
         self.run_id = self.picker.value or None
@@ -230,7 +230,7 @@ class Monitor(Panel):
 
     def _refresh(self) -> None:
         if not self.run_id:
-            self.state.value = f"<i>{esc(tr('Нажмите «Старт» в форме или выберите прогон.', 'Press Start in the form or pick a run.'))}</i>"
+            self.state.value = f"<i>{esc(tr('Press Start in the form or pick a run.', 'Нажмите «Старт» в форме или выберите прогон.'))}</i>"
             return
         try:
             self.status = backend.status(self.run_id)
@@ -239,17 +239,17 @@ class Monitor(Panel):
             return
         from lab.runs import load_run
         run = load_run(self.run_id)
-        message = tr(self.status.get("message_ru") or self.status.get("message") or "", self.status.get("message") or "")
+        message = tr(self.status.get("message") or "", self.status.get("message_ru") or self.status.get("message") or "")
         self.state.value = (f"<b>{esc(self.run_id)}</b>: <span class='lab-run-status'>"
-                            f"{esc(status_word(self.status['status']))}</span> · {esc(tr('шаг', 'step'))} "
+                            f"{esc(status_word(self.status['status']))}</span> · {esc(tr('step', 'шаг'))} "
                             f"{run.step:,} / {run.cfg.steps_until:,}"
                             + (f"<div class='lab-run-message'>{esc(message)}</div>" if message else ""))
-        rows = [[esc(link["n"]), esc(tr("этот компьютер", "this computer") if link["machine"] == "local" else link["machine"]),
+        rows = [[esc(link["n"]), esc(tr("this computer", "этот компьютер") if link["machine"] == "local" else link["machine"]),
                  esc(status_word(link["status"])), esc(f"{link['from_step']} → {link['to_step'] if link['to_step'] is not None else '…'}"),
                  esc((link.get("started") or "")[:19].replace("T", " ")), esc(link.get("reason") or "")]
                 for link in self.status.get("links", [])]
-        self.links.value = _table([esc(tr(h[0], h[1])) for h in (("звено", "link"), ("машина", "machine"),
-                                   ("статус", "status"), ("шаги", "steps"), ("начато", "started"), ("почему", "why"))],
+        self.links.value = _table([esc(tr(*h)) for h in (("link", "звено"), ("machine", "машина"),
+                                   ("status", "статус"), ("steps", "шаги"), ("started", "начато"), ("why", "почему"))],
                                   rows, "lab-monitor-links") if rows else ""
         tail = "\n".join((self.status.get("log_tail") or "").splitlines()[-LOG_LINES:])
         self.log.value = (f"<pre class='lab-log' style='overflow-x:auto;white-space:pre-wrap;font-size:80%;background:#f7f7f7;"
@@ -332,8 +332,8 @@ class RunsPanel(Panel):
         self._relabel()
 
     def _relabel(self) -> None:
-        self.refresh_button.description = tr("Обновить", "Refresh")
-        self.ancestors.description = tr("с предками", "with ancestors")
+        self.refresh_button.description = tr("Refresh", "Обновить")
+        self.ancestors.description = tr("with ancestors", "с предками")
         _x_labels(self.x)
         self.refresh()
 
@@ -350,10 +350,10 @@ class RunsPanel(Panel):
                          esc(f"{c.layers}×{c.width}, n {c.context}"), "-" if loss is None else f"{loss:.3f}",
                          "-" if val is None else f"{val:.3f}",
                          esc(", ".join(link.machine for link in r.links) or "-"), esc(" ← ".join(reversed(lineage(r)[:-1])) or "-")])
-        head = [tr(*h) for h in (("прогон", "run"), ("статус", "status"), ("шаг", "step"), ("размер", "size"),
-                                 ("loss", "loss"), ("val", "val"), ("машины", "machines"), ("от кого", "from"))]
+        head = [tr(*h) for h in (("run", "прогон"), ("status", "статус"), ("step", "шаг"), ("size", "размер"),
+                                 ("loss", "loss"), ("val", "val"), ("machines", "машины"), ("from", "от кого"))]
         self.table.value = _table([esc(h) for h in head], rows, "lab-runs") if rows else \
-            f"<i>{esc(tr('Прогонов пока нет.', 'No runs yet.'))}</i>"
+            f"<i>{esc(tr('No runs yet.', 'Прогонов пока нет.'))}</i>"
         chosen = tuple(i for i in self.choose.value if i in self.runs) or tuple(list(self.runs)[:1])
         self.choose.options = list(self.runs)
         self.choose.value = chosen
@@ -364,7 +364,7 @@ class RunsPanel(Panel):
         series = {r.id: lineage_rows(r) if self.ancestors.value else read_metrics(r.folder) for r in chosen}
         series = {k: v for k, v in series.items() if any("loss" in x for x in v)}
         if series:
-            self.plot.value = _png(series, self.x.value, title=tr("сравнение", "comparison") if len(series) > 1 else None)
+            self.plot.value = _png(series, self.x.value, title=tr("comparison", "сравнение") if len(series) > 1 else None)
             self.plot.layout.display = None
         else:
             self.plot.layout.display = "none"
@@ -373,6 +373,6 @@ class RunsPanel(Panel):
     def _verdict(self, run) -> str:
         cfg = run.cfg
         v = sizing.when_to_grow(lineage_rows(run), sizing.find_manifest(cfg), cfg)
-        head = tr("Пора расти", "Grow") if v.grow else tr("Расти рано", "Not yet")
-        return (f"<div><b>{esc(tr('Когда расти', 'When to grow'))} — {esc(run.id)}: {esc(head)}.</b> "
-                f"{esc(v.reason(tr('ru', 'en')))}</div>")
+        head = tr("Grow", "Пора расти") if v.grow else tr("Not yet", "Расти рано")
+        return (f"<div><b>{esc(tr('When to grow', 'Когда расти'))} — {esc(run.id)}: {esc(head)}.</b> "
+                f"{esc(v.reason(tr('en', 'ru')))}</div>")
