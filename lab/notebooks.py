@@ -193,3 +193,68 @@ def parameterized(cfg: RunConfig, **session) -> dict:
     if unknown:
         raise ValueError(f"unknown session parameters: {sorted(unknown)}")
     return {**json.loads(cfg.to_json()), **session}
+
+
+# =======================================================================================
+# The control notebook (control side): short cells, each calling `lab.ui`; written by
+# `scripts/make-control-notebook`, and a test fails when the committed file is stale.
+
+CONTROL_NOTEBOOK = PACKAGE.parent / "notebooks" / "control.ipynb"
+
+CONTROL_INTRO = """# Пульт лабы · Lab control
+
+Запускайте ячейки по порядку (Shift+Enter). Форма «Новый прогон» сразу считает размер, время, память и квоту;
+«Старт» запускает прогон, монитор ниже показывает его loss. Переключатель **RU | EN** — язык формы.
+
+*Run the cells in order (Shift+Enter). The New run form sizes the run as you type; Start launches it and the
+monitor below shows its loss. The **RU | EN** switch sets the form's language.*"""
+
+CONTROL_PARAMETERS = """# Для запуска без человека (papermill, тесты); человеку здесь ничего менять не нужно.
+# For headless runs (papermill, tests); a person leaves these as they are.
+form_values = {}     # поля формы заранее / fields to pre-fill, e.g. {"layers": 12}
+press_start = False  # нажать «Старт» / press Start
+wait_minutes = 0     # монитор ждёт конца прогона / the monitor waits for the run to end"""
+
+CONTROL_CELLS = [
+    ("markdown", CONTROL_INTRO),
+    ("parameters", CONTROL_PARAMETERS),
+    ("markdown", "## 1. Настройка · Setup"),
+    ("code", "from lab import ui\n\nui.setup()"),
+    ("markdown", "## 2. Машины · Machines"),
+    ("code", "ui.machines()"),
+    ("markdown", "## 3–4. Новый прогон и калькулятор · New run and the calculator"),
+    ("code", "form = ui.new_run(**form_values)"),
+    ("markdown", "## 5. Старт · Start"),
+    ("code", "ui.start(form, press=press_start)"),
+    ("markdown", "## 6. Монитор · Monitor"),
+    ("code", "monitor = ui.monitor(form, wait_minutes=wait_minutes)"),
+    ("markdown", "## 7. Прогоны · Runs"),
+    ("code", "ui.runs()"),
+]
+
+
+def build_control_notebook() -> nbformat.NotebookNode:
+    nb = nbformat.v4.new_notebook()
+    nb.metadata = {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"},
+                   "language_info": {"name": "python"}}
+    for kind, source in CONTROL_CELLS:
+        if kind == "markdown":
+            cell = nbformat.v4.new_markdown_cell(source)
+        else:
+            cell = nbformat.v4.new_code_cell(source)
+            if kind == "parameters":
+                cell.metadata["tags"] = ["parameters"]
+        nb.cells.append(cell)
+    for i, cell in enumerate(nb.cells):  # stable ids: regenerating changes nothing
+        cell["id"] = f"cell-{i:02d}"
+    return nb
+
+
+def control_notebook_text() -> str:
+    return nbformat.writes(build_control_notebook())
+
+
+def write_control_notebook(path: Path = CONTROL_NOTEBOOK) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(control_notebook_text(), encoding="utf-8")
+    return path
