@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from browser.lab_server import browser, jupyterlab_server, missing
+from lab_server import browser, jupyterlab_server, missing
 from conftest import ROOT
 
 SHOTS = ROOT / "artifacts" / "screenshots"
