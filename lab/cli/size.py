@@ -130,7 +130,7 @@ def _value_text(name: str, fig: sizing.Figure, lang: str) -> str:
     if name == "tok_s":
         return f"{num(v, lang)} " + ("ток/с" if lang == "ru" else "tokens/s")
     if name in ("run_hours", "quota_hours"):
-        text = _hours(v, lang)
+        text = sizing.format_hours(v, lang)
         if name == "run_hours" and fig.extra.get("capped_by_limit"):
             steps = num(fig.extra["steps_in_limit"], lang)
             text += f" (лимит, ~{steps} шагов)" if lang == "ru" else f" (limit, ~{steps} steps)"
@@ -140,8 +140,3 @@ def _value_text(name: str, fig: sizing.Figure, lang: str) -> str:
         unit = "ГБ" if lang == "ru" else "GB"
         return f"{num(v, lang)} {unit}" + (f" / {num(usable, lang)} {unit}" if usable else "")
     return num(v, lang)
-
-
-def _hours(h: float, lang: str) -> str:
-    minutes = round(h * 60)
-    return f"{minutes // 60} ч {minutes % 60:02d} мин" if lang == "ru" else f"{minutes // 60} h {minutes % 60:02d} min"

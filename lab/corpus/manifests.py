@@ -90,3 +90,13 @@ def data_id_of(data_dir: str | os.PathLike) -> str:
 def write_manifest(folder: Path, manifest: dict) -> None:
     """Writes a data folder's manifest.json (the folder is renamed into place after, whole)."""
     (folder / MANIFEST).write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+def train_tokens_by_constellation() -> dict[str, int]:
+    """Train tokens per constellation, from the newest data folder prepared with it."""
+    out: dict[str, int] = {}
+    for _, manifest in prepared_folders():
+        for name, part in manifest.get("constellations", {}).items():
+            if isinstance(part, dict) and isinstance(part.get("train_tokens"), int):
+                out.setdefault(name, part["train_tokens"])
+    return out

@@ -31,11 +31,11 @@ from lab.sizing.grow import Verdict, when_to_grow
 from lab.sizing.inputs import checkpoint_info, find_manifest, tokens_available
 from lab.sizing.memory import GB, Memory, host_memory_bytes, max_batch, memory_bytes, usable_bytes
 from lab.sizing.speeds import TAIL_BYTES, WARMUP_STEPS, Measured, measured_runs
-from lab.sizing.words import KIND_RU, format_count, format_number
+from lab.sizing.words import KIND_RU, format_count, format_hours, format_number
 
 __all__ = ["AUTO_GPU", "CARD_WHERE", "CARDS", "CPU_TOK_S_PER_CORE", "DEFAULT_VOCAB", "EVAL_FORWARD_SHARE", "GB",
            "KIND_RU", "REFERENCE", "STARTUP_MIN", "TAIL_BYTES", "TOKENS_PER_WEIGHT", "WARMUP_STEPS", "Card",
            "Estimate", "Figure", "Measured", "Memory", "Verdict", "checkpoint_info", "estimate", "find_manifest",
-           "flops_per_token", "format_count", "format_number", "host_memory_bytes", "max_batch", "measured_runs",
+           "flops_per_token", "format_count", "format_hours", "format_number", "host_memory_bytes", "max_batch", "measured_runs",
            "memory_bytes", "next_size", "reference_tok_s", "tokens_available", "usable_bytes", "validate",
            "weight_count", "when_to_grow"]

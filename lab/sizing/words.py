@@ -16,3 +16,10 @@ def format_count(x: float, lang: str = "en") -> str:
     value, en, ru = (x / 1e9, "B", "млрд") if x >= 1e9 else (x / 1e6, "M", "млн")
     text = f"{value:.0f}" if value >= 100 else f"{value:.1f}" if value >= 10 else f"{value:.2f}"
     return f"{text.replace('.', ',')} {ru}" if lang == "ru" else f"{text} {en}"
+
+
+def format_hours(h: float, lang: str = "en") -> str:
+    """Hours as the lab says them: "45 min" / "45 мин" under an hour, else "10.5 h" / "10,5 ч"."""
+    if h < 1:
+        return f"{h * 60:.0f} мин" if lang == "ru" else f"{h * 60:.0f} min"
+    return f"{h:.1f} ч".replace(".", ",") if lang == "ru" else f"{h:.1f} h"

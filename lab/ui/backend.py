@@ -13,7 +13,7 @@ import threading
 from lab import sizing
 from lab.machines import driver as machines
 from lab.config import RunConfig, UserError
-from lab.corpus.manifests import prepared_folders
+from lab.corpus.manifests import train_tokens_by_constellation
 
 Machine, Choice = machines.Machine, machines.Choice
 
@@ -134,13 +134,8 @@ class Latest:
 
 
 def constellation_tokens() -> dict[str, int]:
-    """Train tokens per constellation, from the newest data prepared with it."""
-    out: dict[str, int] = {}
-    for _, manifest in prepared_folders():
-        for name, part in manifest.get("constellations", {}).items():
-            if isinstance(part, dict) and isinstance(part.get("train_tokens"), int):
-                out.setdefault(name, part["train_tokens"])
-    return out
+    """Train tokens per constellation, for the form's list (`lab.corpus.manifests`)."""
+    return train_tokens_by_constellation()
 
 
 def account_names() -> list[str]:

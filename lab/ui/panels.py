@@ -12,7 +12,7 @@ from lab.config import UserError
 from lab.home import lab_home
 from lab.kernel.metrics import read_metrics
 from lab.kernel.plots import figure_png, loss_figure
-from lab.ui.text import Panel, esc, hours, language_switch, on_language, status_word, tr
+from lab.ui.text import Panel, esc, hours, lang, language_switch, on_language, status_word, tr
 
 LIVE = ("new", "starting", "running", "waiting")
 LOG_LINES = 12  # the log tail shown: its newest lines, no scrolling needed
@@ -375,4 +375,4 @@ class RunsPanel(Panel):
         v = sizing.when_to_grow(lineage_rows(run), sizing.find_manifest(cfg), cfg)
         head = tr("Grow", "Пора расти") if v.grow else tr("Not yet", "Расти рано")
         return (f"<div><b>{esc(tr('When to grow', 'Когда расти'))} — {esc(run.id)}: {esc(head)}.</b> "
-                f"{esc(v.reason(tr('en', 'ru')))}</div>")
+                f"{esc(v.reason(lang()))}</div>")

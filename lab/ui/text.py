@@ -12,7 +12,7 @@ import ipywidgets as widgets
 import traitlets
 
 from lab.config import field_help, field_label
-from lab.sizing.words import KIND_RU
+from lab.sizing.words import KIND_RU, format_hours
 
 
 class _Language(traitlets.HasTraits):
@@ -167,8 +167,4 @@ def status_word(status: str) -> str:
 
 
 def hours(h: float | None) -> str:
-    if h is None:
-        return "—"
-    if h < 1:
-        return tr(f"{h * 60:.0f} min", f"{h * 60:.0f} мин")
-    return tr(f"{h:.1f} h", f"{h:.1f} ч".replace(".", ","))
+    return "—" if h is None else format_hours(h, lang())
