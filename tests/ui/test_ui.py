@@ -11,12 +11,13 @@ import re
 import threading
 import time
 
+import ipywidgets as widgets
 import pytest
 
 from kaggle_fixtures import kaggle_emulator, kaggle_lab, make_kaggle_emulator  # noqa: F401 (fixtures)
 from lab import ui
 from lab.ui import backend as ui_backend
-from lab.config import RunConfig, UserError
+from lab.config import RunConfig, UserError, field_choices, field_kind
 from lab.runs import Link, create_run, updating
 
 GUIDE_ORDER = ["Прогон", "Продолжить с чекпоинта", "Созвездия в обучении", "Контекст n", "Ширина d", "Головы",
@@ -356,3 +357,21 @@ def test_kaggle_accounts_show_their_quota_and_no_widget_holds_a_secret(kaggle_la
     assert "alice" in states
     for name in ("alice", "bob"):
         assert kaggle_lab.emu.account(name).key not in states
+
+
+def test_the_forms_inputs_follow_the_run_fields_kinds_and_choices():
+    form = ui.NewRunForm()
+    expected = {"int": widgets.IntText, "float": widgets.FloatText, "list": widgets.SelectMultiple}
+    for name, widget in form.inputs.items():
+        if name == "mode":
+            continue
+        kind = field_kind(name)
+        if kind in expected:
+            assert isinstance(widget, expected[kind]), name
+        elif field_choices(name):
+            assert [v for _, v in widget.options] == list(field_choices(name)), name
+    ui.set_language("en")
+    try:
+        assert text(form.rows["heads"].label.value) == "Heads"
+    finally:
+        ui.set_language("ru")
