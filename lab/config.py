@@ -24,10 +24,11 @@ KAGGLE_SESSION_MIN = 720  # Kaggle ends a batch GPU session after 12 hours.
 LIMIT_WARN_MIN = 690
 
 
-def _f(default: Any, label: tuple[str, str], help_en: str, help_ru: str, **meta: Any) -> Any:
-    """A field with what every surface says about it, English first, then Russian: its label
-    (the form's), its help (the guide's words; the form shows it under the field and the
-    commands in --help), and optionally `choices`, `flags` and `metavar` for the commands."""
+def _f(default: Any, help_en: str, help_ru: str, *, label: tuple[str, str], **meta: Any) -> Any:
+    """A field with what every surface says about it, English first, then Russian: its help
+    (the guide's words; the form shows it under the field, the commands in --help, the
+    notebook beside the parameter), its label (the form's), and optionally `choices` (the
+    values allowed; `check` enforces them, the form offers them), `flags` and `metavar`."""
     kw = {"default_factory": lambda: list(default)} if isinstance(default, list) else {"default": default}
     return field(metadata={"label_en": label[0], "label_ru": label[1], "en": help_en, "ru": help_ru, **meta}, **kw)
 
@@ -35,119 +36,146 @@ def _f(default: Any, label: tuple[str, str], help_en: str, help_ru: str, **meta:
 @dataclass
 class RunConfig:
     # Run and checkpoint
-    resume_from: str = _f("", ("Continue from checkpoint", "Продолжить с чекпоинта"),
+    resume_from: str = _f("",
         "Training picks up the weights and the step number of the earlier run. The architecture is the "
         "checkpoint's: weights of another shape will not fit, so the model fields are locked.",
         "Обучение подхватывает веса и номер шага прошлого прогона. Архитектура при этом та же, что у "
-        "чекпоинта: другой формы веса просто не лягут, поэтому поля модели закрыты.", flags=("--resume",), metavar="PATH")
-    constellations: list = _f(["pydoc"], ("Constellations in training", "Созвездия в обучении"),
+        "чекпоинта: другой формы веса просто не лягут, поэтому поля модели закрыты.",
+        label=("Continue from checkpoint", "Продолжить с чекпоинта"), flags=("--resume",), metavar="PATH")
+    constellations: list = _f(["pydoc"],
         "Which groups of datasets the text comes from. New data means a new held-out set, so val starts "
         "counting again.",
         "Из каких групп датасетов берётся текст. Новые данные — новая отложенная выборка, поэтому val "
-        "начинает счёт заново.", flags=("--constellation", "-c"), metavar="NAME")
+        "начинает счёт заново.",
+        label=("Constellations in training", "Созвездия в обучении"), flags=("--constellation", "-c"), metavar="NAME")
     # Model (locked when continuing from a checkpoint)
-    context: int = _f(1024, ("Context n", "Контекст n"),
+    context: int = _f(1024,
         "Tokens the model sees at once. Longer holds a longer thought, but attention gets dearer: memory "
         "and time grow with n.",
         "Сколько токенов модель видит за раз. Длиннее — держит более длинную мысль, но внимание дорожает: "
-        "память и время растут вместе с n.")
-    width: int = _f(512, ("Width d", "Ширина d"),
+        "память и время растут вместе с n.",
+        label=("Context n", "Контекст n"))
+    width: int = _f(512,
         "The length of the vector that describes each token. Weights grow as d²: doubling d gives about "
         "4× the weights.",
         "Длина вектора, которым модель описывает каждый токен. Веса растут как d²: удвоить d — примерно "
-        "вчетверо больше весов.")
-    heads: int = _f(8, ("Heads", "Головы"),
+        "вчетверо больше весов.",
+        label=("Width d", "Ширина d"))
+    heads: int = _f(8,
         "How many parallel “views” attention is split into. d must divide by heads: 512 / 8 makes 64 per "
         "head, the usual size.",
         "На сколько параллельных «взглядов» делится внимание. d делится на головы без остатка: 512 / 8 = "
-        "64 на голову, это обычная величина.")
-    layers: int = _f(8, ("Layers", "Слои"),
+        "64 на голову, это обычная величина.",
+        label=("Heads", "Головы"))
+    layers: int = _f(8,
         "Depth: how many times in a row the model reworks the text. Weights and time grow almost "
         "linearly: 12 layers are about 1.5× bigger and slower than 8.",
         "Глубина: сколько раз подряд модель перерабатывает текст. Веса и время растут почти линейно: 12 "
-        "слоёв — примерно в полтора раза больше и медленнее, чем 8.")
+        "слоёв — примерно в полтора раза больше и медленнее, чем 8.",
+        label=("Layers", "Слои"))
     # Training
-    gpu: str = _f("auto", ("GPU", "Видеокарта"),
+    gpu: str = _f("auto",
         "2×T4 on Kaggle is twice as fast as one T4: about 102 thousand tokens/s against 49 thousand. An "
         "own RTX 3050 is slower than one T4 and runs hot.",
         "2×T4 на Kaggle вдвое быстрее одной T4: около 102 тыс. токенов в секунду против 49 тыс. Своя RTX "
-        "3050 медленнее одной T4 и греется.", choices=GPUS)
-    machine: str = _f("auto", ("Machine", "Машина"),
+        "3050 медленнее одной T4 и греется.",
+        label=("GPU", "Видеокарта"), choices=GPUS)
+    machine: str = _f("auto",
         "A Kaggle account with its own quota. “Auto” picks a free machine: first one whose quota covers "
         "the whole run, then one that already has the checkpoint and the data. If the quota runs out "
         "early, the lab continues training on another free machine.",
         "Аккаунт Kaggle со своей квотой. «Авто» выбирает свободную машину: сперва ту, где квоты хватит на "
         "весь прогон, потом ту, где уже есть чекпоинт и данные. Если квота кончилась раньше, лаба "
-        "продолжит обучение на другой свободной машине.")
-    batch_per_card: int = _f(6, ("Batch per card", "Батч на карту"),
+        "продолжит обучение на другой свободной машине.",
+        label=("Machine", "Машина"))
+    batch_per_card: int = _f(6,
         "Chunks of n tokens a card processes per step. A step on 2×T4 with batch 6 is 6 × 2 × 1024, or "
         "12,288 tokens. Bigger batch: smoother training, more memory. Failed with “CUDA out of memory”: "
         "lower the batch.",
         "Сколько кусков по n токенов карта обрабатывает за шаг. Шаг на 2×T4 с батчем 6 — это 6 × 2 × 1024 "
         "= 12 288 токенов. Больше батч — ровнее обучение, но больше памяти. Упало с «CUDA out of memory» "
-        "— уменьшите батч.")
-    grad_accum: int = _f(1, ("Gradient accumulation", "Накопление градиента"),
+        "— уменьшите батч.",
+        label=("Batch per card", "Батч на карту"))
+    grad_accum: int = _f(1,
         "Micro-steps accumulated into one optimizer step.",
-        "Сколько микрошагов копить в один шаг оптимизатора.")
-    steps_until: int = _f(45000, ("Steps until", "Шагов до"),
+        "Сколько микрошагов копить в один шаг оптимизатора.",
+        label=("Gradient accumulation", "Накопление градиента"))
+    steps_until: int = _f(45000,
         "The step at which training ends. It also sets the learning-rate schedule: the rate decays "
         "smoothly towards this step. Added data: raise it.",
         "Номер шага, на котором обучение закончится. Он же задаёт расписание скорости обучения: к этому "
-        "шагу она плавно падает. Добавили данных — увеличьте.")
-    limit_min: float = _f(630, ("Limit, min", "Лимит, мин"),
+        "шагу она плавно падает. Добавили данных — увеличьте.",
+        label=("Steps until", "Шагов до"))
+    limit_min: float = _f(630,
         "Minutes allotted. At the limit training stops by itself and saves a checkpoint, even if “Steps "
         "until” was not reached. 630 minutes leave a margin before Kaggle's session limit.",
         "Сколько минут отвести. По лимиту обучение само остановится и сохранит чекпоинт, даже если до "
-        "«Шагов до» не дошло. 630 минут оставляют запас до лимита сессии Kaggle.")
+        "«Шагов до» не дошло. 630 минут оставляют запас до лимита сессии Kaggle.",
+        label=("Limit, min", "Лимит, мин"))
     # More
-    schedule: str = _f("wsd", ("Schedule", "Расписание"),
+    schedule: str = _f("wsd",
         "How the learning rate changes with the step: wsd (warmup, stable, decay), cosine, linear, "
         "inv_sqrt (1/√t). A small rate at the end is what converges precisely.",
         "Как скорость обучения меняется по шагам: wsd (разогрев, ровно, спад), cosine, linear, inv_sqrt "
-        "(1/√t). К концу нужна малая скорость, чтобы сойтись точно.", choices=SCHEDULES)
-    lr: float = _f(1e-3, ("Learning rate", "Скорость обучения"),
+        "(1/√t). К концу нужна малая скорость, чтобы сойтись точно.",
+        label=("Schedule", "Расписание"), choices=SCHEDULES)
+    lr: float = _f(1e-3,
         "The peak learning rate. Higher fits each batch faster, but above a threshold the loss explodes.",
         "Пиковая скорость обучения. Больше — быстрее подгоняет каждый батч, но выше порога loss "
-        "взрывается.")
-    warmup_steps: int = _f(200, ("Warmup steps", "Шагов разогрева"),
+        "взрывается.",
+        label=("Learning rate", "Скорость обучения"))
+    warmup_steps: int = _f(200,
         "Steps over which the rate rises from zero to its peak (at most a tenth of “Steps until”).",
-        "Шаги, за которые скорость растёт от нуля до пика (не больше десятой части «Шагов до»).")
-    decay_frac: float = _f(0.2, ("Decay fraction", "Доля спада"),
+        "Шаги, за которые скорость растёт от нуля до пика (не больше десятой части «Шагов до»).",
+        label=("Warmup steps", "Шагов разогрева"))
+    decay_frac: float = _f(0.2,
         "WSD and inv_sqrt: the final fraction of steps over which the rate decays.",
-        "WSD и inv_sqrt: доля последних шагов, на которых скорость спадает.")
-    min_lr_frac: float = _f(0.1, ("Final rate fraction", "Конечная доля скорости"),
+        "WSD и inv_sqrt: доля последних шагов, на которых скорость спадает.",
+        label=("Decay fraction", "Доля спада"))
+    min_lr_frac: float = _f(0.1,
         "The rate at steps_until, as a fraction of lr.",
-        "Скорость на последнем шаге, как доля от lr.")
-    weight_decay: float = _f(0.1, ("Weight decay", "Затухание весов"),
+        "Скорость на последнем шаге, как доля от lr.",
+        label=("Final rate fraction", "Конечная доля скорости"))
+    weight_decay: float = _f(0.1,
         "AdamW weight decay (matrices only).",
-        "Затухание весов AdamW (только матрицы).")
-    grad_clip: float = _f(1.0, ("Gradient clipping", "Обрезка градиента"),
+        "Затухание весов AdamW (только матрицы).",
+        label=("Weight decay", "Затухание весов"))
+    grad_clip: float = _f(1.0,
         "Gradient norm clipping; 0 turns it off.",
-        "Обрезка нормы градиента; 0 — выключить.")
-    seed: int = _f(1337, ("Seed", "Зерно"),
+        "Обрезка нормы градиента; 0 — выключить.",
+        label=("Gradient clipping", "Обрезка градиента"))
+    seed: int = _f(1337,
         "Random seed.",
-        "Зерно случайности.")
-    eval_every: int = _f(250, ("Val every", "Оценка val каждые"),
+        "Зерно случайности.",
+        label=("Seed", "Зерно"))
+    eval_every: int = _f(250,
         "Steps between evaluations on the held-out set (and text samples).",
-        "Шагов между оценками на отложенной выборке (и примерами текста).")
-    eval_batches: int = _f(20, ("Val batches", "Батчей на оценку val"),
+        "Шагов между оценками на отложенной выборке (и примерами текста).",
+        label=("Val every", "Оценка val каждые"))
+    eval_batches: int = _f(20,
         "Batches per val evaluation.",
-        "Батчей на одну оценку val.")
-    log_every: int = _f(1, ("Log every", "Строка лога каждые"),
+        "Батчей на одну оценку val.",
+        label=("Val batches", "Батчей на оценку val"))
+    log_every: int = _f(1,
         "Steps between lines of metrics.jsonl.",
-        "Шагов между строками metrics.jsonl.")
-    checkpoint_every_min: float = _f(20, ("Checkpoint every, min", "Чекпоинт каждые, мин"),
+        "Шагов между строками metrics.jsonl.",
+        label=("Log every", "Строка лога каждые"))
+    checkpoint_every_min: float = _f(20,
         "Minutes between periodic checkpoints.",
-        "Минут между чекпоинтами.")
-    parallel: str = _f("auto", ("Several cards", "Несколько карт"),
+        "Минут между чекпоинтами.",
+        label=("Checkpoint every, min", "Чекпоинт каждые, мин"))
+    parallel: str = _f("auto",
         "Several cards: auto (DDP under torchrun), ddp, dp (DataParallel), none.",
-        "Несколько карт: auto, ddp, dp (DataParallel), none.", choices=PARALLEL_MODES)
-    precision: str = _f("auto", ("Precision", "Точность"),
+        "Несколько карт: auto, ddp, dp (DataParallel), none.",
+        label=("Several cards", "Несколько карт"), choices=PARALLEL_MODES)
+    precision: str = _f("auto",
         "auto: bf16 from compute capability 8.0 on, fp16 with GradScaler below it, fp32 on CPU.",
-        "auto: bf16 на картах от 8.0, fp16 с GradScaler ниже, fp32 на CPU.", choices=PRECISIONS)
-    data_dir: str = _f("", ("Data folder", "Папка данных"),
+        "auto: bf16 на картах от 8.0, fp16 с GradScaler ниже, fp32 на CPU.",
+        label=("Precision", "Точность"), choices=PRECISIONS)
+    data_dir: str = _f("",
         "Prepared data folder (shards, tokenizer, manifest); empty: found from constellations.",
-        "Папка подготовленных данных; пусто — найти по созвездиям.")
+        "Папка подготовленных данных; пусто — найти по созвездиям.",
+        label=("Data folder", "Папка данных"))
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
