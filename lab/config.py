@@ -37,8 +37,9 @@ def _f(default: Any, help_en: str, help_ru: str, *, label: tuple[str, str], **me
 class RunConfig:
     # Run and checkpoint
     resume_from: str = _f("",
-        "Training picks up the weights and the step number of the earlier run. The architecture is the "
-        "checkpoint's: weights of another shape will not fit, so the model fields are locked.",
+        "A checkpoint file, or a run folder (its newest good checkpoint), to continue from; empty: from "
+        "scratch. Training picks up the weights and the step number of the earlier run. The architecture "
+        "is the checkpoint's: weights of another shape will not fit, so the model fields are locked.",
         "Обучение подхватывает веса и номер шага прошлого прогона. Архитектура при этом та же, что у "
         "чекпоинта: другой формы веса просто не лягут, поэтому поля модели закрыты.",
         label=("Continue from checkpoint", "Продолжить с чекпоинта"), flags=("--resume",), metavar="PATH")
