@@ -106,13 +106,17 @@ def fit_law(points: Sequence[Point], *, bootstrap: int = 100, seed: int = 0) -> 
     d = np.log(np.array([p.tokens for p in points], dtype=float))
     y = np.log(np.array([p.val_loss for p in points], dtype=float))
     best, value = _fit_logs(n, d, y, _grid_starts(n, d, y))
+    if best is None:
+        raise UserError("the fit found no law with exponents in (0, 3] for these points: their losses do not "
+                        "fall with N and D; check the runs (lab fit --list) or add points")
     rng = np.random.default_rng(seed)
     samples = []
     for _ in range(bootstrap):
         idx = rng.integers(0, len(y), len(y))
         starts = [best] + _grid_starts(n[idx], d[idx], y[idx], keep=1)[:1]
         theta, _ = _fit_logs(n[idx], d[idx], y[idx], starts)
-        samples.append(_natural(theta))
+        if theta is not None:  # a sample without a proper law (all one size, say) says nothing
+            samples.append(_natural(theta))
     val_set, tokenizer = next(iter(keys))
     fit = Fit(*_natural(best), points=len(points), sizes=len({p.weights for p in points}),
               samples=[list(s) for s in samples], val_set=val_set, tokenizer=tokenizer, objective=float(value))
@@ -180,8 +184,6 @@ def _fit_logs(n, d, y, starts) -> tuple:
         ok = all(math.isfinite(v) for v in res.x) and 0 < res.x[3] <= 3 and 0 < res.x[4] <= 3
         if ok and res.fun < best_value:
             best, best_value = res.x, float(res.fun)
-    if best is None:
-        raise UserError("the fit found no law with exponents in (0, 3] for these points: they do not fall with N and D")
     return best, best_value
 
 

@@ -1,8 +1,9 @@
 """Points: (weights N, tokens D, final val loss) of runs whose learning rate ended small.
 
 The law L(N, D) holds only for a run that ends at a small rate (the scaling-laws note), so
-a run counts as a point only when it reached `steps_until`, its last logged rate is at most
-`SMALL_LR` of its peak, it has a val loss at its last step, and it did not diverge. A run's
+a run counts as a point only when it reached `steps_until` with a val loss there, its
+schedule decays to a floor of at most `SMALL_LR` of its peak at that step, and it did not
+diverge. A run's
 val set and tokenizer travel with its point: points of different ones are never fitted
 together. Stdlib only.
 """
@@ -100,8 +101,7 @@ def run_point(run) -> tuple[Point | None, str]:
     last = evals[-1]
     if not isinstance(last["val_loss"], (int, float)) or not math.isfinite(last["val_loss"]):
         return None, "val loss is not finite"
-    lrs = [r["lr"] for r in rows if "lr" in r]
-    if not lrs or lrs[-1] > SMALL_LR * cfg.lr:
+    if not ends_small(cfg):
         return None, "its rate did not end small"
     vocab = _vocab(folder, cfg)
     if vocab is None:
@@ -110,8 +110,24 @@ def run_point(run) -> tuple[Point | None, str]:
     return Point(weights=weight_count(cfg.layers, cfg.width, vocab, cfg.context), tokens=int(last["tokens"]),
                  val_loss=float(last["val_loss"]), lr=cfg.lr, schedule=cfg.schedule,
                  val_set=last.get("val_set"), tokenizer=_tokenizer(folder, cfg), run=run.id,
-                 branch_of=(run.parent or {}).get("run") if cfg.decay_start else None,
+                 branch_of=(run.parent or {}).get("run") if is_branch(run) else None,
                  layers=cfg.layers, width=cfg.width), "point"
+
+
+def ends_small(cfg: RunConfig) -> bool:
+    """The run's schedule decays to a small floor at `steps_until` (a WSD stage that ends in
+    its constant phase does not; its cooldown branches do)."""
+    if cfg.min_lr_frac > SMALL_LR:
+        return False
+    if cfg.schedule in ("cosine", "linear"):
+        return True
+    decay_start = cfg.decay_start or cfg.steps_until - int(cfg.decay_frac * cfg.steps_until)
+    return decay_start < cfg.steps_until
+
+
+def is_branch(run) -> bool:
+    """A cooldown branch: a child run whose decay starts at the step it branched from."""
+    return bool(run.parent and run.cfg.decay_start and run.parent.get("step") == run.cfg.decay_start)
 
 
 def lab_points(runs=None) -> list[Point]:
