@@ -206,6 +206,23 @@ def save_fit(fit: Fit) -> Path:
     return path
 
 
+_cache: dict[str, tuple[tuple, Fit | None]] = {}
+
+
+def load_fit_cached(val_set: str | None, tokenizer: str | None) -> Fit | None:
+    """`load_fit`, re-read only when the file changed: the calculator asks on every keystroke."""
+    path = fit_file(val_set, tokenizer)
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    key = (st.st_mtime_ns, st.st_size)
+    hit = _cache.get(str(path))
+    if hit is None or hit[0] != key:
+        hit = _cache[str(path)] = (key, load_fit(val_set, tokenizer))
+    return hit[1]
+
+
 def load_fit(val_set: str | None, tokenizer: str | None) -> Fit | None:
     """The lab's saved fit for this val set and tokenizer, or None."""
     path = fit_file(val_set, tokenizer)

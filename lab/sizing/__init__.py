@@ -42,7 +42,7 @@ ALLOCATOR_SLACK = 0.10  # PyTorch's caching allocator rounds and fragments block
 EVAL_FORWARD_SHARE = 1 / 3  # an eval batch is a forward only: a third of a training micro-step
 
 KIND_RU = {"exact": "точно", "measured": "замер", "calibrated": "по замерам лабы",
-           "estimate": "оценка", "unknown": "неизвестно"}
+           "estimate": "оценка", "unknown": "неизвестно", "fitted": "по закону лабы"}
 
 
 @dataclass(frozen=True)
@@ -487,6 +487,7 @@ class Estimate:
     max_batch_per_card: Figure
     quota_hours: Figure
     problems: list[Problem] = field(default_factory=list)
+    predicted_val_loss: Figure | None = None  # kind "fitted": the recipe lab's fit, when one exists for the data
 
     FIGURES = ("weights", "tokens_per_step", "tokens_wanted", "tokens_available", "epochs", "tokens_planned",
                "tok_s", "run_hours", "memory_per_card_gb", "max_batch_per_card", "quota_hours")
@@ -511,6 +512,8 @@ class Estimate:
                              "precision": self.precision, "vocab": self.vocab, "vocab_source": self.vocab_source}
         for name in self.FIGURES:
             d[name] = getattr(self, name).to_dict()
+        if self.predicted_val_loss is not None:
+            d["predicted_val_loss"] = self.predicted_val_loss.to_dict()
         d["errors"] = [_problem_dict(p) for p in self.errors]
         d["warnings"] = [_problem_dict(p) for p in self.warnings]
         return d
@@ -656,6 +659,9 @@ def estimate(cfg: RunConfig, vocab: int | None = None, manifest: dict | None = N
             _time_figures(est, run_cfg, card, runs, steps)
             _memory_figures(est, run_cfg, card)
     est.problems = _problems(cfg, run_cfg, est, card, vocab, manifest, checkpoint, ckpt_missing, given)
+    from lab.recipes.predict import predict  # the recipe lab's hook: None unless a fit exists for this data
+    est.predicted_val_loss = predict(run_cfg, manifest, est.weights.value, (est.tokens_per_step.value or 0)
+                                     * run_cfg.steps_until, est.tokens_available.value)
     return est
 
 

@@ -63,6 +63,10 @@ def calculator_html(est: sizing.Estimate | None, cfg: RunConfig, choice, choice_
     mem_text = f"{fmt(mem.value)} {tr('ГБ', 'GB')}" + (f" {tr('из', 'of')} {fmt(usable)}" if usable else "") \
         if mem.value is not None else ""
     row("memory", tr("Память на карту", "Memory per card"), mem, mem_text, oom)
+    if est.predicted_val_loss is not None:  # the recipe lab's fit for this data
+        from lab.recipes.predict import predicted_text
+        row("predicted_val_loss", tr("Ожидаемый val loss", "Predicted val loss"), est.predicted_val_loss,
+            predicted_text(est.predicted_val_loss, lang_))
     q = est.quota_hours
     row("quota", tr("Квота Kaggle", "Kaggle quota"), q, hours(q.value) if q.value is not None else "")
     card = f"{est.gpu} · {est.precision}" + (tr(" (авто)", " (auto)") if est.gpu_auto else "")

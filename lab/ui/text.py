@@ -220,7 +220,7 @@ GPU_NAMES = {"auto": ("Авто (по машине)", "Auto (the machine's)"), "
              "T4": ("T4", "T4"), "rtx3050": ("RTX 3050", "RTX 3050"), "cpu": ("CPU", "CPU")}
 KIND = {"exact": ("точно", "exact"), "measured": ("замер", "measured"),
         "calibrated": ("по замерам лабы", "calibrated"), "estimate": ("оценка", "estimate"),
-        "unknown": ("неизвестно", "unknown")}
+        "unknown": ("неизвестно", "unknown"), "fitted": ("по закону лабы", "fitted")}
 KIND_COLOR = {"exact": "#2e7d32", "measured": "#1565c0", "calibrated": "#6a1b9a", "estimate": "#ef6c00",
               "unknown": "#757575"}
 STATUS = {"new": ("новый", "new"), "starting": ("запускается", "starting"), "running": ("идёт", "running"),
