@@ -30,6 +30,10 @@ def branch_config(parent: RunConfig, at: int, decay_frac: float = DECAY_FRAC) ->
     if parent.schedule not in BRANCHABLE:
         raise UserError(f"a cooldown branch needs a run with a constant phase (wsd or inv_sqrt); this run's "
                         f"schedule is {parent.schedule}: its rate already falls everywhere")
+    from lab.kernel.schedule import run_warmup
+    warmup = run_warmup(parent.steps_until, parent.warmup_steps, parent.decay_start)
+    if at <= warmup:
+        raise UserError(f"step {at:,} is still in the run's warmup ({warmup:,} steps): branch from a later checkpoint")
     start = parent_decay_start(parent)
     if at > start:
         raise UserError(f"step {at:,} is in the run's decay phase (from step {start:,}): branch from a "
@@ -37,6 +41,7 @@ def branch_config(parent: RunConfig, at: int, decay_frac: float = DECAY_FRAC) ->
     cfg = RunConfig.from_dict(parent.to_dict())
     cfg.steps_until = max(at + 1, math.ceil(at / (1 - decay_frac)))
     cfg.decay_start, cfg.decay_frac, cfg.resume_from = at, decay_frac, ""
+    cfg.warmup_steps = warmup  # the parent's, as it ran: with decay_start set it is taken as given
     return cfg
 
 

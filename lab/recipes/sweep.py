@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from lab.config import RunConfig, UserError, check, raise_on_errors
-from lab.kernel.schedule import warmup_for
+from lab.kernel.schedule import run_warmup
 from lab.recipes.branch import DECAY_FRAC, create_branch, parent_decay_start
 from lab.recipes.points import diverged_why, run_point
 from lab.runs import create_run, load_run, updating
@@ -90,7 +90,7 @@ class Sweep:
                     raise UserError(f"{label}: cooldown branches need a wsd or inv_sqrt run, not {cfg.schedule}")
                 stages = cooldown_steps(cfg, cooldown)
                 # One schedule for every stage: the decay start and warmup of the whole plan.
-                cfg.warmup_steps = warmup_for(parent_decay_start(cfg), cfg.warmup_steps)
+                cfg.warmup_steps = run_warmup(cfg.steps_until, cfg.warmup_steps, cfg.decay_start)
                 cfg.decay_start = parent_decay_start(cfg)
             member = Member(label, "", stages, cfg.steps_until)
             first = RunConfig.from_dict({**cfg.to_dict(), "steps_until": stages[0] if stages else cfg.steps_until})
