@@ -24,6 +24,7 @@ from lab.recipes.points import Point, group_key, sizes_with_enough_tokens
 PARAMS = ("E", "A", "B", "alpha", "beta")
 HUBER_DELTA = 1e-3  # Chinchilla's: the log losses differ by far less than 1
 MIN_SIZES, MIN_D_PER_SIZE = 3, 3
+MAX_EXPONENT = 10.0  # tiny early-training studies fit steep exponents (3 and more); beyond this it is degenerate
 
 
 class NotEnoughPoints(UserError):
@@ -107,7 +108,7 @@ def fit_law(points: Sequence[Point], *, bootstrap: int = 100, seed: int = 0) -> 
     y = np.log(np.array([p.val_loss for p in points], dtype=float))
     best, value = _fit_logs(n, d, y, _grid_starts(n, d, y))
     if best is None:
-        raise UserError("the fit found no law with exponents in (0, 3] for these points: their losses do not "
+        raise UserError(f"the fit found no law with exponents in (0, {MAX_EXPONENT:g}] for these points: their losses do not "
                         "fall with N and D; check the runs (lab fit --list) or add points")
     rng = np.random.default_rng(seed)
     samples = []
@@ -178,10 +179,10 @@ def _fit_logs(n, d, y, starts) -> tuple:
     best, best_value = None, math.inf
     for start in starts:
         # Unbounded, as Chinchilla's (scipy's bounded variant is far slower here); exponents
-        # outside (0, 3] are a degenerate fit and are dropped instead.
+        # outside (0, MAX_EXPONENT] are a degenerate fit and are dropped instead.
         res = minimize(_objective, start, args=(n, d, y), jac=True, method="L-BFGS-B",
                        options={"ftol": 1e-15, "gtol": 1e-12, "maxiter": 2000})
-        ok = all(math.isfinite(v) for v in res.x) and 0 < res.x[3] <= 3 and 0 < res.x[4] <= 3
+        ok = all(math.isfinite(v) for v in res.x) and 0 < res.x[3] <= MAX_EXPONENT and 0 < res.x[4] <= MAX_EXPONENT
         if ok and res.fun < best_value:
             best, best_value = res.x, float(res.fun)
     return best, best_value
