@@ -85,8 +85,13 @@ def test_a_diverging_run_is_stopped_early_marked_and_no_point(study):
     assert read_metrics(run.folder)[-1]["step"] < 40  # stopped early
 
 
-def test_lab_fit_fits_the_study_saves_the_fit_and_writes_its_plots(study, lab_home):
-    out = json.loads(lab("fit", "--json", "--bootstrap", "5").stdout)
+@pytest.fixture(scope="module")
+def fitted(study, lab_home) -> dict:
+    return json.loads(lab("fit", "--json", "--bootstrap", "12").stdout)
+
+
+def test_lab_fit_fits_the_study_saves_the_fit_and_writes_its_plots(fitted):
+    out = fitted
     assert out["points"] == 12 and out["fit_file"]
     names = {p.rsplit("/", 1)[-1] for p in out["plots"]}
     assert {"loss-vs-tokens.png", "isoloss.png", "residuals.png"} <= names
@@ -96,8 +101,7 @@ def test_lab_fit_fits_the_study_saves_the_fit_and_writes_its_plots(study, lab_ho
             assert f.read(8) == b"\x89PNG\r\n\x1a\n"
 
 
-def test_the_calculator_predicts_the_val_loss_from_the_fit_without_numpy(study, lab_home):
-    lab("fit", "--bootstrap", "12")  # the fit for the pydoc val set, saved for the calculator
+def test_the_calculator_predicts_the_val_loss_from_the_fit_without_numpy(fitted):
     args = ["--constellation", "pydoc", "--width", "32", "--layers", "1", "--context", "32", "--heads", "2",
             "--batch-per-card", "4", "--steps-until", "40", "--gpu", "cpu"]
     out = json.loads(lab("size", *args, "--json").stdout)
@@ -123,3 +127,15 @@ def test_lab_branch_runs_a_branch_through_the_training_notebook(study, lab_home)
     assert (kid.folder / "loss.png").exists()
     proc = lab("branch", parent.id, "--at", "10", check=False)
     assert proc.returncode == 2 and "no checkpoint at step 10" in proc.stderr
+
+
+def test_the_control_notebook_panel_shows_the_fit_its_plots_and_offers_branches(fitted):
+    from lab.ui.recipes import RecipePanel
+    from lab.ui.text import set_language
+    panel = RecipePanel(bootstrap=5)
+    assert panel.data.value
+    assert "α" in panel.summary.value and "lab-recipes-params" in panel.summary.value
+    assert len(panel.plots.children) >= 3
+    assert panel.steps_of  # WSD runs with checkpoints in their constant phase
+    set_language("en")
+    assert "Fit the law" == panel.fit_button.description
