@@ -151,10 +151,11 @@ def schedules(runs: Sequence) -> object | None:
     (right), the final losses in the legend. None unless two schedules meet at one (N, D)."""
     from lab.kernel.metrics import read_metrics
     from lab.kernel.schedule import lr_for_config
+    from lab.recipes.points import ends_small, is_branch
     groups: dict[tuple, dict[str, object]] = {}
     for run in runs:
         cfg = run.cfg
-        if run.status != "done" or cfg.decay_start:
+        if run.status != "done" or is_branch(run) or not ends_small(cfg):
             continue
         key = (cfg.layers, cfg.width, cfg.context, cfg.batch_per_card, cfg.grad_accum, cfg.steps_until, cfg.lr)
         groups.setdefault(key, {})[cfg.schedule] = run

@@ -10,12 +10,16 @@ from __future__ import annotations
 
 import signal
 import threading
+import time
 from pathlib import Path
 from typing import Callable
 
 from lab.config import UserError
 from lab.recipes.points import DivergenceWatch, diverged_why, mark_diverged
 from lab.runs import Link, load_run, now, updating
+
+
+START_GRACE_S = 120  # how long a spawned driver may take to mark its run running
 
 
 class Diverged(Exception):
@@ -93,18 +97,24 @@ class LocalRunner:
             watcher.join()
 
     def _watch(self, run_id: str, stop: threading.Event) -> None:
+        """Reads the run's new metrics rows every `poll_s`; after the link, once more, so a run
+        that diverged faster than a poll is still marked."""
         import os
         from lab.procs import descendants, signal_quietly
         folder, watch, seen = load_run(run_id).folder, self.watch(), 0
-        while not stop.wait(self.poll_s):
+        while True:
+            ended = stop.wait(self.poll_s)
             rows, seen = _new_rows(folder, seen)
             for row in rows:
                 why = watch.see(row)
                 if why:
                     mark_diverged(folder, why, row.get("step"))
-                    for pid in descendants(os.getpid()):
-                        signal_quietly(pid, signal.SIGTERM)
+                    if not ended:
+                        for pid in descendants(os.getpid()):
+                            signal_quietly(pid, signal.SIGTERM)
                     return
+            if ended:
+                return
 
     def finished(self, run_id: str) -> bool:
         return True
@@ -118,11 +128,13 @@ class SpreadRunner:
     def __init__(self, say: Callable[[str], None] = print, watch: Callable[[], DivergenceWatch] = DivergenceWatch):
         self.say, self.watch = say, watch
         self._watches: dict[str, tuple[DivergenceWatch, int]] = {}
+        self._launched: dict[str, float] = {}
 
     def launch(self, run_id: str) -> None:
         from lab.machines import driver
         driver.spawn_driver(run_id, resume=True)
         self._watches[run_id] = (self.watch(), 0)
+        self._launched[run_id] = time.monotonic()
 
     def finished(self, run_id: str) -> bool:
         from lab.machines import driver
@@ -135,7 +147,9 @@ class SpreadRunner:
             if why and not diverged_why(run.folder):
                 mark_diverged(run.folder, why, row.get("step"))
                 driver.cancel(run_id)
-        busy = run.status in ("new", "running", "waiting", "starting") or driver.driver_alive(run_id)
+        # A driver just spawned may not have taken the run yet: "new" counts as busy for a while.
+        starting = run.status == "new" and time.monotonic() - self._launched.get(run_id, 0) < START_GRACE_S
+        busy = starting or run.status in ("running", "waiting", "starting") or driver.driver_alive(run_id)
         return not busy
 
 
