@@ -83,7 +83,8 @@ class Sweep:
         self.runner, self.say, self.poll_s, self.decay_frac = runner, say, poll_s, decay_frac
         self.members: list[Member] = []
         self.queue: list[Member] = []
-        for label, cfg in plans:
+        planned = []
+        for label, cfg in plans:  # every plan checked before any run is registered
             stages = []
             if cooldown:
                 if cfg.schedule not in ("wsd", "inv_sqrt"):
@@ -92,6 +93,8 @@ class Sweep:
                 # One schedule for every stage: the decay start and warmup of the whole plan.
                 cfg.warmup_steps = run_warmup(cfg.steps_until, cfg.warmup_steps, cfg.decay_start)
                 cfg.decay_start = parent_decay_start(cfg)
+            planned.append((label, cfg, stages))
+        for label, cfg, stages in planned:
             member = Member(label, "", stages, cfg.steps_until)
             first = RunConfig.from_dict({**cfg.to_dict(), "steps_until": stages[0] if stages else cfg.steps_until})
             member.run_id = create_run(first).id
