@@ -58,7 +58,7 @@ def test_points_of_different_val_sets_are_never_fitted_together():
         fit_law(mixed)
 
 
-def test_lab_fit_reads_a_points_file_and_prints_one_json_object(tmp_path, lab_home):
+def test_lab_fit_reads_a_points_file_and_prints_one_json_object(tmp_path, recipe_home):
     path = tmp_path / "points.jsonl"
     write_points_file(path, known_law_points())
     out = json.loads(lab("fit", "--points", str(path), "--json", "--bootstrap", "5").stdout)
@@ -68,7 +68,7 @@ def test_lab_fit_reads_a_points_file_and_prints_one_json_object(tmp_path, lab_ho
     assert set(out["intervals"]) == {"E", "A", "B", "alpha", "beta"}
 
 
-def test_lab_fit_with_too_few_points_is_one_line_and_exit_2(tmp_path, lab_home):
+def test_lab_fit_with_too_few_points_is_one_line_and_exit_2(tmp_path, recipe_home):
     path = tmp_path / "few.jsonl"
     path.write_text('{"weights": 1000, "tokens": 5000, "val_loss": 4.2}\n'
                     '{"weights": 2000, "tokens": 5000, "val_loss": 4.0}\n')

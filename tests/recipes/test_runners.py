@@ -4,7 +4,7 @@ from __future__ import annotations
 from lab.config import RunConfig
 
 
-def test_a_diverging_run_in_the_notebook_is_stopped_early_and_marked(pydoc_data):
+def test_a_diverging_run_in_the_notebook_is_stopped_early_and_marked(recipe_data):
     from lab.kernel.metrics import read_metrics
     from lab.recipes.points import diverged_why, run_point
     from lab.recipes.runners import LocalRunner

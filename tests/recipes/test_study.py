@@ -18,7 +18,7 @@ BASE = dict(context=32, heads=2, batch_per_card=4, eval_every=1000, eval_batches
 
 
 @pytest.fixture(scope="module")
-def study(pydoc_data):
+def study(recipe_data):
     import torch
     # Tiny models on a shared CPU: one thread each is an order of magnitude faster than many.
     threads = torch.get_num_threads()
@@ -86,7 +86,7 @@ def test_a_diverging_run_is_stopped_early_marked_and_no_point(study):
 
 
 @pytest.fixture(scope="module")
-def fitted(study, lab_home) -> dict:
+def fitted(study, recipe_home) -> dict:
     return json.loads(lab("fit", "--json", "--bootstrap", "12").stdout)
 
 
@@ -116,7 +116,7 @@ def test_the_calculator_predicts_the_val_loss_from_the_fit_without_numpy(fitted)
     assert proc.stdout.split() == ["False", "False"]
 
 
-def test_lab_branch_runs_a_branch_through_the_training_notebook(study, lab_home):
+def test_lab_branch_runs_a_branch_through_the_training_notebook(study, recipe_home):
     from lab.runs import load_run
     members, _, _ = study
     parent = load_run(members[2].run_id)  # its newest checkpoints: 30 (the last stage) and 40
@@ -131,11 +131,15 @@ def test_lab_branch_runs_a_branch_through_the_training_notebook(study, lab_home)
 
 def test_the_control_notebook_panel_shows_the_fit_its_plots_and_offers_branches(fitted):
     from lab.ui.recipes import RecipePanel
-    from lab.ui.text import set_language
+    from lab.ui.text import lang, set_language
     panel = RecipePanel(bootstrap=5)
     assert panel.data.value
     assert "α" in panel.summary.value and "lab-recipes-params" in panel.summary.value
     assert len(panel.plots.children) >= 3
     assert panel.steps_of  # WSD runs with checkpoints in their constant phase
-    set_language("en")
-    assert "Fit the law" == panel.fit_button.description
+    before = lang()
+    set_language("en" if before == "ru" else "ru")
+    try:
+        assert panel.fit_button.description == ("Fit the law" if before == "ru" else "Подогнать закон")
+    finally:
+        set_language(before)
