@@ -171,7 +171,9 @@ def _objective(theta, n, d, y):
     share = w / w.sum(axis=0)  # d pred / d term
     grad = np.array([(dr * share[2]).sum(), (dr * share[0]).sum(), (dr * share[1]).sum(),
                      (dr * share[0] * -n).sum(), (dr * share[1] * -d).sum()])
-    return loss, grad
+    # Divided by δ, the objective is of the order of the residuals, where the optimizer's
+    # tolerances mean something (the raw Huber sum is ~1e-5 and creeps along flat valleys).
+    return loss / HUBER_DELTA, grad / HUBER_DELTA
 
 
 def _fit_logs(n, d, y, starts) -> tuple:
@@ -181,7 +183,7 @@ def _fit_logs(n, d, y, starts) -> tuple:
         # Unbounded, as Chinchilla's (scipy's bounded variant is far slower here); exponents
         # outside (0, MAX_EXPONENT] are a degenerate fit and are dropped instead.
         res = minimize(_objective, start, args=(n, d, y), jac=True, method="L-BFGS-B",
-                       options={"ftol": 1e-15, "gtol": 1e-12, "maxiter": 2000})
+                       options={"ftol": 1e-12, "gtol": 1e-9, "maxiter": 1000})
         ok = all(math.isfinite(v) for v in res.x) and 0 < res.x[3] <= MAX_EXPONENT and 0 < res.x[4] <= MAX_EXPONENT
         if ok and res.fun < best_value:
             best, best_value = res.x, float(res.fun)
