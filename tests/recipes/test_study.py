@@ -109,6 +109,11 @@ def test_the_calculator_predicts_the_val_loss_from_the_fit_without_numpy(fitted)
     assert pred["kind"] == "fitted" and 3 < pred["value"] < 7
     low, high = pred["interval"]
     assert low <= high and pred["compute_optimal_weights"] > 0
+    from lab import sizing
+    from lab.ui.calc import calculator_html
+    cfg = RunConfig(width=32, layers=1, context=32, heads=2, batch_per_card=4, gpu="cpu", steps_until=40)
+    html = calculator_html(sizing.estimate(cfg), cfg, None, None, [], [])
+    assert "lab-calc-predicted_val_loss" in html and "lab-kind-fitted" in html
     code = ("import sys; from lab import sizing; from lab.config import RunConfig; "
             "e = sizing.estimate(RunConfig(width=32, layers=1, context=32, heads=2, gpu='cpu', steps_until=40)); "
             "assert e.predicted_val_loss is not None; print('numpy' in sys.modules, 'scipy' in sys.modules)")
