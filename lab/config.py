@@ -133,6 +133,12 @@ class RunConfig:
         "WSD and inv_sqrt: the final fraction of steps over which the rate decays.",
         "WSD и inv_sqrt: доля последних шагов, на которых скорость спадает.",
         label=("Decay fraction", "Доля спада"))
+    decay_start: int = _f(0,
+        "WSD and inv_sqrt: the step where the decay begins; 0: from decay_frac. A cooldown branch sets it "
+        "to the step it branches from.",
+        "WSD и inv_sqrt: шаг, с которого скорость начинает спадать; 0 — по decay_frac. Ветка охлаждения "
+        "ставит сюда шаг, от которого она ответвилась.",
+        label=("Decay from step", "Спад с шага"))
     min_lr_frac: float = _f(0.1,
         "The rate at steps_until, as a fraction of lr.",
         "Скорость на последнем шаге, как доля от lr.",
@@ -333,6 +339,9 @@ def check(cfg: RunConfig) -> list[Problem]:
         if allowed and getattr(cfg, name) not in allowed:
             out.append(Problem(name, f"{name} must be one of {', '.join(allowed)} (got {getattr(cfg, name)!r})",
                                f"{name}: допустимо {', '.join(allowed)} (сейчас {getattr(cfg, name)!r})"))
+    if cfg.decay_start < 0:
+        out.append(Problem("decay_start", f"decay_start must be 0 or a step (got {cfg.decay_start})",
+                           f"decay_start должен быть 0 или номером шага (сейчас {cfg.decay_start})"))
     if not 0 <= cfg.decay_frac <= 1 or not 0 <= cfg.min_lr_frac <= 1:
         out.append(Problem("decay_frac", "decay_frac and min_lr_frac must lie in [0, 1]",
                            "decay_frac и min_lr_frac должны быть от 0 до 1"))

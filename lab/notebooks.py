@@ -230,6 +230,8 @@ CONTROL_CELLS = [
     ("code", "monitor = ui.monitor(form, wait_minutes=wait_minutes)"),
     ("markdown", "## 7. Прогоны · Runs"),
     ("code", "ui.runs()"),
+    ("markdown", "## 8. Рецепты · The recipe lab"),
+    ("code", "# Points, the law L(N, D), cooldown branches\nfrom lab.ui.recipes import recipe_lab\n\nrecipe_lab()"),
 ]
 
 

@@ -26,6 +26,9 @@ COMMANDS = {
     "machines": ("lab.cli.watch:machines", "this computer and the Kaggle accounts: GPU, quota, what runs there"),
     "watch": ("lab.cli.watch", "drive or follow a run to its end; resumes it after a crash, a fix or a cancel"),
     "cancel": ("lab.cli.watch:cancel", "stop a run: no further link; say how to stop its Kaggle session"),
+    "branch": ("lab.cli.branch", "a cooldown branch: a short decay from a checkpoint of a WSD run"),
+    "sweep": ("lab.cli.sweep", "a grid of runs (sizes, learning rates, schedules, cooldown points) with one table"),
+    "fit": ("lab.cli.fit", "fit L(N, D) = E + A/N^alpha + B/D^beta to the lab's points, with intervals and plots"),
 }
 
 

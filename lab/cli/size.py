@@ -108,6 +108,11 @@ def render(est: sizing.Estimate, lang: str = "en", errors: bool = True) -> str:
     w0 = max(len(r[0]) for r in rows)
     w1 = max(len(r[1]) for r in rows)
     lines = [head, ""] + [f"  {a:<{w0}}  {b:<{w1}}  {c}" for a, b, c in rows]
+    if est.predicted_val_loss is not None:  # the recipe lab's fit for this data
+        from lab.recipes.predict import predicted_text
+        label = "Ожидаемый val loss" if ru else "Predicted val loss"
+        lines.append(f"  {label:<{w0}}  {predicted_text(est.predicted_val_loss, lang):<{w1}}  "
+                     f"{sizing.KIND_RU['fitted'] if ru else 'fitted'}")
     for p in est.problems if errors else est.warnings:
         mark = ("ошибка" if ru else "error") if p.severity == "error" else ("внимание" if ru else "warning")
         lines.append(f"{mark}: {p.message(lang)}")

@@ -15,10 +15,24 @@ def warmup_for(steps_until: int, warmup_steps: int) -> int:
     return max(0, min(warmup_steps, steps_until // 10))
 
 
+def run_warmup(steps_until: int, warmup_steps: int, decay_start: int = 0) -> int:
+    """The warmup a run actually gets. With `decay_start` set the plan is explicit (a stage of
+    a long run, a cooldown branch), so `warmup_steps` is taken as given, never past the decay."""
+    if decay_start > 0:
+        return max(0, min(warmup_steps, decay_start))
+    return warmup_for(steps_until, warmup_steps)
+
+
 def lr_at(step: int, *, schedule: str, lr: float, steps_until: int, warmup_steps: int = 200,
-          decay_frac: float = 0.2, min_lr_frac: float = 0.1) -> float:
-    """The rate for the optimizer step that takes the model from `step` to `step + 1`."""
-    warmup = warmup_for(steps_until, warmup_steps)
+          decay_frac: float = 0.2, min_lr_frac: float = 0.1, decay_start: int = 0) -> float:
+    """The rate for the optimizer step that takes the model from `step` to `step + 1`.
+
+    `decay_start` (WSD and inv_sqrt; 0: from `decay_frac`) fixes the step where the decay
+    begins. A cooldown branch from step S of a WSD run sets it to S: the branch holds the
+    parent's rate up to S and decays from there to `steps_until`. A run whose `steps_until`
+    is not above `decay_start` never decays (it ends in its constant phase): stages of one
+    long run share its rate. See `run_warmup` for the warmup."""
+    warmup = run_warmup(steps_until, warmup_steps, decay_start)
     if step < warmup:
         return lr * (step + 1) / warmup
     floor = lr * min_lr_frac
@@ -30,7 +44,8 @@ def lr_at(step: int, *, schedule: str, lr: float, steps_until: int, warmup_steps
     if schedule == "linear":
         progress = (step - warmup) / max(1, steps_until - warmup)
         return lr - (lr - floor) * progress
-    decay_start = steps_until - int(decay_frac * steps_until)
+    if decay_start <= 0:
+        decay_start = steps_until - int(decay_frac * steps_until)
     if schedule == "wsd":
         peak = lr
     elif schedule == "inv_sqrt":
@@ -48,4 +63,5 @@ def lr_at(step: int, *, schedule: str, lr: float, steps_until: int, warmup_steps
 
 def lr_for_config(step: int, cfg) -> float:
     return lr_at(step, schedule=cfg.schedule, lr=cfg.lr, steps_until=cfg.steps_until,
-                 warmup_steps=cfg.warmup_steps, decay_frac=cfg.decay_frac, min_lr_frac=cfg.min_lr_frac)
+                 warmup_steps=cfg.warmup_steps, decay_frac=cfg.decay_frac, min_lr_frac=cfg.min_lr_frac,
+                 decay_start=cfg.decay_start)

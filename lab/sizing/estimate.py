@@ -73,6 +73,9 @@ def estimate(cfg: RunConfig, vocab: int | None = None, manifest: dict | None = N
             _time_figures(est, run_cfg, card, runs, steps)
             _memory_figures(est, run_cfg, card)
     est.problems = problems(cfg, run_cfg, est, card, vocab, manifest, checkpoint, ckpt_missing, given)
+    from lab.recipes.predict import predict  # the recipe lab's hook: None unless a fit exists for this data
+    est.predicted_val_loss = predict(run_cfg, manifest, est.weights.value, (est.tokens_per_step.value or 0)
+                                     * run_cfg.steps_until, est.tokens_available.value)
     return est
 
 

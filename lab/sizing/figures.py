@@ -51,6 +51,7 @@ class Estimate:
     max_batch_per_card: Figure
     quota_hours: Figure
     problems: list[Problem] = field(default_factory=list)
+    predicted_val_loss: Figure | None = None  # kind "fitted": the recipe lab's fit, when one exists for the data
 
     FIGURES = ("weights", "tokens_per_step", "tokens_wanted", "tokens_available", "epochs", "tokens_planned",
                "tok_s", "run_hours", "memory_per_card_gb", "max_batch_per_card", "quota_hours")
@@ -75,6 +76,8 @@ class Estimate:
                              "precision": self.precision, "vocab": self.vocab, "vocab_source": self.vocab_source}
         for name in self.FIGURES:
             d[name] = getattr(self, name).to_dict()
+        if self.predicted_val_loss is not None:
+            d["predicted_val_loss"] = self.predicted_val_loss.to_dict()
         d["errors"] = [_problem_dict(p) for p in self.errors]
         d["warnings"] = [_problem_dict(p) for p in self.warnings]
         return d

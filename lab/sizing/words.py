@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 KIND_RU = {"exact": "точно", "measured": "замер", "calibrated": "по замерам лабы",
-           "estimate": "оценка", "unknown": "неизвестно"}
+           "estimate": "оценка", "unknown": "неизвестно", "fitted": "по закону лабы"}
 
 
 def format_number(x: float, lang: str = "en") -> str:

@@ -63,6 +63,10 @@ def calculator_html(est: sizing.Estimate | None, cfg: RunConfig, choice, choice_
     mem_text = f"{fmt(mem.value)} {tr('GB', 'ГБ')}" + (f" {tr('of', 'из')} {fmt(usable)}" if usable else "") \
         if mem.value is not None else ""
     row("memory", tr("Memory per card", "Память на карту"), mem, mem_text, oom)
+    if est.predicted_val_loss is not None:  # the recipe lab's fit for this data
+        from lab.recipes.predict import predicted_text
+        row("predicted_val_loss", tr("Predicted val loss", "Ожидаемый val loss"), est.predicted_val_loss,
+            predicted_text(est.predicted_val_loss, lang_))
     q = est.quota_hours
     row("quota", tr("Kaggle quota", "Квота Kaggle"), q, hours(q.value) if q.value is not None else "")
     card = f"{est.gpu} · {est.precision}" + (tr(" (auto)", " (авто)") if est.gpu_auto else "")

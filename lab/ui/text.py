@@ -135,7 +135,7 @@ MODES = {"scratch": ("From scratch", "С нуля"), "resume": ("From a checkpoi
 GPU_NAMES = {"auto": ("Auto (the machine's)", "Авто (по машине)"), "2xT4": ("2×T4 (Kaggle)", "2×T4 (Kaggle)"),
              "T4": ("T4", "T4"), "rtx3050": ("RTX 3050", "RTX 3050"), "cpu": ("CPU", "CPU")}
 KIND = {kind: (kind, ru) for kind, ru in KIND_RU.items()}  # the calculator's words for where a figure comes from
-KIND_COLOR = {"exact": "#2e7d32", "measured": "#1565c0", "calibrated": "#6a1b9a", "estimate": "#ef6c00",
+KIND_COLOR = {"exact": "#2e7d32", "measured": "#1565c0", "calibrated": "#6a1b9a", "estimate": "#ef6c00", "fitted": "#00838f",
               "unknown": "#757575"}
 STATUS = {"new": ("new", "новый"), "starting": ("starting", "запускается"), "running": ("running", "идёт"),
           "stopped": ("stopped", "остановлен"), "done": ("done", "готово"), "failed": ("failed", "упал"),

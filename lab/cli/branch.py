@@ -1,0 +1,30 @@
+"""`lab branch RUN --at STEP`: a cooldown branch from a checkpoint of a WSD run."""
+from __future__ import annotations
+
+import argparse
+
+from lab.recipes.branch import DECAY_FRAC
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run", help="the WSD run to branch from (id, unique prefix or folder)")
+    parser.add_argument("--at", type=int, required=True, metavar="STEP",
+                        help="the step of the run's checkpoint to branch from (in its constant phase)")
+    parser.add_argument("--decay-frac", type=float, default=DECAY_FRAC, metavar="F",
+                        help=f"the branch decays over this fraction of its length (0.1–0.2; default {DECAY_FRAC})")
+    parser.add_argument("--machine", default=None, help="auto, local or a Kaggle account (default: the run's)")
+    parser.add_argument("--wait", action="store_true", help="drive the branch here until it ends")
+
+
+def run(args: argparse.Namespace) -> int:
+    from lab.recipes.branch import create_branch
+    branch = create_branch(args.run, args.at, args.decay_frac, args.machine)
+    cfg = branch.cfg
+    print(f"branch {branch.id}: from step {args.at:,} of {args.run}, decays to step {cfg.steps_until:,}")
+    from lab.machines import driver
+    if args.wait:
+        done = driver.drive(branch.id)
+        return 0 if done.status == "done" else 1
+    driver.spawn_driver(branch.id)
+    print(f"`lab watch {branch.id}` follows it")
+    return 0

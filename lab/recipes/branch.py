@@ -1,0 +1,93 @@
+"""Cooldown branches: a short decay from a checkpoint of a WSD run in its constant phase.
+
+A branch from step S ends at S / (1 − f), decaying over its last fraction f: its final val
+loss is what a run ending at that many tokens would reach (MiniCPM's trick: one long
+run, many D). The branch is a child run in the registry (`parent = {"run", "checkpoint",
+"step"}`); it holds its own copy of the start checkpoint (the parent keeps only its newest
+two) and the parent's curve up to S, so its plot reads as one line that bends down at S.
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from lab.config import RunConfig, UserError
+from lab.runs import Run, load_run
+
+DECAY_FRAC = 0.2
+BRANCHABLE = ("wsd", "inv_sqrt")  # schedules with a phase before their decay
+
+
+def parent_decay_start(cfg: RunConfig) -> int:
+    """The step where the run's own decay begins (its constant phase ends)."""
+    return cfg.decay_start or cfg.steps_until - int(cfg.decay_frac * cfg.steps_until)
+
+
+def branch_config(parent: RunConfig, at: int, decay_frac: float = DECAY_FRAC) -> RunConfig:
+    """The branch's fields: the parent's, ending at at/(1−f) with the decay starting at `at`."""
+    if not 0 < decay_frac < 1:
+        raise UserError(f"--decay-frac must lie between 0 and 1 (the lab uses 0.1–0.2), got {decay_frac}")
+    if parent.schedule not in BRANCHABLE:
+        raise UserError(f"a cooldown branch needs a run with a constant phase (wsd or inv_sqrt); this run's "
+                        f"schedule is {parent.schedule}: its rate already falls everywhere")
+    from lab.kernel.schedule import run_warmup
+    warmup = run_warmup(parent.steps_until, parent.warmup_steps, parent.decay_start)
+    if at <= warmup:
+        raise UserError(f"step {at:,} is still in the run's warmup ({warmup:,} steps): branch from a later checkpoint")
+    start = parent_decay_start(parent)
+    if at > start:
+        raise UserError(f"step {at:,} is in the run's decay phase (from step {start:,}): branch from a "
+                        f"checkpoint of its constant phase")
+    cfg = RunConfig.from_dict(parent.to_dict())
+    cfg.steps_until = max(at + 1, math.ceil(at / (1 - decay_frac)))
+    cfg.decay_start, cfg.decay_frac, cfg.resume_from = at, decay_frac, ""
+    cfg.warmup_steps = warmup  # the parent's, as it ran: with decay_start set it is taken as given
+    return cfg
+
+
+def checkpoint_at(run: Run, at: int) -> Path:
+    """The parent's whole checkpoint at step `at`; the error names the steps there are."""
+    from lab.kernel.checkpoint import checkpoint_step, list_checkpoints, verify_checkpoint
+    found = {checkpoint_step(p): p for p in list_checkpoints(run.folder / "checkpoints")}
+    if at not in found:
+        steps = ", ".join(f"{s:,}" for s in sorted(found)) or "none"
+        raise UserError(f"run {run.id} has no checkpoint at step {at:,} (it has: {steps}); a run keeps its "
+                        f"newest two, so branch while it is there, or let `lab sweep --cooldown` stage the run")
+    problem = verify_checkpoint(found[at])
+    if problem:
+        raise UserError(f"checkpoint {found[at]} is unusable: {problem}")
+    return found[at]
+
+
+def create_branch(parent_ref: str, at: int, decay_frac: float = DECAY_FRAC, machine: str | None = None) -> Run:
+    """Registers the branch (nothing runs yet): config, start checkpoint, the parent's curve to `at`."""
+    from lab.kernel.checkpoint import checkpoint_meta, place_checkpoint
+    from lab.kernel.metrics import metrics_lines, write_metrics_lines
+    from lab.machines.driver import register_run, settle_config
+    parent = load_run(parent_ref)
+    cfg = branch_config(parent.cfg, at, decay_frac)
+    ckpt = checkpoint_at(parent, at)
+    meta = checkpoint_meta(ckpt)
+    settle_config(cfg, meta)
+    run = register_run(cfg, machine or parent.cfg.machine or "auto", None, ckpt, meta)
+    place_checkpoint(ckpt, run.folder / "checkpoints")
+    write_metrics_lines(run.folder / "metrics.jsonl", metrics_lines(parent.folder, upto=at))
+    return load_run(run.id)
+
+
+def start_branch(parent_ref: str, at: int, decay_frac: float = DECAY_FRAC, machine: str | None = None) -> str:
+    """Registers the branch and drives it in the background, like any run; returns its id."""
+    from lab.machines.driver import spawn_driver
+    run = create_branch(parent_ref, at, decay_frac, machine)
+    spawn_driver(run.id)
+    return run.id
+
+
+def branches_of(run_id: str, runs: list[Run] | None = None) -> list[Run]:
+    """The cooldown branches of a run, by the step they branch from."""
+    if runs is None:
+        from lab.runs import list_runs
+        runs = list_runs()
+    from lab.recipes.points import is_branch
+    kids = [r for r in runs if (r.parent or {}).get("run") == run_id and is_branch(r)]
+    return sorted(kids, key=lambda r: r.parent.get("step", 0))

@@ -1,0 +1,49 @@
+"""The calculator's predicted val loss: the lab's fit for the selected data at the form's N
+and D, of kind "fitted", with its bootstrap interval and the size the fit calls
+compute-optimal for the tokens the data has.
+
+Called by `lab.sizing.estimate` on every keystroke: stdlib only (the fit file is read once
+per change of its mtime), no numpy, no scipy.
+"""
+from __future__ import annotations
+
+from lab.config import RunConfig
+
+KIND = "fitted"
+
+
+def predict(cfg: RunConfig, manifest: dict | None, weights: int | None, tokens: int | None,
+            tokens_available: int | None = None):
+    """A `lab.sizing.Figure` of the predicted final val loss, or None when the lab has no fit
+    for this data (its val set and tokenizer) or N or D is unknown."""
+    if not manifest or not weights or not tokens:
+        return None
+    from lab.recipes.fit import load_fit_cached
+    fit = load_fit_cached(manifest.get("val_set"), (manifest.get("tokenizer") or {}).get("sha256"))
+    if fit is None:
+        return None
+    from lab.sizing import Figure
+    value = fit.predict(weights, tokens)
+    extra: dict = {"fit_points": fit.points}
+    band = fit.predict_interval(weights, tokens)
+    if band:
+        extra["interval"] = [round(band[0], 4), round(band[1], 4)]
+    if tokens_available:
+        extra["compute_optimal_weights"] = int(fit.optimal_weights_for_tokens(tokens_available))
+    law = f"L = {fit.E:.3f} + {fit.A:.3g}/N^{fit.alpha:.3f} + {fit.B:.3g}/D^{fit.beta:.3f}"
+    return Figure(round(value, 4), KIND, "loss", f"{law}, fitted to the lab's {fit.points} points on this val set",
+                  f"{law}, подогнано по {fit.points} точкам лабы на этой val-выборке", extra)
+
+
+def predicted_text(fig, lang: str = "en") -> str:
+    """"3.412 (3.39–3.44); compute-optimal for the data: 12.3M weights" for the form and `lab size`."""
+    from lab.sizing import format_count
+    text = f"{fig.value:.3f}"
+    band = fig.extra.get("interval")
+    if band:
+        text += f" ({band[0]:.3f}–{band[1]:.3f})"
+    best = fig.extra.get("compute_optimal_weights")
+    if best:
+        text += (f"; оптимально по вычислениям для этих данных: {format_count(best, lang)} весов" if lang == "ru"
+                 else f"; compute-optimal for the data: {format_count(best, lang)} weights")
+    return text

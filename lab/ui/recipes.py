@@ -1,0 +1,163 @@
+"""The recipe lab in the control notebook: the lab's points per val set, the fit with its
+intervals, its figures, and a cooldown branch from a WSD run's checkpoint.
+
+    from lab.ui.recipes import recipe_lab
+    recipe_lab()
+
+numpy, scipy and matplotlib load only when the panel fits or draws.
+"""
+from __future__ import annotations
+
+import ipywidgets as widgets
+
+from lab.config import UserError
+from lab.ui.text import Panel, esc, on_language, tr
+
+CELL = "padding:2px 8px;text-align:left"
+
+
+class RecipePanel(Panel):
+    """Points, the fit and its plots for one val set; a branch from a run's checkpoint."""
+
+    def __init__(self, bootstrap: int = 100):
+        self.bootstrap = bootstrap
+        self.data = widgets.Dropdown(layout=widgets.Layout(width="32em"))
+        self.fit_button = widgets.Button(icon="line-chart", layout=widgets.Layout(width="auto"))
+        self.refresh_button = widgets.Button(icon="refresh", layout=widgets.Layout(width="auto"))
+        self.summary = widgets.HTML()
+        self.summary.add_class("lab-recipes-fit")
+        self.plots = widgets.VBox([])
+        self.run = widgets.Dropdown(layout=widgets.Layout(width="26em"))
+        self.step = widgets.Dropdown(layout=widgets.Layout(width="10em"))
+        self.frac = widgets.BoundedFloatText(value=0.2, min=0.05, max=0.5, step=0.05, layout=widgets.Layout(width="7em"))
+        self.branch_button = widgets.Button(icon="code-fork", layout=widgets.Layout(width="auto"))
+        self.branch_out = widgets.HTML()
+        self.branch_out.add_class("lab-recipes-branch")
+        self.branch_title = widgets.HTML()
+        self.box = widgets.VBox([widgets.HBox([self.data, self.fit_button, self.refresh_button]), self.summary,
+                                 self.plots, self.branch_title,
+                                 widgets.HBox([self.run, self.step, self.frac, self.branch_button]), self.branch_out])
+        self.box.add_class("lab-recipes")
+        self.fit_button.on_click(lambda _: self.fit())
+        self.refresh_button.on_click(lambda _: self.refresh())
+        self.branch_button.on_click(lambda _: self.branch())
+        self.data.observe(lambda _: self.show_fit(), names="value")
+        self.run.observe(lambda _: self._steps(), names="value")
+        on_language(self._relabel)
+        self._relabel()
+
+    def _relabel(self) -> None:
+        self.fit_button.description = tr("Fit the law", "Подогнать закон")
+        self.refresh_button.description = tr("Refresh", "Обновить")
+        self.branch_button.description = tr("Cooldown branch", "Ветка охлаждения")
+        self.frac.description = tr("frac", "доля")
+        self.branch_title.value = (f"<h4 style='margin:8px 0 2px'>{esc(tr('A cooldown branch from a WSD run’s checkpoint', 'Ветка охлаждения из чекпоинта WSD-прогона'))}</h4>")
+        self.refresh()
+
+    # --- points and the fit -----------------------------------------------------------
+    def refresh(self) -> None:
+        from lab.recipes.points import groups, lab_points
+        from lab.runs import list_runs
+        self.runs = list_runs()
+        # Keyed by "val_set|tokenizer": a dropdown's values are plain strings.
+        self.groups = {f"{k[0] or ''}|{k[1] or ''}": v for k, v in groups(lab_points(self.runs)).items()}
+        options = [(f"{tr('val set', 'val-выборка')} {(k.split('|')[0] or '?')[:12]} · {len(v)} {tr('points', 'точек')}", k)
+                   for k, v in sorted(self.groups.items(), key=lambda kv: -len(kv[1]))]
+        self.data.options = options or [(tr("no points yet", "точек пока нет"), "")]
+        self.data.value = self.data.options[0][1]
+        self.data.description = tr("Data", "Данные")
+        self.show_fit()
+        self._branchable()
+
+    def show_fit(self) -> None:
+        from lab.recipes.fit import load_fit
+        key = self.data.value
+        if not key:
+            self.summary.value = esc(tr("Points come from finished runs and branches whose learning rate ended small "
+                                        "(lab sweep, lab branch).",
+                                        "Точки дают законченные прогоны и ветки, чья скорость обучения упала в конце "
+                                        "(lab sweep, lab branch)."))
+            self.plots.children = []
+            return
+        fit = load_fit(*(part or None for part in key.split("|")))
+        self.summary.value = _fit_html(fit, len(self.groups.get(key, [])))
+        self.plots.children = self._figures(key, fit) if fit else []
+
+    def fit(self) -> None:
+        from lab.recipes.fit import fit_law, save_fit
+        key = self.data.value
+        if not key:
+            return
+        try:
+            save_fit(fit_law(self.groups[key], bootstrap=self.bootstrap))
+        except UserError as e:
+            self.summary.value = f"<span style='color:#d32f2f'>{esc(e)}</span>"
+            return
+        self.show_fit()
+
+    def _figures(self, key, fit) -> list:
+        from lab.kernel.plots import figure_png
+        from lab.recipes import plots
+        points = self.groups[key]
+        figs = [plots.loss_vs_tokens(points, fit), plots.isoloss(fit, points), plots.residuals(points, fit),
+                plots.loss_vs_lr(points), plots.schedules(self.runs)]
+        out = []
+        import matplotlib.pyplot as plt
+        for fig in figs:
+            if fig is not None:
+                out.append(widgets.Image(value=figure_png(fig), format="png", layout=widgets.Layout(max_width="760px")))
+                plt.close(fig)
+        return out
+
+    # --- a branch ---------------------------------------------------------------------
+    def _branchable(self) -> None:
+        from lab.kernel.checkpoint import checkpoint_step, list_checkpoints
+        from lab.recipes.branch import BRANCHABLE, parent_decay_start
+        self.steps_of = {}
+        for r in self.runs:
+            cfg = r.cfg
+            if cfg.schedule not in BRANCHABLE:
+                continue
+            steps = [s for s in (checkpoint_step(p) for p in list_checkpoints(r.folder / "checkpoints"))
+                     if s <= parent_decay_start(cfg)]
+            if steps:
+                self.steps_of[r.id] = steps
+        self.run.options = list(reversed(list(self.steps_of))) or [tr("no WSD checkpoints", "нет WSD-чекпоинтов")]
+        self.run.description = tr("Run", "Прогон")
+        self._steps()
+
+    def _steps(self) -> None:
+        self.step.options = self.steps_of.get(self.run.value, [])
+        self.step.description = tr("step", "шаг")
+
+    def branch(self) -> None:
+        from lab.recipes.branch import start_branch
+        if self.run.value not in self.steps_of or self.step.value is None:
+            return
+        try:
+            run_id = start_branch(self.run.value, int(self.step.value), float(self.frac.value))
+        except UserError as e:
+            self.branch_out.value = f"<span style='color:#d32f2f'>{esc(e)}</span>"
+            return
+        self.branch_out.value = esc(tr(f"Branch {run_id} started; the monitor and the runs list show it.",
+                                       f"Ветка {run_id} запущена; монитор и список прогонов показывают её."))
+
+
+def _fit_html(fit, n_points: int) -> str:
+    if fit is None:
+        return esc(tr(f"{n_points} points; no fit yet: press Fit the law (it needs ≥ 3 sizes with ≥ 3 D each).",
+                      f"{n_points} точек; закон ещё не подогнан: нажмите «Подогнать закон» (нужно ≥ 3 размеров по ≥ 3 D)."))
+    rows = []
+    for name, sym in (("E", "E"), ("A", "A"), ("B", "B"), ("alpha", "α"), ("beta", "β")):
+        lo, hi = fit.intervals.get(name, (None, None))
+        band = f"[{lo:.4g}, {hi:.4g}]" if lo is not None else "—"
+        rows.append(f"<tr><td style='{CELL}'>{sym}</td><td style='{CELL}'><b>{getattr(fit, name):.4g}</b></td>"
+                    f"<td style='{CELL};color:#666'>{band}</td></tr>")
+    head = esc(tr(f"L(N, D) = E + A/N^α + B/D^β from {fit.points} points ({fit.sizes} sizes), 95 % bootstrap",
+                  f"L(N, D) = E + A/N^α + B/D^β по {fit.points} точкам ({fit.sizes} размеров), 95 % бутстрэп"))
+    return f"<div>{head}</div><table class='lab-recipes-params' style='border-collapse:collapse'>{''.join(rows)}</table>"
+
+
+def recipe_lab(bootstrap: int = 100) -> RecipePanel:
+    """The control notebook's recipe-lab cell."""
+    return RecipePanel(bootstrap).show()
