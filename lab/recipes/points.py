@@ -106,7 +106,7 @@ def run_point(run) -> tuple[Point | None, str]:
     vocab = _vocab(folder, cfg)
     if vocab is None:
         return None, "vocabulary unknown"
-    from lab.sizing import weight_count
+    from lab.sizing.cards import weight_count
     return Point(weights=weight_count(cfg.layers, cfg.width, vocab, cfg.context), tokens=int(last["tokens"]),
                  val_loss=float(last["val_loss"]), lr=cfg.lr, schedule=cfg.schedule,
                  val_set=last.get("val_set"), tokenizer=_tokenizer(folder, cfg), run=run.id,

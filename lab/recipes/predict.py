@@ -22,7 +22,7 @@ def predict(cfg: RunConfig, manifest: dict | None, weights: int | None, tokens: 
     fit = load_fit_cached(manifest.get("val_set"), (manifest.get("tokenizer") or {}).get("sha256"))
     if fit is None:
         return None
-    from lab.sizing import Figure
+    from lab.sizing.figures import Figure
     value = fit.predict(weights, tokens)
     extra: dict = {"fit_points": fit.points}
     band = fit.predict_interval(weights, tokens)
@@ -37,7 +37,7 @@ def predict(cfg: RunConfig, manifest: dict | None, weights: int | None, tokens: 
 
 def predicted_text(fig, lang: str = "en") -> str:
     """"3.412 (3.39–3.44); compute-optimal for the data: 12.3M weights" for the form and `lab size`."""
-    from lab.sizing import format_count
+    from lab.sizing.words import format_count
     text = f"{fig.value:.3f}"
     band = fig.extra.get("interval")
     if band:
