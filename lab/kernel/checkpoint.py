@@ -177,16 +177,19 @@ def load_checkpoint(path: str | os.PathLike) -> dict:
 
 
 class StopGuard:
-    """Decides when training must stop: at the time limit, or when SIGTERM or SIGINT arrive.
+    """Decides when training must stop: at the time limit, when SIGTERM or SIGINT arrive, or
+    when the launcher writes `stop_file` (a stop meant for every rank of a multi-process run).
 
     The handlers only set a flag; the loop saves at the next step boundary. Stopping at
     the limit leaves room for one more step and the save, with a margin.
     """
 
-    def __init__(self, limit_min: float, started: float | None = None, margin_s: float = 5.0):
+    def __init__(self, limit_min: float, started: float | None = None, margin_s: float = 5.0,
+                 stop_file: str | os.PathLike | None = None):
         self.started = time.monotonic() if started is None else started
         self.deadline = self.started + limit_min * 60
         self.margin_s = margin_s
+        self.stop_file = Path(stop_file) if stop_file else None
         self.signal_name: str | None = None
         self._previous = {}
 
@@ -208,6 +211,8 @@ class StopGuard:
     def reason(self, step_s: float, save_s: float) -> str | None:
         if self.signal_name:
             return f"{self.signal_name} received"
+        if self.stop_file is not None and self.stop_file.exists():
+            return self.stop_file.read_text(encoding="utf-8").strip() or "stop requested"
         if time.monotonic() + 1.5 * step_s + 1.5 * save_s + self.margin_s >= self.deadline:
             return "time limit"
         return None

@@ -3,25 +3,26 @@
 The same code runs on Kaggle and on a member's computer. On Kaggle the inputs are
 mounted under `$LAB_KAGGLE_ROOT/input` (default `/kaggle/input`) in one of two layouts,
 so data and checkpoints are searched for; outputs go to `$LAB_KAGGLE_ROOT/working`.
-With two or more GPUs the loop runs under torchrun (DDP) from a script the notebook
-wrote, because notebook-defined code cannot be pickled into spawned workers.
+With two or more GPUs the loop runs under torchrun (DDP, through `launch`) from a script
+the notebook wrote, because notebook-defined code cannot be pickled into spawned workers.
+A stopped or failed session ends the same way with one process or several: `result.json`,
+the metrics and `loss.png` written, the newest checkpoint named.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
-import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from lab.kernel.checkpoint import CheckpointError, list_checkpoints
 from lab.config import RunConfig
+from lab.kernel.checkpoint import CheckpointError, list_checkpoints, newest_whole_checkpoint
 from lab.kernel.data import find_data
+from lab.kernel.launch import Launched, launch, report_result, reporting_failure, stop_file_from_env
 from lab.kernel.metrics import read_metrics
 from lab.kernel.plots import figure_png, loss_figure, save_loss_plot
 from lab.kernel.train import train
@@ -104,52 +105,77 @@ def gpus_for(cfg: RunConfig, nproc: int) -> int:
     return torch.cuda.device_count() if cfg.parallel in ("auto", "ddp") else 1
 
 
+class TrainingFailed(RuntimeError):
+    """Training stopped on an error; `result.json`, the metrics and the plot are written first."""
+
+
 def run_session(cfg: RunConfig, paths: SessionPaths, kernel_py: Path, nproc: int = 0,
                 allow_fallback: bool = False, plot_every_s: float = 30.0, plot_x: str = "step",
-                started: float | None = None) -> dict:
+                started: float | None = None, given: set[str] | None = None) -> dict:
     """Trains in this process, or under torchrun with one process per GPU; writes
-    `result.json` (where training stopped and why) beside the metrics."""
+    `result.json` (where training stopped and why) beside the metrics, and the plot. A failed
+    session writes them too, naming the newest checkpoint, then raises with the error."""
     plot = LivePlot(paths.out, plot_every_s, plot_x)
     procs = gpus_for(cfg, nproc)
+    error = None
     if procs > 1:
-        result = _run_torchrun(cfg, paths, kernel_py, procs, allow_fallback, plot, started)
+        ended = _run_torchrun(cfg, paths, kernel_py, procs, allow_fallback, plot, started, given)
+        result, error = ended.result, None if ended.result else ended.failure_text()
     else:
-        result = train(cfg, paths.out, paths.data, resume=paths.resume, allow_fallback=allow_fallback,
-                       on_metrics=lambda _: plot.update(), log=lambda s: print(s, flush=True), started=started)
-    (paths.out / "result.json").write_text(json.dumps(result, indent=1), encoding="utf-8")
-    plot.update(force=True)
-    print(f"plot       {save_loss_plot(paths.out, x=plot_x)}")
+        try:
+            result = train(cfg, paths.out, paths.data, resume=paths.resume, allow_fallback=allow_fallback,
+                           given=given, on_metrics=lambda _: plot.update(), log=lambda s: print(s, flush=True),
+                           started=started)
+        except Exception as e:  # noqa: BLE001 - recorded, then raised again below
+            result, error = None, f"{type(e).__name__}: {e}"
+            if paths.out.is_dir():
+                _write_outputs(paths.out, failed_result(paths.out, error), plot, plot_x)
+            raise
+    if error:
+        result = failed_result(paths.out, error)
+    _write_outputs(paths.out, result, plot, plot_x)
+    if error:
+        raise TrainingFailed(f"{error}. Newest checkpoint: {result['checkpoint'] or 'none'}; "
+                             f"resume_from continues from it")
     return result
 
 
-def _run_torchrun(cfg, paths, kernel_py, procs, allow_fallback, plot, started) -> dict:
+def failed_result(out: Path, error: str) -> dict:
+    """What a failed session leaves: the newest whole checkpoint is where the run continues."""
+    newest = newest_whole_checkpoint(out / "checkpoints")
+    step = newest[1]["step"] if newest else 0
+    return {"step": step, "tokens": newest[1].get("tokens") if newest else 0, "reason": f"failed: {error}",
+            "checkpoint": str(newest[0]) if newest else None, "steps_until": None, "done": False,
+            "failed": True}
+
+
+def _write_outputs(out: Path, result: dict, plot: LivePlot, plot_x: str) -> None:
+    (out / "result.json").write_text(json.dumps(result, indent=1), encoding="utf-8")
+    if not read_metrics(out):
+        return
+    plot.update(force=True)
+    print(f"plot       {save_loss_plot(out, x=plot_x)}")
+
+
+def _run_torchrun(cfg, paths, kernel_py, procs, allow_fallback, plot, started, given) -> Launched:
     paths.out.mkdir(parents=True, exist_ok=True)
     config_path = paths.out / "session-config.json"
     # The workers start their clock later: give them what is left of the session's limit.
     spent_min = (time.monotonic() - started) / 60 if started is not None else 0.0
     worker_cfg = RunConfig.from_dict({**cfg.to_dict(), "limit_min": max(cfg.limit_min - spent_min, 0.01)})
     config_path.write_text(worker_cfg.to_json(), encoding="utf-8")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={procs}",
-           str(kernel_py), "--config", str(config_path), "--out", str(paths.out), "--data", str(paths.data)]
+    target = [str(kernel_py), "--config", str(config_path), "--out", str(paths.out), "--data", str(paths.data)]
     if paths.resume:
-        cmd += ["--resume", str(paths.resume)]
+        target += ["--resume", str(paths.resume)]
     if allow_fallback:
-        cmd.append("--allow-fallback")
+        target.append("--allow-fallback")
+    if given is not None:
+        target += ["--given", ",".join(sorted(given))]
     print(f"launching {procs} processes under torchrun (DDP)", flush=True)
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
-    result = None
-    try:
-        for line in proc.stdout:
-            if line.startswith("RESULT "):
-                result = json.loads(line[len("RESULT "):])
-            else:
-                print(line, end="", flush=True)
-            plot.update()
-    except KeyboardInterrupt:  # the notebook's stop button, or SIGINT: let the workers save
-        proc.terminate()
-    if proc.wait() != 0 or result is None:
-        raise RuntimeError(f"training under torchrun failed (exit {proc.returncode}); its output is above")
-    return result
+    ended = launch(procs, target, on_tick=plot.update)
+    for failure in ended.failures:
+        print(f"rank {failure['rank']} failed: {failure['error']}", flush=True)
+    return ended
 
 
 def worker_main(argv: list[str] | None = None) -> None:
@@ -160,9 +186,12 @@ def worker_main(argv: list[str] | None = None) -> None:
     p.add_argument("--data", required=True)
     p.add_argument("--resume")
     p.add_argument("--allow-fallback", action="store_true")
+    p.add_argument("--given", help="comma-separated fields given for this session (default: those off their defaults)")
     a = p.parse_args(argv)
     cfg = RunConfig.from_json_file(a.config)
-    result = train(cfg, a.out, a.data, resume=a.resume, allow_fallback=a.allow_fallback,
-                   log=lambda s: print(s, flush=True))
-    if int(os.environ.get("RANK", "0")) == 0:
-        print("RESULT " + json.dumps(result), flush=True)
+    given = set(filter(None, a.given.split(","))) if a.given is not None else None
+    rank = int(os.environ.get("RANK", "0"))
+    with reporting_failure(rank):
+        result = train(cfg, a.out, a.data, resume=a.resume, allow_fallback=a.allow_fallback, given=given,
+                       log=lambda s: print(s, flush=True), stop_file=stop_file_from_env())
+    report_result(result, rank)

@@ -13,6 +13,7 @@ import random
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Callable
 
@@ -25,6 +26,7 @@ from lab.kernel.checkpoint import (CheckpointError, StopGuard, load_checkpoint, 
                             save_checkpoint)
 from lab.config import MODEL_FIELDS, RunConfig, card_set, check, check_against_data, check_resume, raise_on_errors
 from lab.kernel.data import TokenData
+from lab.kernel.launch import COLLECTIVE_TIMEOUT_MIN
 from lab.kernel.metrics import metrics_lines, write_metrics_lines
 from lab.kernel.model import GPT
 from lab.kernel.schedule import lr_for_config
@@ -70,7 +72,9 @@ def setup_runtime(cfg: RunConfig) -> Runtime:
         else:
             device = torch.device("cpu")
         if not dist.is_initialized():
-            dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+            # A rank left waiting in a collective (its peer crashed or hangs) fails within minutes.
+            dist.init_process_group("nccl" if device.type == "cuda" else "gloo",
+                                    timeout=timedelta(minutes=COLLECTIVE_TIMEOUT_MIN))
         return Runtime(rank, world, device, pick_precision(device, cfg.precision), cards=world)
     device = torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
     gpus = torch.cuda.device_count()
@@ -147,9 +151,10 @@ class Trainer:
     def __init__(self, cfg: RunConfig, out_dir: str | os.PathLike, data_dir: str | os.PathLike,
                  resume: str | os.PathLike | None = None, allow_fallback: bool = False,
                  given: set[str] | None = None, log: Callable[[str], None] = print,
-                 on_metrics: Callable[[dict], None] | None = None, started: float | None = None):
+                 on_metrics: Callable[[dict], None] | None = None, started: float | None = None,
+                 stop_file: str | os.PathLike | None = None):
         self.cfg, self.out = cfg, Path(out_dir)
-        self.log_fn, self.on_metrics, self.started = log, on_metrics, started
+        self.log_fn, self.on_metrics, self.started, self.stop_file = log, on_metrics, started, stop_file
         self.rt = setup_runtime(cfg)
         self.data = TokenData(data_dir)
         self.ckpt = self._load_resume(resume, allow_fallback, given)
@@ -349,7 +354,7 @@ class Trainer:
         self.log(f"device {rt.device.type} x{rt.cards} {rt.precision}, {self.tokens_per_step:,} tokens per step, "
                  f"data {'+'.join(self.data.constellations)} ({self.data.manifest['train_tokens']:,} train tokens)")
         metrics = open(self.out / "metrics.jsonl", "a", encoding="utf-8") if rt.main else None
-        guard = StopGuard(cfg.limit_min, started=self.started)
+        guard = StopGuard(cfg.limit_min, started=self.started, stop_file=self.stop_file)
         step_s, save_s, reason, path = 0.0, 2.0 + self.model.num_weights() * 16 / 200e6, None, None
         last_save = last_log = last_print = time.monotonic()
         log_tokens, last_eval = self.tokens, self.step
