@@ -22,8 +22,8 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
-from lab.kernel.checkpoint import (CheckpointError, StopGuard, load_checkpoint, resolve_checkpoint,
-                            save_checkpoint)
+from lab.kernel.checkpoint import (FORMAT, CheckpointError, CheckpointSaveError, StopGuard, checkpoint_step,
+                                   load_checkpoint, newest_whole_checkpoint, resolve_checkpoint, save_checkpoint)
 from lab.config import MODEL_FIELDS, RunConfig, card_set, check, check_against_data, check_resume, raise_on_errors
 from lab.kernel.data import TokenData
 from lab.kernel.launch import COLLECTIVE_TIMEOUT_MIN
@@ -100,13 +100,19 @@ def make_optimizer(model: nn.Module, cfg: RunConfig, device: torch.device) -> to
 
 
 def rng_state() -> dict:
-    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
+    """This process's RNG states as tensors and plain values (a checkpoint loads as data)."""
+    name, keys, pos, has_gauss, gauss = np.random.get_state()
+    return {"python": random.getstate(), "numpy": (name, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, gauss),
+            "torch": torch.get_rng_state(),
             "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []}
 
 
 def set_rng_state(state: dict) -> None:
     random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
+    name, keys, *rest = state["numpy"]
+    # Format 1 kept NumPy's own array; format 2 a tensor of the same keys.
+    keys = keys.numpy() if isinstance(keys, torch.Tensor) else keys
+    np.random.set_state((name, keys.astype(np.uint32), *rest))
     torch.set_rng_state(state["torch"])
     if state["cuda"] and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
@@ -207,6 +213,7 @@ class Trainer:
         self.optimizer = make_optimizer(self.model, cfg, rt.device)
         self.scaler = torch.amp.GradScaler(rt.device.type, enabled=rt.precision == "fp16")
         self.step, self.tokens, self.elapsed_before, self.session = 0, 0, 0.0, 1
+        self.save_failure: str | None = None
         if self.ckpt is not None:
             self.model.load_state_dict(self.ckpt["model"])
             self.optimizer.load_state_dict(self.ckpt["optimizer"])
@@ -330,16 +337,24 @@ class Trainer:
 
     # --- checkpoints -------------------------------------------------------------------
     def save(self, elapsed: float) -> Path | None:
+        """Saves on rank 0 (every rank calls it: the RNG states are gathered). A failed save (a
+        full disk) is said and training goes on: the previous checkpoint is kept, and the next
+        save tries again. Returns the checkpoint written, or None."""
         rngs = all_ranks(rng_state(), self.rt)  # a collective: every rank calls save
         if not self.rt.main:
             return None
-        state = {"format": 1, "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+        state = {"format": FORMAT, "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
                  "scaler": self.scaler.state_dict(), "step": self.step, "tokens": self.tokens, "rng": rngs,
                  "data": {"sampler": "uniform-offsets-by-step", "seed": self.cfg.seed, "step": self.step},
                  "config": self.cfg.to_dict(), "tokenizer_sha256": self.data.manifest["tokenizer"]["sha256"],
                  "val_set": self.data.val_set, "weights": self.model.num_weights(),
                  "elapsed_s": self.elapsed_before + elapsed, "session": self.session}
-        return save_checkpoint(state, self.out / "checkpoints")
+        try:
+            return save_checkpoint(state, self.out / "checkpoints")
+        except CheckpointSaveError as e:
+            self.log(f"warning: {e}")
+            self.save_failure = str(e)
+            return None
 
     # --- the loop ----------------------------------------------------------------------
     def run(self) -> dict:
@@ -411,9 +426,22 @@ class Trainer:
         finally:
             if metrics:
                 metrics.close()
+        if path is None or checkpoint_step(path) != self.step:
+            return self._unsaved_result(reason)
         self.log(f"stopped at step {self.step:,} ({reason}); checkpoint {path}")
-        return {"step": self.step, "tokens": self.tokens, "reason": reason, "checkpoint": str(path) if path else None,
+        return {"step": self.step, "tokens": self.tokens, "reason": reason, "checkpoint": str(path),
                 "steps_until": cfg.steps_until, "done": self.step >= cfg.steps_until}
+
+    def _unsaved_result(self, reason: str) -> dict:
+        """The last save failed: the run continues from the newest whole checkpoint, so that is
+        where this session is said to end (the steps after it are not saved anywhere)."""
+        newest = newest_whole_checkpoint(self.out / "checkpoints") if self.rt.main else None
+        step, tokens = (newest[1]["step"], newest[1]["tokens"]) if newest else (0, 0)
+        self.log(f"stopped at step {self.step:,} ({reason}) but its checkpoint could not be saved: "
+                 f"{self.save_failure}")
+        return {"step": step, "tokens": tokens, "reason": f"{reason}; the final save failed",
+                "checkpoint": str(newest[0]) if newest else None, "trained_to": self.step,
+                "save_failed": self.save_failure, "steps_until": self.cfg.steps_until, "done": False}
 
 
 PROGRESS_EVERY_S = 10  # a progress line at most this often: a 12-hour session stays readable

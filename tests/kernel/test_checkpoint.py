@@ -1,9 +1,13 @@
 import os
+import random
+import resource
 import signal
 
+import numpy as np
 import pytest
 import torch
 
+from conftest import ROOT
 from lab.kernel import checkpoint as checkpoint
 
 
@@ -38,12 +42,73 @@ def test_a_corrupt_checkpoint_file_is_refused(tmp_path):
         checkpoint.resolve_checkpoint(path)
 
 
-def test_a_save_that_never_finished_has_no_sidecar_and_is_not_used(tmp_path):
+def test_a_save_interrupted_before_its_sidecar_is_no_checkpoint_and_the_next_save_cleans_it(tmp_path):
     checkpoint.save_checkpoint(_state(10), tmp_path)
     unfinished = checkpoint.save_checkpoint(_state(20), tmp_path)
-    unfinished.with_suffix(".json").unlink()
-    with pytest.raises(checkpoint.CheckpointError, match="never finished"):
-        checkpoint.resolve_checkpoint(tmp_path)
+    unfinished.with_suffix(".json").unlink()  # killed between the .pt's rename and the sidecar's
+    (tmp_path / ".ckpt_00000030.pt.tmp").write_bytes(b"half a save")
+    assert [p.name for p in checkpoint.list_checkpoints(tmp_path)] == ["ckpt_00000010.pt"]
+    assert checkpoint.resolve_checkpoint(tmp_path).name == "ckpt_00000010.pt"  # no flag needed
+    assert "never finished" in checkpoint.verify_checkpoint(unfinished)  # named directly, it says why
+    checkpoint.save_checkpoint(_state(11), tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt_00000010.json", "ckpt_00000010.pt",
+                                                          "ckpt_00000011.json", "ckpt_00000011.pt"]
+
+
+def test_the_sidecar_records_the_sha256_and_size_of_the_bytes_on_disk(tmp_path):
+    path = checkpoint.save_checkpoint(_state(7), tmp_path)
+    meta = checkpoint.checkpoint_meta(path)
+    assert meta["sha256"] == checkpoint.sha256_file(path) and meta["bytes"] == path.stat().st_size
+
+
+def test_a_checkpoint_loads_as_data_with_weights_only(tmp_path):
+    from lab.kernel.train import rng_state, set_rng_state
+    state = {**_state(5), "rng": [rng_state()], "format": checkpoint.FORMAT}
+    path = checkpoint.save_checkpoint(state, tmp_path)
+    loaded = torch.load(path, weights_only=True)
+    expected = random.random(), np.random.rand(), torch.rand(1)
+    set_rng_state(loaded["rng"][0])
+    assert (random.random(), np.random.rand(), torch.rand(1)) == expected
+
+
+def test_a_format_1_checkpoint_with_numpy_rng_state_still_loads_and_resumes_its_rngs(tmp_path):
+    from lab.kernel.train import set_rng_state
+    old_rng = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(), "cuda": []}
+    torch.save({**_state(5), "rng": [old_rng], "format": 1}, tmp_path / "old.pt")
+    expected = np.random.rand()
+    state = checkpoint.load_checkpoint(tmp_path / "old.pt")
+    set_rng_state(state["rng"][0])
+    assert np.random.rand() == expected
+
+
+class Payload:  # any class: unpickling it could run code
+    pass
+
+
+def test_a_checkpoint_holding_objects_is_refused_with_a_clear_message(tmp_path):
+    torch.save({**_state(5), "extra": Payload()}, tmp_path / "odd.pt")
+    with pytest.raises(checkpoint.CheckpointError, match="objects other than tensors and plain values.*not loaded"):
+        checkpoint.load_checkpoint(tmp_path / "odd.pt")
+
+
+def test_a_full_disk_during_a_save_keeps_the_previous_checkpoint_and_says_so(tmp_path):
+    checkpoint.save_checkpoint(_state(10), tmp_path)
+    before = sorted(p.name for p in tmp_path.iterdir())
+    big = {**_state(20), "model": {"w": torch.zeros(1 << 20)}}  # 4 MiB: more than the file size limit
+    old_limit = resource.getrlimit(resource.RLIMIT_FSIZE)
+    old_handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG
+    resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, old_limit[1]))
+    try:
+        with pytest.raises(checkpoint.CheckpointSaveError) as err:
+            checkpoint.save_checkpoint(big, tmp_path)
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, old_limit)
+        signal.signal(signal.SIGXFSZ, old_handler)
+    assert "could not save checkpoint ckpt_00000020.pt" in str(err.value)
+    assert "the disk is full" in str(err.value)
+    assert "ckpt_00000010.pt (step 10) is kept" in str(err.value)
+    assert sorted(p.name for p in tmp_path.iterdir()) == before, "no partial file is left behind"
+    assert checkpoint.resolve_checkpoint(tmp_path).name == "ckpt_00000010.pt"
 
 
 def test_a_folder_without_checkpoints_says_so(tmp_path):
@@ -62,3 +127,16 @@ def test_stop_guard_stops_before_the_limit_leaving_time_for_a_step_and_a_save():
     guard = checkpoint.StopGuard(limit_min=1.0, margin_s=0)
     assert guard.reason(step_s=1, save_s=1) is None
     assert guard.reason(step_s=30, save_s=15) == "time limit"
+
+
+def test_kill_9_at_random_moments_never_needs_a_flag_nor_leaves_a_corrupt_checkpoint(pydoc_data, tmp_path,
+                                                                                     monkeypatch):
+    """30 kills of a run saving every step; each plain resume continues from the newest whole
+    checkpoint, and the curve equals an uninterrupted run's. (`scripts/kill9_trials.py` runs more.)"""
+    monkeypatch.syspath_prepend(str(ROOT / "scripts"))  # the forkserver's children import the trial from there
+    import kill9_trials
+    figures = kill9_trials.run_trials(30, pydoc_data, tmp_path / "run", seed=1, window_s=(0.03, 0.2))
+    assert figures["trials"] == figures["plain_resumes"] == 30, figures
+    assert figures["needed_flag"] == figures["corrupt"] == figures["child_errors"] == 0, figures
+    assert figures["final_step"] > figures["steps"][0], "the run moved on between kills"
+    assert figures["curve_exact"], "every resume continued exactly where its checkpoint was"

@@ -63,6 +63,11 @@ def test_train_on_pydoc_logs_weights_metrics_and_a_falling_loss(trained):
     assert json.loads((out / "config.json").read_text())["steps_until"] == 20
 
 
+def test_a_trained_checkpoint_loads_with_weights_only(trained):
+    state = torch.load(trained[0] / "checkpoints" / "ckpt_00000020.pt", weights_only=True)
+    assert state["step"] == 20 and state["format"] == 2 and isinstance(state["rng"][0]["torch"], torch.Tensor)
+
+
 def test_sigterm_saves_at_a_step_boundary_and_the_resume_is_bitwise_exact(pydoc_data, tmp_path):
     common = ["-c", "pydoc", *TINY, "--steps-until", "300", "--eval-every", "100"]
     train_here(*common, "--out", str(tmp_path / "ref"))
