@@ -9,7 +9,7 @@ import sys
 from contextlib import nullcontext
 from pathlib import Path
 
-from lab.config import RunConfig, UserError, field_help
+from lab.config import RunConfig, UserError, field_help, resumed_config
 
 # Fields that belong to the control side (where a run goes), not to the loop.
 _NOT_FLAGS = {"machine"}
@@ -91,8 +91,23 @@ def launch_torchrun(nproc: int, argv: list[str]) -> int:
     return 0
 
 
+def resumed(cfg: RunConfig, given: set[str]) -> RunConfig:
+    """A resumed run's config: the checkpoint's (read from its sidecar, without hashing the
+    checkpoint: the loop verifies it), with the fields given now on top, so the data to open
+    is the run's own. Without a checkpoint there the loop says what is wrong."""
+    from lab.kernel.checkpoint import checkpoint_meta, list_checkpoints
+    target = Path(cfg.resume_from)
+    found = [target] if target.is_file() and target.with_suffix(".json").is_file() else \
+        list_checkpoints(target) or list_checkpoints(target / "checkpoints")
+    if not found:
+        return cfg
+    return resumed_config(checkpoint_meta(found[-1]).get("config") or {}, {name: getattr(cfg, name) for name in given})
+
+
 def run(args: argparse.Namespace) -> int:
     cfg, given = config_from_args(args)
+    if cfg.resume_from:
+        cfg = resumed(cfg, given)
     data_dir = resolve_data_dir(cfg)
     nproc = processes_wanted(cfg, args.nproc)
     if nproc > 1 and "WORLD_SIZE" not in os.environ:

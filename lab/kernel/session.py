@@ -19,8 +19,8 @@ from pathlib import Path
 
 import torch
 
-from lab.config import RunConfig
-from lab.kernel.checkpoint import CheckpointError, list_checkpoints, newest_whole_checkpoint
+from lab.config import RunConfig, fields_off_defaults, resumed_config
+from lab.kernel.checkpoint import CheckpointError, checkpoint_meta, list_checkpoints, newest_whole_checkpoint
 from lab.kernel.data import find_data
 from lab.kernel.launch import Launched, launch, report_result, reporting_failure, stop_file_from_env
 from lab.kernel.metrics import read_metrics
@@ -41,6 +41,8 @@ class SessionPaths:
     data: Path
     out: Path
     resume: Path | None
+    cfg: RunConfig | None = None  # the config this session runs: a resumed run's as it was, with what was given
+    given: set[str] | None = None  # the fields given for this session
 
 
 def find_checkpoint(name: str, roots: list[Path], max_depth: int = 5) -> Path:
@@ -64,17 +66,26 @@ def find_checkpoint(name: str, roots: list[Path], max_depth: int = 5) -> Path:
                           f"attach the dataset that holds it")
 
 
-def resolve_session(cfg: RunConfig, out_dir: str = "") -> SessionPaths:
-    """Where this session reads data and a checkpoint, and where it writes."""
+def resolve_session(cfg: RunConfig, out_dir: str = "", given_fields: list[str] | None = None) -> SessionPaths:
+    """Where this session reads data and a checkpoint, where it writes, and the config it runs.
+
+    A resumed run continues as it was: fields not given come from the checkpoint's sidecar.
+    Given are `given_fields` (what `lab run` fills in) and every field off its default."""
     roots = [kaggle_root() / "input"] if on_kaggle() else [Path.cwd()]
+    out = Path(out_dir) if out_dir else (kaggle_root() / "working" if on_kaggle() else Path.cwd() / "run")
+    resume = find_checkpoint(cfg.resume_from, roots + [out]) if cfg.resume_from else None
+    given = fields_off_defaults(cfg) | set(given_fields or ())
+    if resume is not None:
+        found = [resume] if resume.is_file() else list_checkpoints(resume) or list_checkpoints(resume / "checkpoints")
+        if found and found[-1].with_suffix(".json").is_file():
+            cfg = resumed_config(checkpoint_meta(found[-1]).get("config") or {},
+                                 {name: getattr(cfg, name) for name in given})
     if cfg.data_dir and Path(cfg.data_dir).is_dir():
         data = Path(cfg.data_dir)
     else:
         data = find_data(roots + ([Path(cfg.data_dir)] if cfg.data_dir else []), cfg.constellations)
-    out = Path(out_dir) if out_dir else (kaggle_root() / "working" if on_kaggle() else Path.cwd() / "run")
-    resume = find_checkpoint(cfg.resume_from, roots + [out]) if cfg.resume_from else None
     print(f"data       {data}\ncheckpoint {resume or '- (from scratch)'}\noutputs    {out}")
-    return SessionPaths(data=data, out=out, resume=resume)
+    return SessionPaths(data=data, out=out, resume=resume, cfg=cfg, given=given)
 
 
 class LivePlot:

@@ -24,7 +24,8 @@ import torch.nn as nn
 
 from lab.kernel.checkpoint import (FORMAT, CheckpointError, CheckpointSaveError, StopGuard, checkpoint_step,
                                    load_checkpoint, newest_whole_checkpoint, resolve_checkpoint, save_checkpoint)
-from lab.config import MODEL_FIELDS, RunConfig, card_set, check, check_against_data, check_resume, raise_on_errors
+from lab.config import (RunConfig, card_set, check, check_against_data, check_resume, fields_off_defaults,
+                        raise_on_errors, resumed_config)
 from lab.kernel.data import TokenData
 from lab.kernel.launch import COLLECTIVE_TIMEOUT_MIN
 from lab.kernel.metrics import metrics_lines, write_metrics_lines
@@ -161,9 +162,12 @@ class Trainer:
                  stop_file: str | os.PathLike | None = None):
         self.cfg, self.out = cfg, Path(out_dir)
         self.log_fn, self.on_metrics, self.started, self.stop_file = log, on_metrics, started, stop_file
-        self.rt = setup_runtime(cfg)
         self.data = TokenData(data_dir)
         self.ckpt = self._load_resume(resume, allow_fallback, given)
+        cfg = self.cfg  # a resumed run's: as it was, with what was given now
+        self.rt = setup_runtime(cfg)
+        if self.ckpt is not None:
+            self.log(f"resuming from {self.resume_path} at step {self.ckpt['step']:,}")
         raise_on_errors(check(cfg) + check_against_data(cfg, self.data.shortest_split))
         if self.ckpt is None and (self.out / "metrics.jsonl").exists():
             raise CheckpointError(f"{self.out} already holds a run (metrics.jsonl): continue it with "
@@ -181,15 +185,14 @@ class Trainer:
         path = resolve_checkpoint(resume, allow_fallback)
         state = load_checkpoint(path)
         if given is None:  # from a notebook: fields that differ from the defaults were given
-            given = {f for f in MODEL_FIELDS if getattr(self.cfg, f) != getattr(RunConfig(), f)}
+            given = fields_off_defaults(self.cfg)
+        # The run as it was, with what was given now on top (the model fields locked).
+        self.cfg = resumed_config(state["config"], {name: getattr(self.cfg, name) for name in given})
         raise_on_errors(check_resume(self.cfg, state["config"], state["step"], given))
-        for name in MODEL_FIELDS:
-            setattr(self.cfg, name, state["config"][name])
         if state["tokenizer_sha256"] != self.data.manifest["tokenizer"]["sha256"]:
             raise CheckpointError(
                 "the data was tokenized with another tokenizer than the checkpoint's: prepare the data with "
                 "constellations that include the checkpoint's, so `lab prepare` reuses its tokenizer")
-        self.log(f"resuming from {path} at step {state['step']:,}")
         self.resume_path = path
         return state
 
