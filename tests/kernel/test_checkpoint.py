@@ -140,3 +140,31 @@ def test_kill_9_at_random_moments_never_needs_a_flag_nor_leaves_a_corrupt_checkp
     assert figures["needed_flag"] == figures["corrupt"] == figures["child_errors"] == 0, figures
     assert figures["final_step"] > figures["steps"][0], "the run moved on between kills"
     assert figures["curve_exact"], "every resume continued exactly where its checkpoint was"
+
+
+def test_stop_guard_stops_when_the_launcher_writes_the_stop_file(tmp_path):
+    guard = checkpoint.StopGuard(limit_min=60, stop_file=tmp_path / "stop")
+    assert guard.reason(step_s=0.1, save_s=0.1) is None
+    (tmp_path / "stop").write_text("SIGINT received")
+    assert guard.reason(step_s=0.1, save_s=0.1) == "SIGINT received"
+
+
+def test_training_whose_final_save_fails_goes_on_and_names_the_previous_checkpoint(pydoc_data, tmp_path):
+    from lab.config import RunConfig
+    from lab.kernel.train import train
+    cfg = dict(context=32, width=32, heads=2, layers=2, batch_per_card=4, eval_every=100, warmup_steps=2)
+    train(RunConfig(**cfg, steps_until=3), tmp_path, pydoc_data, log=lambda s: None)
+    said = []
+    old_limit = resource.getrlimit(resource.RLIMIT_FSIZE)
+    old_handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (200_000, old_limit[1]))  # the metrics fit, a checkpoint does not
+    try:
+        result = train(RunConfig(**cfg, steps_until=5, resume_from=str(tmp_path)), tmp_path, pydoc_data,
+                       resume=tmp_path, log=said.append)
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, old_limit)
+        signal.signal(signal.SIGXFSZ, old_handler)
+    assert result["trained_to"] == 5 and result["step"] == 3 and not result["done"]
+    assert result["checkpoint"].endswith("ckpt_00000003.pt") and "the disk is full" in result["save_failed"]
+    assert any("ckpt_00000003.pt (step 3) is kept" in line for line in said)
+    assert [p.name for p in checkpoint.list_checkpoints(tmp_path / "checkpoints")] == ["ckpt_00000003.pt"]

@@ -1,17 +1,14 @@
-"""`lab train` end to end, as a person runs it: real processes, real data, real signals."""
+"""`lab train` end to end, as a person runs it: real data, real processes where they matter (DDP);
+config and data errors in this process. Signals and resuming: test_resume.py."""
 import contextlib
 import io
 import json
 import shutil
-import signal
-import subprocess
-import sys
-import time
 
 import pytest
 import torch
 
-from conftest import ROOT, TINY, lab
+from conftest import TINY, lab
 from lab.cli import main as lab_main
 from lab.kernel.train import pick_precision
 
