@@ -128,26 +128,24 @@ def run_session(cfg: RunConfig, paths: SessionPaths, kernel_py: Path, nproc: int
     session writes them too, naming the newest checkpoint, then raises with the error."""
     plot = LivePlot(paths.out, plot_every_s, plot_x)
     procs = gpus_for(cfg, nproc)
-    error = None
     if procs > 1:
         ended = _run_torchrun(cfg, paths, kernel_py, procs, allow_fallback, plot, started, given)
-        result, error = ended.result, None if ended.result else ended.failure_text()
+        if ended.failed:
+            result = failed_result(paths.out, ended.failure_text())
+            _write_outputs(paths.out, result, plot, plot_x)
+            raise TrainingFailed(f"{ended.failure_text()}. Newest checkpoint: {result['checkpoint'] or 'none'}; "
+                                 f"resume_from continues from it")
+        result = ended.result
     else:
         try:
             result = train(cfg, paths.out, paths.data, resume=paths.resume, allow_fallback=allow_fallback,
                            given=given, on_metrics=lambda _: plot.update(), log=lambda s: print(s, flush=True),
                            started=started)
-        except Exception as e:  # noqa: BLE001 - recorded, then raised again below
-            result, error = None, f"{type(e).__name__}: {e}"
+        except Exception as e:  # the cell shows the traceback itself; the outputs say where the run stands
             if paths.out.is_dir():
-                _write_outputs(paths.out, failed_result(paths.out, error), plot, plot_x)
+                _write_outputs(paths.out, failed_result(paths.out, f"{type(e).__name__}: {e}"), plot, plot_x)
             raise
-    if error:
-        result = failed_result(paths.out, error)
     _write_outputs(paths.out, result, plot, plot_x)
-    if error:
-        raise TrainingFailed(f"{error}. Newest checkpoint: {result['checkpoint'] or 'none'}; "
-                             f"resume_from continues from it")
     return result
 
 

@@ -103,7 +103,8 @@ def make_optimizer(model: nn.Module, cfg: RunConfig, device: torch.device) -> to
 def rng_state() -> dict:
     """This process's RNG states as tensors and plain values (a checkpoint loads as data)."""
     name, keys, pos, has_gauss, gauss = np.random.get_state()
-    return {"python": random.getstate(), "numpy": (name, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, gauss),
+    return {"python": random.getstate(),
+            "numpy": (name, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, gauss),
             "torch": torch.get_rng_state(),
             "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []}
 
