@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from conftest import ROOT, TINY, lab
+from conftest import ROOT, TINY, lab_here
 from lab.config import ConfigError, RunConfig, resumed_config
 
 # A run whose fields are off the defaults, so a resume that fell back to them would show.
@@ -64,7 +64,7 @@ def _stop_at_a_random_step(cmd, run, lines):
 def test_sigterm_then_a_resume_with_only_steps_until_continues_bitwise(pydoc_data, tmp_path, nproc):
     steps = 60 if nproc == 1 else 30
     procs = ["--nproc", str(nproc)] if nproc > 1 else []
-    lab("train", *RUN, *procs, "--steps-until", str(steps), "--out", str(tmp_path / "ref"))
+    assert lab_here("train", *RUN, *procs, "--steps-until", str(steps), "--out", str(tmp_path / "ref"))[0] == 0
     run = tmp_path / "stopped"
     stop_after = random.Random().randint(3, steps // 2)
     out = _stop_at_a_random_step([sys.executable, "-m", "lab.cli", "train", *RUN, *procs, "--steps-until",
@@ -74,7 +74,8 @@ def test_sigterm_then_a_resume_with_only_steps_until_continues_bitwise(pydoc_dat
     assert f"stopped at step {stopped_at} (SIGTERM received)" in out
     assert (run / "checkpoints" / f"ckpt_{stopped_at:08d}.pt").is_file()
 
-    lab("train", "--resume", str(run), *procs, "--steps-until", str(steps), "--out", str(run))
+    code, out, err = lab_here("train", "--resume", str(run), *procs, "--steps-until", str(steps), "--out", str(run))
+    assert code == 0, out + err
     assert json.loads((run / "config.json").read_text())["batch_per_card"] == 8
     resumed, ref = _losses(run), _losses(tmp_path / "ref")
     assert sorted(resumed) == list(range(1, steps + 1))

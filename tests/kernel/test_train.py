@@ -1,24 +1,13 @@
 """`lab train` end to end, as a person runs it: real data, real processes where they matter (DDP);
 config and data errors in this process. Signals and resuming: test_resume.py."""
-import contextlib
-import io
 import json
 import shutil
 
 import pytest
 import torch
 
-from conftest import TINY, lab
-from lab.cli import main as lab_main
+from conftest import TINY, lab, lab_here
 from lab.kernel.train import pick_precision
-
-
-def lab_here(*args: str) -> tuple[int, str, str]:
-    """`lab ARGS` in this process (config and data errors need no process of their own)."""
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = lab_main(list(args))
-    return code, out.getvalue(), err.getvalue()
 
 
 def train_here(*args: str) -> str:
