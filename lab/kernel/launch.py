@@ -124,10 +124,11 @@ def launch(nproc: int, target: list[str], on_line: Callable[[str], None] = lambd
                                 text=True, bufsize=1, env=env, start_new_session=True, preexec_fn=_die_with_parent)
         try:
             for line in proc.stdout:
-                if line.startswith(RESULT):
-                    result = json.loads(line[len(RESULT):])
-                elif line.startswith(FAILED):
-                    failures.append(json.loads(line[len(FAILED):]))
+                kind, value = _parse(line)
+                if kind == RESULT:
+                    result = value
+                elif kind == FAILED:
+                    failures.append(value)
                 else:
                     on_line(line)
                 on_tick()
@@ -137,6 +138,19 @@ def launch(nproc: int, target: list[str], on_line: Callable[[str], None] = lambd
     stop_file.unlink(missing_ok=True)
     folder.rmdir()
     return Launched(returncode, result, failures, stop["reason"])
+
+
+def _parse(line: str) -> tuple[str | None, dict | None]:
+    """(RESULT or FAILED, its value) for a worker's report line; (None, None) for any other line,
+    a report mangled by another process's output included."""
+    for kind in (RESULT, FAILED):
+        if line.startswith(kind):
+            try:
+                value = json.loads(line[len(kind):])
+            except ValueError:
+                return None, None
+            return (kind, value) if isinstance(value, dict) else (None, None)
+    return None, None
 
 
 def stop_file_from_env() -> str | None:
