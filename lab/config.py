@@ -16,6 +16,9 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 MODEL_FIELDS = ("context", "width", "heads", "layers")
+# Where a session runs and what it reads, not how the run trains: a resumed run never takes these
+# from its checkpoint (another machine has other paths).
+SESSION_FIELDS = ("resume_from", "machine", "data_dir")
 SCHEDULES = ("wsd", "cosine", "linear", "inv_sqrt")
 PARALLEL_MODES = ("auto", "ddp", "dp", "none")
 PRECISIONS = ("auto", "fp32", "fp16", "bf16")
@@ -375,6 +378,26 @@ def check_resume(cfg: RunConfig, ckpt_config: dict, ckpt_step: int, given: set[s
                                           f"{ckpt_step}: raise it to continue",
                            f"«Шагов до» {cfg.steps_until} не больше шага чекпоинта {ckpt_step}: увеличьте"))
     return out
+
+
+def resumed_config(checkpoint_config: dict, given: dict) -> RunConfig:
+    """The config a resumed run continues with: the run as it was (the checkpoint's config), with
+    the fields `given` now (name -> value: flags, a config file, the form) on top. Session fields
+    come only from `given`. Model fields stay locked: one given with another value than the
+    checkpoint's is an error. (That steps_until is above the checkpoint's step is `check_resume`'s.)"""
+    names = set(field_names())
+    carried = {k: v for k, v in checkpoint_config.items() if k in names and k not in SESSION_FIELDS}
+    cfg = RunConfig.from_dict({**carried, **given})
+    locked = [p for p in check_resume(cfg, checkpoint_config, -1, set(given)) if p.field in MODEL_FIELDS]
+    raise_on_errors(locked)
+    return cfg
+
+
+def fields_off_defaults(cfg: RunConfig) -> set[str]:
+    """The fields of `cfg` that differ from the defaults: what a notebook's parameters cell says
+    was given, when nothing else does."""
+    defaults = RunConfig()
+    return {name for name in field_names() if getattr(cfg, name) != getattr(defaults, name)}
 
 
 def raise_on_errors(problems: list[Problem]) -> list[Problem]:

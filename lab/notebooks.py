@@ -32,6 +32,8 @@ SESSION_PARAMETERS = {
     "out_dir": ("", "where outputs go; empty: /kaggle/working on Kaggle, ./run elsewhere"),
     "nproc": (0, "processes under torchrun; 0: one per GPU (DDP when there are two or more)"),
     "allow_fallback": (False, "if the newest checkpoint is corrupt, continue from the previous good one"),
+    "given_fields": ([], "resuming: run fields taken from this cell even where they equal the defaults; "
+                         "the others at their defaults come from the checkpoint (the run as it was)"),
     "plot_every_s": (30, "seconds between redraws of the loss plot"),
     "plot_x": ("step", "x axis of the plot: step or tokens"),
 }
@@ -144,12 +146,12 @@ if __name__ == "__main__" and "LOCAL_RANK" in os.environ:
 '''
 
 RUN = '''cfg = RunConfig.from_dict({name: globals()[name] for name in field_names()})
-for problem in raise_on_errors(check(cfg)):
-    print("warning:", problem.en)
-paths = resolve_session(cfg, out_dir)'''
+session = resolve_session(cfg, out_dir, given_fields)  # a resumed run continues as it was
+for problem in raise_on_errors(check(session.cfg)):
+    print("warning:", problem.en)'''
 
-TRAIN = '''result = run_session(cfg, paths, KERNEL_PY, nproc=nproc, allow_fallback=allow_fallback,
-                     plot_every_s=plot_every_s, plot_x=plot_x, started=SESSION_STARTED)
+TRAIN = '''result = run_session(session.cfg, session, KERNEL_PY, nproc=nproc, allow_fallback=allow_fallback,
+                     plot_every_s=plot_every_s, plot_x=plot_x, started=SESSION_STARTED, given=session.given)
 result'''
 
 

@@ -34,3 +34,15 @@ def lab(*args: str, check: bool = True, env: dict | None = None, **kw) -> subpro
     if check and proc.returncode != 0:
         raise AssertionError(f"lab {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}")
     return proc
+
+
+def lab_here(*args: str) -> tuple[int, str, str]:
+    """`lab ARGS` in this process: (exit status, stdout, stderr). For what needs no process of
+    its own (config and data errors, runs whose signals nobody sends)."""
+    import contextlib
+    import io
+    from lab.cli import main
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(list(args))
+    return code, out.getvalue(), err.getvalue()

@@ -5,11 +5,11 @@ import argparse
 import dataclasses
 import json
 import os
-import subprocess
 import sys
+from contextlib import nullcontext
 from pathlib import Path
 
-from lab.config import RunConfig, UserError, field_help
+from lab.config import RunConfig, UserError, field_help, resumed_config
 
 # Fields that belong to the control side (where a run goes), not to the loop.
 _NOT_FLAGS = {"machine"}
@@ -78,29 +78,55 @@ def processes_wanted(cfg: RunConfig, nproc: int | None) -> int:
 
 def launch_torchrun(nproc: int, argv: list[str]) -> int:
     """Re-runs this command under torchrun; torchrun's workers see WORLD_SIZE and train."""
+    from lab.kernel.launch import launch
     # Workers need no --nproc, and torchrun's own parser would take it for --nproc-per-node.
     argv = [a for i, a in enumerate(argv) if a != "--nproc" and not a.startswith("--nproc=")
             and (i == 0 or argv[i - 1] != "--nproc")]
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
-           "-m", "lab.cli.train", *argv]
-    return subprocess.call(cmd)
+    ended = launch(nproc, ["-m", "lab.cli.train", *argv])
+    if ended.failed:
+        print(f"lab train: {ended.failure_text()}; the newest checkpoint in the --out folder continues it "
+              f"(`lab train --resume DIR`)", file=sys.stderr)
+        return 1
+    print(json.dumps(ended.result))
+    return 0
+
+
+def resumed(cfg: RunConfig, given: set[str]) -> RunConfig:
+    """A resumed run's config: the checkpoint's (read from its sidecar, without hashing the
+    checkpoint: the loop verifies it), with the fields given now on top, so the data to open
+    is the run's own. Without a checkpoint there the loop says what is wrong."""
+    from lab.kernel.checkpoint import checkpoint_meta, list_checkpoints
+    target = Path(cfg.resume_from)
+    found = [target] if target.is_file() and target.with_suffix(".json").is_file() else \
+        list_checkpoints(target) or list_checkpoints(target / "checkpoints")
+    if not found:
+        return cfg
+    return resumed_config(checkpoint_meta(found[-1]).get("config") or {}, {name: getattr(cfg, name) for name in given})
 
 
 def run(args: argparse.Namespace) -> int:
     cfg, given = config_from_args(args)
+    if cfg.resume_from:
+        cfg = resumed(cfg, given)
     data_dir = resolve_data_dir(cfg)
     nproc = processes_wanted(cfg, args.nproc)
     if nproc > 1 and "WORLD_SIZE" not in os.environ:
         return launch_torchrun(nproc, args.argv)
     from lab.kernel.checkpoint import CheckpointError
     from lab.kernel.data import DataError
+    from lab.kernel.launch import report_result, reporting_failure, stop_file_from_env
     from lab.kernel.train import OutOfMemory, train
+    rank = int(os.environ.get("RANK", "0"))
     try:
-        result = train(cfg, args.out, data_dir, resume=cfg.resume_from or None,
-                       allow_fallback=args.allow_fallback, given=given, log=lambda s: print(s, flush=True))
+        with reporting_failure(rank) if "WORLD_SIZE" in os.environ else nullcontext():
+            result = train(cfg, args.out, data_dir, resume=cfg.resume_from or None,
+                           allow_fallback=args.allow_fallback, given=given, log=lambda s: print(s, flush=True),
+                           stop_file=stop_file_from_env())
     except (CheckpointError, DataError, OutOfMemory) as e:
         raise UserError(str(e)) from None
-    if int(os.environ.get("RANK", "0")) == 0:
+    if "WORLD_SIZE" in os.environ:
+        report_result(result, rank)
+    else:
         print(json.dumps(result))
     return 0
 

@@ -1,15 +1,22 @@
-"""Checkpoints: atomic writes, integrity, and the time-limit saver.
+"""Checkpoints: one commit point per save, integrity, and the time-limit saver.
 
-A checkpoint is `ckpt_<step>.pt` plus a sidecar `ckpt_<step>.json` holding its sha256.
-The .pt file is written to a temporary name, fsynced and renamed into place; the sidecar
-follows the same way, so a checkpoint without a sidecar is one whose save never finished.
-The newest two are kept.
+A checkpoint is `ckpt_<step>.pt` plus its sidecar `ckpt_<step>.json` (step, sha256, bytes,
+the run's config). A save writes the .pt to a temporary name while hashing it, fsyncs it and
+renames it into place; then it writes the sidecar the same way, and **the sidecar's rename is
+the commit point**: a .pt without a sidecar is no checkpoint (the listing ignores it), only
+the leftover of a save that was interrupted, removed by the next save. So a kill at any moment
+leaves the previous checkpoint whole and nothing that looks like a newer one. The newest two
+are kept. The .pt holds tensors and plain Python values only, so it loads with
+`torch.load(weights_only=True)`: a checkpoint downloaded from another account's output is
+data, never code.
 """
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
+import pickle
 import re
 import shutil
 import signal
@@ -17,11 +24,17 @@ import time
 from pathlib import Path
 
 KEEP = 2
+FORMAT = 2  # 1: RNG states as NumPy objects (loaded through an allow-list); 2: tensors and plain values
 _NAME = re.compile(r"^ckpt_(\d{8})\.pt$")
+_LEFTOVER = re.compile(r"^(\.ckpt_\d{8}\.(pt|json)\.tmp|ckpt_\d{8}\.(pt|json))$")
 
 
 class CheckpointError(ValueError):
     """A checkpoint that is missing, truncated or corrupt; the message says what to do."""
+
+
+class CheckpointSaveError(CheckpointError):
+    """A save that failed (a full disk): the previous checkpoint is kept, and the message names it."""
 
 
 def sha256_file(path: str | os.PathLike, chunk: int = 1 << 22) -> str:
@@ -45,34 +58,107 @@ def _fsync_dir(folder: Path) -> None:
 
 def atomic_write(path: Path, write) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "wb") as f:
-        write(f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)  # a failed write leaves no temp file behind
+
+
+class _Hashing:
+    """A write-only file that hashes and counts what passes through it: the sha256 of a save
+    comes from the bytes written, with no second read of a file that may be gigabytes."""
+
+    def __init__(self, f):
+        self.f, self.sha256, self.bytes = f, hashlib.sha256(), 0
+
+    def write(self, data) -> int:
+        self.sha256.update(data)
+        self.bytes += len(data)
+        return self.f.write(data)
+
+    def flush(self) -> None:
+        self.f.flush()
 
 
 def save_checkpoint(state: dict, folder: str | os.PathLike, keep: int = KEEP) -> Path:
-    """Writes the checkpoint of `state["step"]` atomically and prunes all but the newest `keep`."""
+    """Saves the checkpoint of `state["step"]` with one commit point (its sidecar's rename) and
+    prunes all but the newest `keep`. A failed save (a full disk) raises CheckpointSaveError,
+    leaving the previous checkpoints as they were."""
     import torch  # here, not at the top: the control side uses this module's file helpers without torch
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"ckpt_{state['step']:08d}.pt"
-    atomic_write(path, lambda f: torch.save(state, f))
-    meta = {"step": state["step"], "tokens": state.get("tokens"), "sha256": sha256_file(path),
-            "bytes": path.stat().st_size, "val_set": state.get("val_set"),
-            "tokenizer_sha256": state.get("tokenizer_sha256"), "config": state.get("config")}
-    atomic_write(path.with_suffix(".json"), lambda f: f.write(json.dumps(meta, indent=1).encode()))
-    _fsync_dir(folder)
+    sidecar = path.with_suffix(".json")
+    remove_leftovers(folder)
+    tmp = folder / f".{path.name}.tmp"
+    try:
+        with open(tmp, "wb") as f:
+            hashing = _Hashing(f)
+            torch.save(state, hashing)
+            f.flush()
+            os.fsync(f.fileno())
+        sidecar.unlink(missing_ok=True)  # the same step saved again: uncommit the old one first
+        os.replace(tmp, path)  # in place, but not a checkpoint until its sidecar is
+        meta = {"step": state["step"], "tokens": state.get("tokens"), "sha256": hashing.sha256.hexdigest(),
+                "bytes": hashing.bytes, "format": state.get("format"), "val_set": state.get("val_set"),
+                "tokenizer_sha256": state.get("tokenizer_sha256"), "config": state.get("config")}
+        atomic_write(sidecar, lambda f: f.write(json.dumps(meta, indent=1).encode()))  # the commit point
+        _fsync_dir(folder)
+    except (OSError, RuntimeError) as e:
+        cause = _os_error(e)
+        if cause is None:
+            raise
+        tmp.unlink(missing_ok=True)
+        if not sidecar.is_file():
+            path.unlink(missing_ok=True)
+        raise CheckpointSaveError(_save_failed(path, folder, cause)) from e
     prune_checkpoints(folder, keep)
     return path
 
 
+def _os_error(e: BaseException | None) -> OSError | None:
+    """The OSError behind `e`: torch.save reports a failed write as a RuntimeError raised while
+    handling it."""
+    while e is not None and not isinstance(e, OSError):
+        e = e.__cause__ or e.__context__
+    return e
+
+
+def _save_failed(path: Path, folder: Path, e: OSError) -> str:
+    kept = list_checkpoints(folder)
+    why = "the disk is full" if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG) else (e.strerror or str(e))
+    return (f"could not save checkpoint {path.name} in {folder}: {why}. "
+            + (f"The previous checkpoint {kept[-1].name} (step {checkpoint_step(kept[-1]):,}) is kept and whole; "
+               if kept else "There is no earlier checkpoint; ")
+            + "free some space there, then resume from the run folder.")
+
+
+def remove_leftovers(folder: str | os.PathLike) -> list[Path]:
+    """Removes what interrupted saves left in `folder`: temp files, a .pt without its sidecar
+    (never committed) and a sidecar without its .pt. Returns what it removed."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return []
+    removed = []
+    for p in folder.iterdir():
+        if not _LEFTOVER.match(p.name):
+            continue
+        if p.name.endswith(".tmp") or not p.with_suffix(".json" if p.suffix == ".pt" else ".pt").is_file():
+            p.unlink(missing_ok=True)
+            removed.append(p)
+    return removed
+
+
 def prune_checkpoints(folder: str | os.PathLike, keep: int = KEEP) -> None:
-    """Removes all but the newest `keep` checkpoints of `folder`."""
+    """Removes all but the newest `keep` checkpoints of `folder`, and leftovers of interrupted saves."""
     for old in list_checkpoints(folder)[:-keep]:
+        old.with_suffix(".json").unlink(missing_ok=True)  # uncommit first: never a sidecar without its .pt
         old.unlink(missing_ok=True)
-        old.with_suffix(".json").unlink(missing_ok=True)
+    remove_leftovers(folder)
 
 
 def checkpoint_meta(path: str | os.PathLike) -> dict:
@@ -101,7 +187,7 @@ def place_checkpoint(src: Path, folder: str | os.PathLike, keep: int = KEEP, put
     put = put or shutil.copyfile
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    for part in (src, src.with_suffix(".json")):  # the .pt first: a sidecar means a whole checkpoint
+    for part in (src, src.with_suffix(".json")):  # the .pt first: the sidecar commits it
         target = folder / part.name
         if target.exists() and target.stat().st_size == part.stat().st_size and sha256_file(target) == sha256_file(part):
             continue
@@ -115,11 +201,11 @@ def place_checkpoint(src: Path, folder: str | os.PathLike, keep: int = KEEP, put
 
 
 def list_checkpoints(folder: str | os.PathLike) -> list[Path]:
-    """Checkpoint files in `folder`, oldest first."""
+    """Checkpoint files in `folder` whose save was committed (their sidecar exists), oldest first."""
     folder = Path(folder)
     if not folder.is_dir():
         return []
-    return sorted(p for p in folder.iterdir() if _NAME.match(p.name))
+    return sorted(p for p in folder.iterdir() if _NAME.match(p.name) and p.with_suffix(".json").is_file())
 
 
 def verify_checkpoint(path: Path) -> str | None:
@@ -170,23 +256,44 @@ def resolve_checkpoint(target: str | os.PathLike, allow_fallback: bool = False) 
 
 
 def load_checkpoint(path: str | os.PathLike) -> dict:
+    """The checkpoint's state, loaded as data (`weights_only=True`): tensors and plain values.
+    A format-1 checkpoint (NumPy RNG state inside) loads with NumPy's array reconstruction
+    allowed and nothing else; anything else that is not plain data is refused."""
     import torch
-    # weights_only=False: the state holds Python and NumPy RNG states. These are the lab's
-    # own files, verified against their sha256 by `resolve_checkpoint`.
-    return torch.load(path, map_location="cpu", weights_only=False)
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError:
+        pass
+    try:
+        with torch.serialization.safe_globals(_numpy_array_globals()):
+            return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as e:
+        raise CheckpointError(f"checkpoint {path} holds objects other than tensors and plain values, which the "
+                              f"lab never writes, so it is not loaded (it could run code): "
+                              f"{str(e).splitlines()[0][:200]}. Continue from a checkpoint this kit saved") from None
+
+
+def _numpy_array_globals() -> list:
+    """What unpickling a NumPy array needs (format 1 kept NumPy's RNG state): data, not code."""
+    import numpy as np
+    core = getattr(np, "_core", None) or np.core
+    return [core.multiarray._reconstruct, np.ndarray, np.dtype, type(np.dtype(np.uint32))]
 
 
 class StopGuard:
-    """Decides when training must stop: at the time limit, or when SIGTERM or SIGINT arrive.
+    """Decides when training must stop: at the time limit, when SIGTERM or SIGINT arrive, or
+    when the launcher writes `stop_file` (a stop meant for every rank of a multi-process run).
 
     The handlers only set a flag; the loop saves at the next step boundary. Stopping at
     the limit leaves room for one more step and the save, with a margin.
     """
 
-    def __init__(self, limit_min: float, started: float | None = None, margin_s: float = 5.0):
+    def __init__(self, limit_min: float, started: float | None = None, margin_s: float = 5.0,
+                 stop_file: str | os.PathLike | None = None):
         self.started = time.monotonic() if started is None else started
         self.deadline = self.started + limit_min * 60
         self.margin_s = margin_s
+        self.stop_file = Path(stop_file) if stop_file else None
         self.signal_name: str | None = None
         self._previous = {}
 
@@ -208,6 +315,8 @@ class StopGuard:
     def reason(self, step_s: float, save_s: float) -> str | None:
         if self.signal_name:
             return f"{self.signal_name} received"
+        if self.stop_file is not None and self.stop_file.exists():
+            return self.stop_file.read_text(encoding="utf-8").strip() or "stop requested"
         if time.monotonic() + 1.5 * step_s + 1.5 * save_s + self.margin_s >= self.deadline:
             return "time limit"
         return None

@@ -3,25 +3,26 @@
 The same code runs on Kaggle and on a member's computer. On Kaggle the inputs are
 mounted under `$LAB_KAGGLE_ROOT/input` (default `/kaggle/input`) in one of two layouts,
 so data and checkpoints are searched for; outputs go to `$LAB_KAGGLE_ROOT/working`.
-With two or more GPUs the loop runs under torchrun (DDP) from a script the notebook
-wrote, because notebook-defined code cannot be pickled into spawned workers.
+With two or more GPUs the loop runs under torchrun (DDP, through `launch`) from a script
+the notebook wrote, because notebook-defined code cannot be pickled into spawned workers.
+A stopped or failed session ends the same way with one process or several: `result.json`,
+the metrics and `loss.png` written, the newest checkpoint named.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
-import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from lab.kernel.checkpoint import CheckpointError, list_checkpoints
-from lab.config import RunConfig
+from lab.config import RunConfig, fields_off_defaults, resumed_config
+from lab.kernel.checkpoint import CheckpointError, checkpoint_meta, list_checkpoints, newest_whole_checkpoint
 from lab.kernel.data import find_data
+from lab.kernel.launch import Launched, launch, report_result, reporting_failure, stop_file_from_env
 from lab.kernel.metrics import read_metrics
 from lab.kernel.plots import figure_png, loss_figure, save_loss_plot
 from lab.kernel.train import train
@@ -40,6 +41,8 @@ class SessionPaths:
     data: Path
     out: Path
     resume: Path | None
+    cfg: RunConfig | None = None  # the config this session runs: a resumed run's as it was, with what was given
+    given: set[str] | None = None  # the fields given for this session
 
 
 def find_checkpoint(name: str, roots: list[Path], max_depth: int = 5) -> Path:
@@ -63,17 +66,26 @@ def find_checkpoint(name: str, roots: list[Path], max_depth: int = 5) -> Path:
                           f"attach the dataset that holds it")
 
 
-def resolve_session(cfg: RunConfig, out_dir: str = "") -> SessionPaths:
-    """Where this session reads data and a checkpoint, and where it writes."""
+def resolve_session(cfg: RunConfig, out_dir: str = "", given_fields: list[str] | None = None) -> SessionPaths:
+    """Where this session reads data and a checkpoint, where it writes, and the config it runs.
+
+    A resumed run continues as it was: fields not given come from the checkpoint's sidecar.
+    Given are `given_fields` (what `lab run` fills in) and every field off its default."""
     roots = [kaggle_root() / "input"] if on_kaggle() else [Path.cwd()]
+    out = Path(out_dir) if out_dir else (kaggle_root() / "working" if on_kaggle() else Path.cwd() / "run")
+    resume = find_checkpoint(cfg.resume_from, roots + [out]) if cfg.resume_from else None
+    given = fields_off_defaults(cfg) | set(given_fields or ())
+    if resume is not None:
+        found = [resume] if resume.is_file() else list_checkpoints(resume) or list_checkpoints(resume / "checkpoints")
+        if found and found[-1].with_suffix(".json").is_file():
+            cfg = resumed_config(checkpoint_meta(found[-1]).get("config") or {},
+                                 {name: getattr(cfg, name) for name in given})
     if cfg.data_dir and Path(cfg.data_dir).is_dir():
         data = Path(cfg.data_dir)
     else:
         data = find_data(roots + ([Path(cfg.data_dir)] if cfg.data_dir else []), cfg.constellations)
-    out = Path(out_dir) if out_dir else (kaggle_root() / "working" if on_kaggle() else Path.cwd() / "run")
-    resume = find_checkpoint(cfg.resume_from, roots + [out]) if cfg.resume_from else None
     print(f"data       {data}\ncheckpoint {resume or '- (from scratch)'}\noutputs    {out}")
-    return SessionPaths(data=data, out=out, resume=resume)
+    return SessionPaths(data=data, out=out, resume=resume, cfg=cfg, given=given)
 
 
 class LivePlot:
@@ -104,52 +116,75 @@ def gpus_for(cfg: RunConfig, nproc: int) -> int:
     return torch.cuda.device_count() if cfg.parallel in ("auto", "ddp") else 1
 
 
+class TrainingFailed(RuntimeError):
+    """Training stopped on an error; `result.json`, the metrics and the plot are written first."""
+
+
 def run_session(cfg: RunConfig, paths: SessionPaths, kernel_py: Path, nproc: int = 0,
                 allow_fallback: bool = False, plot_every_s: float = 30.0, plot_x: str = "step",
-                started: float | None = None) -> dict:
+                started: float | None = None, given: set[str] | None = None) -> dict:
     """Trains in this process, or under torchrun with one process per GPU; writes
-    `result.json` (where training stopped and why) beside the metrics."""
+    `result.json` (where training stopped and why) beside the metrics, and the plot. A failed
+    session writes them too, naming the newest checkpoint, then raises with the error."""
     plot = LivePlot(paths.out, plot_every_s, plot_x)
     procs = gpus_for(cfg, nproc)
     if procs > 1:
-        result = _run_torchrun(cfg, paths, kernel_py, procs, allow_fallback, plot, started)
+        ended = _run_torchrun(cfg, paths, kernel_py, procs, allow_fallback, plot, started, given)
+        if ended.failed:
+            result = failed_result(paths.out, ended.failure_text())
+            _write_outputs(paths.out, result, plot, plot_x)
+            raise TrainingFailed(f"{ended.failure_text()}. Newest checkpoint: {result['checkpoint'] or 'none'}; "
+                                 f"resume_from continues from it")
+        result = ended.result
     else:
-        result = train(cfg, paths.out, paths.data, resume=paths.resume, allow_fallback=allow_fallback,
-                       on_metrics=lambda _: plot.update(), log=lambda s: print(s, flush=True), started=started)
-    (paths.out / "result.json").write_text(json.dumps(result, indent=1), encoding="utf-8")
-    plot.update(force=True)
-    print(f"plot       {save_loss_plot(paths.out, x=plot_x)}")
+        try:
+            result = train(cfg, paths.out, paths.data, resume=paths.resume, allow_fallback=allow_fallback,
+                           given=given, on_metrics=lambda _: plot.update(), log=lambda s: print(s, flush=True),
+                           started=started)
+        except Exception as e:  # the cell shows the traceback itself; the outputs say where the run stands
+            if paths.out.is_dir():
+                _write_outputs(paths.out, failed_result(paths.out, f"{type(e).__name__}: {e}"), plot, plot_x)
+            raise
+    _write_outputs(paths.out, result, plot, plot_x)
     return result
 
 
-def _run_torchrun(cfg, paths, kernel_py, procs, allow_fallback, plot, started) -> dict:
+def failed_result(out: Path, error: str) -> dict:
+    """What a failed session leaves: the newest whole checkpoint is where the run continues."""
+    newest = newest_whole_checkpoint(out / "checkpoints")
+    step = newest[1]["step"] if newest else 0
+    return {"step": step, "tokens": newest[1].get("tokens") if newest else 0, "reason": f"failed: {error}",
+            "checkpoint": str(newest[0]) if newest else None, "steps_until": None, "done": False,
+            "failed": True}
+
+
+def _write_outputs(out: Path, result: dict, plot: LivePlot, plot_x: str) -> None:
+    (out / "result.json").write_text(json.dumps(result, indent=1), encoding="utf-8")
+    if not read_metrics(out):
+        return
+    plot.update(force=True)
+    print(f"plot       {save_loss_plot(out, x=plot_x)}")
+
+
+def _run_torchrun(cfg, paths, kernel_py, procs, allow_fallback, plot, started, given) -> Launched:
     paths.out.mkdir(parents=True, exist_ok=True)
     config_path = paths.out / "session-config.json"
     # The workers start their clock later: give them what is left of the session's limit.
     spent_min = (time.monotonic() - started) / 60 if started is not None else 0.0
     worker_cfg = RunConfig.from_dict({**cfg.to_dict(), "limit_min": max(cfg.limit_min - spent_min, 0.01)})
     config_path.write_text(worker_cfg.to_json(), encoding="utf-8")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={procs}",
-           str(kernel_py), "--config", str(config_path), "--out", str(paths.out), "--data", str(paths.data)]
+    target = [str(kernel_py), "--config", str(config_path), "--out", str(paths.out), "--data", str(paths.data)]
     if paths.resume:
-        cmd += ["--resume", str(paths.resume)]
+        target += ["--resume", str(paths.resume)]
     if allow_fallback:
-        cmd.append("--allow-fallback")
+        target.append("--allow-fallback")
+    if given is not None:
+        target += ["--given", ",".join(sorted(given))]
     print(f"launching {procs} processes under torchrun (DDP)", flush=True)
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
-    result = None
-    try:
-        for line in proc.stdout:
-            if line.startswith("RESULT "):
-                result = json.loads(line[len("RESULT "):])
-            else:
-                print(line, end="", flush=True)
-            plot.update()
-    except KeyboardInterrupt:  # the notebook's stop button, or SIGINT: let the workers save
-        proc.terminate()
-    if proc.wait() != 0 or result is None:
-        raise RuntimeError(f"training under torchrun failed (exit {proc.returncode}); its output is above")
-    return result
+    ended = launch(procs, target, on_tick=plot.update)
+    for failure in ended.failures:
+        print(f"rank {failure['rank']} failed: {failure['error']}", flush=True)
+    return ended
 
 
 def worker_main(argv: list[str] | None = None) -> None:
@@ -160,9 +195,12 @@ def worker_main(argv: list[str] | None = None) -> None:
     p.add_argument("--data", required=True)
     p.add_argument("--resume")
     p.add_argument("--allow-fallback", action="store_true")
+    p.add_argument("--given", help="comma-separated fields given for this session (default: those off their defaults)")
     a = p.parse_args(argv)
     cfg = RunConfig.from_json_file(a.config)
-    result = train(cfg, a.out, a.data, resume=a.resume, allow_fallback=a.allow_fallback,
-                   log=lambda s: print(s, flush=True))
-    if int(os.environ.get("RANK", "0")) == 0:
-        print("RESULT " + json.dumps(result), flush=True)
+    given = set(filter(None, a.given.split(","))) if a.given is not None else None
+    rank = int(os.environ.get("RANK", "0"))
+    with reporting_failure(rank):
+        result = train(cfg, a.out, a.data, resume=a.resume, allow_fallback=a.allow_fallback, given=given,
+                       log=lambda s: print(s, flush=True), stop_file=stop_file_from_env())
+    report_result(result, rank)

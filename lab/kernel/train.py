@@ -13,6 +13,7 @@ import random
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Callable
 
@@ -21,10 +22,12 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
-from lab.kernel.checkpoint import (CheckpointError, StopGuard, load_checkpoint, resolve_checkpoint,
-                            save_checkpoint)
-from lab.config import MODEL_FIELDS, RunConfig, card_set, check, check_against_data, check_resume, raise_on_errors
+from lab.kernel.checkpoint import (FORMAT, CheckpointError, CheckpointSaveError, StopGuard, checkpoint_step,
+                                   load_checkpoint, newest_whole_checkpoint, resolve_checkpoint, save_checkpoint)
+from lab.config import (RunConfig, card_set, check, check_against_data, check_resume, fields_off_defaults,
+                        raise_on_errors, resumed_config)
 from lab.kernel.data import TokenData
+from lab.kernel.launch import COLLECTIVE_TIMEOUT_MIN
 from lab.kernel.metrics import metrics_lines, write_metrics_lines
 from lab.kernel.model import GPT
 from lab.kernel.schedule import lr_for_config
@@ -70,7 +73,9 @@ def setup_runtime(cfg: RunConfig) -> Runtime:
         else:
             device = torch.device("cpu")
         if not dist.is_initialized():
-            dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+            # A rank left waiting in a collective (its peer crashed or hangs) fails within minutes.
+            dist.init_process_group("nccl" if device.type == "cuda" else "gloo",
+                                    timeout=timedelta(minutes=COLLECTIVE_TIMEOUT_MIN))
         return Runtime(rank, world, device, pick_precision(device, cfg.precision), cards=world)
     device = torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
     gpus = torch.cuda.device_count()
@@ -96,13 +101,20 @@ def make_optimizer(model: nn.Module, cfg: RunConfig, device: torch.device) -> to
 
 
 def rng_state() -> dict:
-    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
+    """This process's RNG states as tensors and plain values (a checkpoint loads as data)."""
+    name, keys, pos, has_gauss, gauss = np.random.get_state()
+    return {"python": random.getstate(),
+            "numpy": (name, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, gauss),
+            "torch": torch.get_rng_state(),
             "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []}
 
 
 def set_rng_state(state: dict) -> None:
     random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
+    name, keys, *rest = state["numpy"]
+    # Format 1 kept NumPy's own array; format 2 a tensor of the same keys.
+    keys = keys.numpy() if isinstance(keys, torch.Tensor) else keys
+    np.random.set_state((name, keys.astype(np.uint32), *rest))
     torch.set_rng_state(state["torch"])
     if state["cuda"] and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
@@ -147,12 +159,16 @@ class Trainer:
     def __init__(self, cfg: RunConfig, out_dir: str | os.PathLike, data_dir: str | os.PathLike,
                  resume: str | os.PathLike | None = None, allow_fallback: bool = False,
                  given: set[str] | None = None, log: Callable[[str], None] = print,
-                 on_metrics: Callable[[dict], None] | None = None, started: float | None = None):
+                 on_metrics: Callable[[dict], None] | None = None, started: float | None = None,
+                 stop_file: str | os.PathLike | None = None):
         self.cfg, self.out = cfg, Path(out_dir)
-        self.log_fn, self.on_metrics, self.started = log, on_metrics, started
-        self.rt = setup_runtime(cfg)
+        self.log_fn, self.on_metrics, self.started, self.stop_file = log, on_metrics, started, stop_file
         self.data = TokenData(data_dir)
         self.ckpt = self._load_resume(resume, allow_fallback, given)
+        cfg = self.cfg  # a resumed run's: as it was, with what was given now
+        self.rt = setup_runtime(cfg)
+        if self.ckpt is not None:
+            self.log(f"resuming from {self.resume_path} at step {self.ckpt['step']:,}")
         raise_on_errors(check(cfg) + check_against_data(cfg, self.data.shortest_split))
         if self.ckpt is None and (self.out / "metrics.jsonl").exists():
             raise CheckpointError(f"{self.out} already holds a run (metrics.jsonl): continue it with "
@@ -170,15 +186,14 @@ class Trainer:
         path = resolve_checkpoint(resume, allow_fallback)
         state = load_checkpoint(path)
         if given is None:  # from a notebook: fields that differ from the defaults were given
-            given = {f for f in MODEL_FIELDS if getattr(self.cfg, f) != getattr(RunConfig(), f)}
+            given = fields_off_defaults(self.cfg)
+        # The run as it was, with what was given now on top (the model fields locked).
+        self.cfg = resumed_config(state["config"], {name: getattr(self.cfg, name) for name in given})
         raise_on_errors(check_resume(self.cfg, state["config"], state["step"], given))
-        for name in MODEL_FIELDS:
-            setattr(self.cfg, name, state["config"][name])
         if state["tokenizer_sha256"] != self.data.manifest["tokenizer"]["sha256"]:
             raise CheckpointError(
                 "the data was tokenized with another tokenizer than the checkpoint's: prepare the data with "
                 "constellations that include the checkpoint's, so `lab prepare` reuses its tokenizer")
-        self.log(f"resuming from {path} at step {state['step']:,}")
         self.resume_path = path
         return state
 
@@ -202,6 +217,7 @@ class Trainer:
         self.optimizer = make_optimizer(self.model, cfg, rt.device)
         self.scaler = torch.amp.GradScaler(rt.device.type, enabled=rt.precision == "fp16")
         self.step, self.tokens, self.elapsed_before, self.session = 0, 0, 0.0, 1
+        self.save_failure: str | None = None
         if self.ckpt is not None:
             self.model.load_state_dict(self.ckpt["model"])
             self.optimizer.load_state_dict(self.ckpt["optimizer"])
@@ -325,16 +341,24 @@ class Trainer:
 
     # --- checkpoints -------------------------------------------------------------------
     def save(self, elapsed: float) -> Path | None:
+        """Saves on rank 0 (every rank calls it: the RNG states are gathered). A failed save (a
+        full disk) is said and training goes on: the previous checkpoint is kept, and the next
+        save tries again. Returns the checkpoint written, or None."""
         rngs = all_ranks(rng_state(), self.rt)  # a collective: every rank calls save
         if not self.rt.main:
             return None
-        state = {"format": 1, "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+        state = {"format": FORMAT, "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
                  "scaler": self.scaler.state_dict(), "step": self.step, "tokens": self.tokens, "rng": rngs,
                  "data": {"sampler": "uniform-offsets-by-step", "seed": self.cfg.seed, "step": self.step},
                  "config": self.cfg.to_dict(), "tokenizer_sha256": self.data.manifest["tokenizer"]["sha256"],
                  "val_set": self.data.val_set, "weights": self.model.num_weights(),
                  "elapsed_s": self.elapsed_before + elapsed, "session": self.session}
-        return save_checkpoint(state, self.out / "checkpoints")
+        try:
+            return save_checkpoint(state, self.out / "checkpoints")
+        except CheckpointSaveError as e:
+            self.log(f"warning: {e}")
+            self.save_failure = str(e)
+            return None
 
     # --- the loop ----------------------------------------------------------------------
     def run(self) -> dict:
@@ -349,7 +373,7 @@ class Trainer:
         self.log(f"device {rt.device.type} x{rt.cards} {rt.precision}, {self.tokens_per_step:,} tokens per step, "
                  f"data {'+'.join(self.data.constellations)} ({self.data.manifest['train_tokens']:,} train tokens)")
         metrics = open(self.out / "metrics.jsonl", "a", encoding="utf-8") if rt.main else None
-        guard = StopGuard(cfg.limit_min, started=self.started)
+        guard = StopGuard(cfg.limit_min, started=self.started, stop_file=self.stop_file)
         step_s, save_s, reason, path = 0.0, 2.0 + self.model.num_weights() * 16 / 200e6, None, None
         last_save = last_log = last_print = time.monotonic()
         log_tokens, last_eval = self.tokens, self.step
@@ -406,9 +430,22 @@ class Trainer:
         finally:
             if metrics:
                 metrics.close()
+        if path is None or checkpoint_step(path) != self.step:
+            return self._unsaved_result(reason)
         self.log(f"stopped at step {self.step:,} ({reason}); checkpoint {path}")
-        return {"step": self.step, "tokens": self.tokens, "reason": reason, "checkpoint": str(path) if path else None,
+        return {"step": self.step, "tokens": self.tokens, "reason": reason, "checkpoint": str(path),
                 "steps_until": cfg.steps_until, "done": self.step >= cfg.steps_until}
+
+    def _unsaved_result(self, reason: str) -> dict:
+        """The last save failed: the run continues from the newest whole checkpoint, so that is
+        where this session is said to end (the steps after it are not saved anywhere)."""
+        newest = newest_whole_checkpoint(self.out / "checkpoints") if self.rt.main else None
+        step, tokens = (newest[1]["step"], newest[1]["tokens"]) if newest else (0, 0)
+        self.log(f"stopped at step {self.step:,} ({reason}) but its checkpoint could not be saved: "
+                 f"{self.save_failure}")
+        return {"step": step, "tokens": tokens, "reason": f"{reason}; the final save failed",
+                "checkpoint": str(newest[0]) if newest else None, "trained_to": self.step,
+                "save_failed": self.save_failure, "steps_until": self.cfg.steps_until, "done": False}
 
 
 PROGRESS_EVERY_S = 10  # a progress line at most this often: a 12-hour session stays readable

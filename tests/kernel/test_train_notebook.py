@@ -1,8 +1,13 @@
 """The training notebook: generated, parameterized, executed by papermill as Kaggle would run it."""
 import ast
-import sys
 import json
+import os
 import shutil
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
 
 import nbformat
 import papermill as pm
@@ -11,6 +16,9 @@ import pytest
 from conftest import lab
 from lab import notebooks as notebook
 from lab.config import field_names
+from lab.kernel.checkpoint import checkpoint_step, list_checkpoints
+from lab.kernel.metrics import read_metrics
+from lab.procs import descendants
 
 TINY_PARAMS = dict(context=32, width=32, heads=2, layers=2, batch_per_card=4, eval_every=20, eval_batches=2,
                    lr=3e-3, warmup_steps=2, plot_every_s=1)
@@ -115,6 +123,69 @@ def test_two_processes_under_torchrun_from_inside_the_notebook(pydoc_data, tmp_p
     text = _text(nb)
     assert "launching 2 processes under torchrun" in text and "cpu x2" in text
     assert json.loads((root / "working" / "result.json").read_text())["step"] == 6
+
+
+def _when(condition, then, timeout_s=300):
+    """Runs `then()` in a thread once `condition()` holds (checked every 50 ms)."""
+    def wait():
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and not condition():
+            time.sleep(0.05)
+        then()
+    thread = threading.Thread(target=wait, daemon=True)
+    thread.start()
+    return thread
+
+
+def _rows_written(working, n, checkpoint=False):
+    path = working / "metrics.jsonl"
+    return lambda: (path.exists() and len(path.read_text().splitlines()) >= n
+                    and (not checkpoint or list_checkpoints(working / "checkpoints")))
+
+
+def _press_stop():
+    """What Jupyter's stop button does: SIGINT to the kernel's process group."""
+    kernel = next(pid for pid in descendants(os.getpid())
+                  if b"ipykernel" in Path(f"/proc/{pid}/cmdline").read_bytes())
+    os.killpg(os.getpgid(kernel), signal.SIGINT)
+
+
+def test_the_stop_button_ends_a_two_process_run_with_result_metrics_plot_and_checkpoint(
+        pydoc_data, tmp_path, monkeypatch):
+    root = _kaggle(tmp_path, pydoc_data, layout="new")
+    working = root / "working"
+    stopper = _when(_rows_written(working, 3), _press_stop)
+    nb = _execute(tmp_path, "stop", root, monkeypatch, steps_until=100_000, nproc=2, batch_per_card=2)
+    stopper.join()
+    result = json.loads((working / "result.json").read_text())
+    assert result["reason"] == "SIGINT received" and not result["done"], result
+    step = result["step"]
+    assert result["checkpoint"].endswith(f"ckpt_{step:08d}.pt") and Path(result["checkpoint"]).is_file()
+    assert max(r["step"] for r in read_metrics(working) if "loss" in r) == step
+    assert (working / "loss.png").stat().st_size > 10_000
+    assert f"stopped at step {step:,} (SIGINT received)" in _text(nb)
+
+
+def test_a_crashed_rank_is_shown_and_the_other_ends_too_with_result_metrics_and_plot(
+        pydoc_data, tmp_path, monkeypatch):
+    root = _kaggle(tmp_path, pydoc_data, layout="new")
+    working = root / "working"
+    data = root / "input" / "datasets" / "lab" / "lab-data-pydoc"
+    tokenizer = data / json.loads((data / "manifest.json").read_text())["tokenizer"]["file"]
+    # Rank 0 reads the tokenizer at each evaluation (for its text sample): take it away mid-run.
+    breaker = _when(_rows_written(working, 3, checkpoint=True), lambda: tokenizer.unlink())
+    with pytest.raises(pm.PapermillExecutionError, match="TrainingFailed"):
+        _execute(tmp_path, "crash", root, monkeypatch, steps_until=100_000, nproc=2, batch_per_card=2,
+                 eval_every=10, checkpoint_every_min=0.0001)
+    breaker.join()
+    nb = nbformat.read(tmp_path / "crash" / "out.ipynb", as_version=4)
+    text = _text(nb) + "".join("".join(o.get("traceback", [])) for o in _outputs(nb))
+    assert "Traceback" in text and "tokenizer" in text, "the failed rank's traceback is shown"
+    result = json.loads((working / "result.json").read_text())
+    assert result["failed"] and result["reason"].startswith("failed: rank 0 failed: RuntimeError: NOT_FOUND"), result
+    newest = list_checkpoints(working / "checkpoints")[-1]
+    assert result["checkpoint"] == str(newest) and result["step"] == checkpoint_step(newest) >= 3
+    assert (working / "loss.png").is_file() and read_metrics(working)
 
 
 # --- lab run --machine local ---------------------------------------------------------------

@@ -16,8 +16,19 @@ def test_every_schedule_warms_up_then_decays_to_the_floor_at_steps_until(schedul
     assert all(b <= a + 1e-15 for a, b in zip(after_warmup, after_warmup[1:])), "rate never rises after warmup"
 
 
-def test_schedules_are_pure_functions_of_the_step():
-    assert lr_at(1234, schedule="cosine", steps_until=5000, **KW) == lr_at(1234, schedule="cosine", steps_until=5000, **KW)
+# Rates at known steps of a 1000-step run (warmup 100, floor 1e-4, WSD decays over the last 200):
+# the four shapes, written out by hand from their formulas.
+@pytest.mark.parametrize("schedule,at", [
+    ("cosine", {100: 1e-3, 550: 5.5e-4, 1000: 1e-4}),
+    ("linear", {100: 1e-3, 550: 5.5e-4, 1000: 1e-4}),
+    ("wsd", {100: 1e-3, 550: 1e-3, 799: 1e-3, 900: 5.5e-4, 1000: 1e-4}),
+    ("inv_sqrt", {100: 1e-3, 400: 5e-4, 800: 1e-3 / 8 ** 0.5, 1000: 1e-4}),
+])
+def test_each_schedule_has_its_shape_at_known_steps(schedule, at):
+    for step, rate in at.items():
+        assert lr_at(step, schedule=schedule, steps_until=1000, **KW) == pytest.approx(rate), step
+    assert lr_at(49, schedule=schedule, steps_until=1000, **KW) == pytest.approx(5e-4), "half way up the warmup"
+    assert lr_at(5000, schedule=schedule, steps_until=1000, **KW) == pytest.approx(1e-4), "min_lr past the end"
 
 
 def test_wsd_is_constant_then_decays_over_the_last_fraction():

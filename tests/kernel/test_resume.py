@@ -1,0 +1,82 @@
+"""Resuming continues the run as it was: the checkpoint's fields unless given now, bitwise on CPU."""
+import json
+import random
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import ROOT, TINY, lab_here
+from lab.config import ConfigError, RunConfig, resumed_config
+
+# A run whose fields are off the defaults, so a resume that fell back to them would show.
+RUN = [*TINY, "--batch-per-card", "8", "--seed", "3", "--grad-clip", "0.5", "--eval-every", "100", "-c", "pydoc"]
+
+
+def test_fields_not_given_come_from_the_checkpoint_and_given_ones_override():
+    ckpt = RunConfig(batch_per_card=8, seed=3, width=32, heads=2, lr=3e-3, steps_until=300,
+                     data_dir="/elsewhere/data", machine="alice", resume_from="x").to_dict()
+    cfg = resumed_config(ckpt, {"steps_until": 500, "lr": 1e-3, "resume_from": "run"})
+    assert (cfg.batch_per_card, cfg.seed, cfg.width, cfg.heads) == (8, 3, 32, 2)
+    assert (cfg.steps_until, cfg.lr, cfg.resume_from) == (500, 1e-3, "run")
+    assert (cfg.data_dir, cfg.machine) == ("", "auto"), "where a session runs is never carried over"
+
+
+def test_a_given_field_equal_to_its_default_still_overrides_the_checkpoint():
+    cfg = resumed_config(RunConfig(batch_per_card=8).to_dict(), {"batch_per_card": 6})
+    assert cfg.batch_per_card == 6
+
+
+def test_model_fields_stay_locked():
+    ckpt = RunConfig(width=32, heads=2).to_dict()
+    assert resumed_config(ckpt, {"width": 32}).width == 32
+    with pytest.raises(ConfigError, match="width is locked when continuing: the checkpoint has width=32"):
+        resumed_config(ckpt, {"width": 64})
+
+
+def test_a_checkpoint_config_from_another_version_keeps_what_it_knows():
+    cfg = resumed_config({"seed": 3, "a_field_since_removed": 1}, {})
+    assert cfg.seed == 3 and cfg.batch_per_card == RunConfig().batch_per_card
+
+
+def _losses(run_dir):
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return {r["step"]: r["loss"] for r in rows if "loss" in r}
+
+
+def _stop_at_a_random_step(cmd, run, lines):
+    """Starts `cmd`, sends SIGTERM once `lines` metrics lines exist, and returns its output."""
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and proc.poll() is None:
+        if (run / "metrics.jsonl").exists() and len((run / "metrics.jsonl").read_text().splitlines()) >= lines:
+            break
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 0, out
+    return out
+
+
+@pytest.mark.parametrize("nproc", [1, 2])
+def test_sigterm_then_a_resume_with_only_steps_until_continues_bitwise(pydoc_data, tmp_path, nproc):
+    steps = 60 if nproc == 1 else 30
+    procs = ["--nproc", str(nproc)] if nproc > 1 else []
+    assert lab_here("train", *RUN, *procs, "--steps-until", str(steps), "--out", str(tmp_path / "ref"))[0] == 0
+    run = tmp_path / "stopped"
+    stop_after = random.Random().randint(3, steps // 2)
+    out = _stop_at_a_random_step([sys.executable, "-m", "lab.cli", "train", *RUN, *procs, "--steps-until",
+                                  str(steps), "--out", str(run)], run, stop_after)
+    stopped_at = max(_losses(run))
+    assert stopped_at < steps, f"the run must stop early, on the signal (after {stop_after} lines)"
+    assert f"stopped at step {stopped_at} (SIGTERM received)" in out
+    assert (run / "checkpoints" / f"ckpt_{stopped_at:08d}.pt").is_file()
+
+    code, out, err = lab_here("train", "--resume", str(run), *procs, "--steps-until", str(steps), "--out", str(run))
+    assert code == 0, out + err
+    assert json.loads((run / "config.json").read_text())["batch_per_card"] == 8
+    resumed, ref = _losses(run), _losses(tmp_path / "ref")
+    assert sorted(resumed) == list(range(1, steps + 1))
+    assert resumed == ref, f"stopped at {stopped_at}: the floats compare equal at every step"
