@@ -9,26 +9,16 @@ import sys
 from contextlib import nullcontext
 from pathlib import Path
 
-from lab.config import RunConfig, UserError, field_help, resumed_config
+from lab.config import RunConfig, UserError, flag_specs, resumed_config
 
 # Fields that belong to the control side (where a run goes), not to the loop.
 _NOT_FLAGS = {"machine"}
 
 
 def add_config_flags(parser: argparse.ArgumentParser) -> None:
-    """One --flag per RunConfig field, named as the field with dashes."""
-    for f in dataclasses.fields(RunConfig):
-        if f.name in _NOT_FLAGS:
-            continue
-        flag = "--" + f.name.replace("_", "-")
-        if f.name == "constellations":
-            parser.add_argument("--constellation", "-c", dest="constellations", action="append",
-                                default=None, metavar="NAME", help=field_help(f.name))
-        elif f.name == "resume_from":
-            parser.add_argument("--resume", dest="resume_from", default=None, metavar="PATH",
-                                help="checkpoint file or run folder (its newest good checkpoint) to continue from")
-        else:
-            parser.add_argument(flag, dest=f.name, default=None, metavar=f.name.upper(), help=field_help(f.name))
+    """One --flag per RunConfig field, from the fields' own definition."""
+    for opts, kw in flag_specs(exclude=_NOT_FLAGS):
+        parser.add_argument(*opts, **kw)
 
 
 def config_from_args(args: argparse.Namespace) -> tuple[RunConfig, set[str]]:
