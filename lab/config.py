@@ -16,6 +16,7 @@ MODEL_FIELDS = ("context", "width", "heads", "layers")
 SCHEDULES = ("wsd", "cosine", "linear", "inv_sqrt")
 PARALLEL_MODES = ("auto", "ddp", "dp", "none")
 PRECISIONS = ("auto", "fp32", "fp16", "bf16")
+COMPILE_MODES = ("auto", "on", "off")
 GPUS = ("auto", "2xT4", "T4", "rtx3050", "cpu")
 KAGGLE_SESSION_MIN = 720  # Kaggle ends a batch GPU session after 12 hours.
 LIMIT_WARN_MIN = 690
@@ -75,6 +76,12 @@ class RunConfig:
                        "Несколько карт: auto, ddp, dp (DataParallel), none.")
     precision: str = _f("auto", "auto: bf16 from compute capability 8.0 on, fp16 with GradScaler below it, fp32 on CPU.",
                         "auto: bf16 на картах от 8.0, fp16 с GradScaler ниже, fp32 на CPU.")
+    torch_compile: str = _f("auto", "torch.compile the model: auto (on a GPU; on CPU when a C++ compiler is found and the "
+                              "run is long enough to repay the compile time), on, off. If compiling fails, "
+                              "training goes on uncompiled.",
+                      "torch.compile для модели: auto (на GPU; на CPU — если есть компилятор C++ и прогон "
+                      "достаточно длинный, чтобы окупить компиляцию), on, off. Если компиляция не удалась, "
+                      "обучение идёт без неё.")
     data_dir: str = _f("", "Prepared data folder (shards, tokenizer, manifest); empty: found from constellations.",
                        "Папка подготовленных данных; пусто — найти по созвездиям.")
 
@@ -189,7 +196,7 @@ def check(cfg: RunConfig) -> list[Problem]:
     if cfg.lr <= 0:
         out.append(Problem("lr", f"lr must be positive (got {cfg.lr})", f"lr должна быть больше нуля ({cfg.lr})"))
     for name, allowed in (("schedule", SCHEDULES), ("parallel", PARALLEL_MODES), ("precision", PRECISIONS),
-                          ("gpu", GPUS)):
+                          ("gpu", GPUS), ("torch_compile", COMPILE_MODES)):
         if getattr(cfg, name) not in allowed:
             out.append(Problem(name, f"{name} must be one of {', '.join(allowed)} (got {getattr(cfg, name)!r})",
                                f"{name}: допустимо {', '.join(allowed)} (сейчас {getattr(cfg, name)!r})"))
