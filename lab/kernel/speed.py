@@ -14,9 +14,10 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
-# On CPU, compiling takes tens of seconds on two cores and repays about a sixth of a step
-# time: below this many steps the run would lose time by compiling.
-COMPILE_MIN_STEPS_CPU = 300
+# On CPU, compiling takes about 20 s on two cores (a few seconds once inductor's cache holds
+# the graphs) and saves about a sixth of each step; two cores train at about 120 GFLOP/s,
+# so a run of fewer training FLOPs than this (two minutes of work) would lose time.
+COMPILE_MIN_FLOPS_CPU = 1.5e13
 # The loop reads its losses and agrees on stopping about this often: often enough for a
 # signal or the time limit to be acted on within a second, rare enough that the GPU
 # never waits for the host between steps.
@@ -33,8 +34,9 @@ def cxx_compiler() -> str | None:
     return shutil.which(os.environ.get("CXX") or "g++")
 
 
-def compile_choice(mode: str, device: torch.device, steps_left: int) -> tuple[bool, str]:
-    """Whether to compile the model, and why (said in the log)."""
+def compile_choice(mode: str, device: torch.device, train_flops: float) -> tuple[bool, str]:
+    """Whether to compile the model, and why (said in the log); `train_flops` is the work
+    left in the run (6 · weights · tokens)."""
     if mode == "off":
         return False, "torch_compile is off"
     if mode == "on":
@@ -43,9 +45,9 @@ def compile_choice(mode: str, device: torch.device, steps_left: int) -> tuple[bo
         return True, "a GPU (torch_compile auto)"
     if cxx_compiler() is None:
         return False, f"no C++ compiler ({os.environ.get('CXX') or 'g++'}) for torch.compile on CPU"
-    if steps_left < COMPILE_MIN_STEPS_CPU:
-        return False, (f"{steps_left} steps are too few to repay compiling on CPU "
-                       f"(auto compiles from {COMPILE_MIN_STEPS_CPU}; torch_compile on forces it)")
+    if train_flops < COMPILE_MIN_FLOPS_CPU:
+        return False, (f"the run is too short to repay compiling on CPU ({train_flops:.1e} training FLOPs left; "
+                       f"auto compiles from {COMPILE_MIN_FLOPS_CPU:.0e}; torch_compile on forces it)")
     return True, "CPU with a C++ compiler (torch_compile auto)"
 
 

@@ -242,7 +242,8 @@ class Trainer:
     def compile(self) -> None:
         """Compiles the training forward when the config and the machine call for it (see
         `compile_choice`), with one trial pass so compiling happens now, not in step one."""
-        wanted, why = compile_choice(self.cfg.torch_compile, self.rt.device, self.cfg.steps_until - self.step)
+        work = 6.0 * self.model.num_weights() * self.tokens_per_step * (self.cfg.steps_until - self.step)
+        wanted, why = compile_choice(self.cfg.torch_compile, self.rt.device, work)
         if not wanted:
             self.log(f"not compiling: {why}")
             return
