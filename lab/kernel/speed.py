@@ -47,7 +47,7 @@ def compile_choice(mode: str, device: torch.device, train_flops: float) -> tuple
         return False, f"no C++ compiler ({os.environ.get('CXX') or 'g++'}) for torch.compile on CPU"
     if train_flops < COMPILE_MIN_FLOPS_CPU:
         return False, (f"the run is too short to repay compiling on CPU ({train_flops:.1e} training FLOPs left; "
-                       f"auto compiles from {COMPILE_MIN_FLOPS_CPU:.0e}; torch_compile on forces it)")
+                       f"auto compiles from {COMPILE_MIN_FLOPS_CPU:.1e}; torch_compile on forces it)")
     return True, "CPU with a C++ compiler (torch_compile auto)"
 
 
