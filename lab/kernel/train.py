@@ -233,6 +233,7 @@ class Trainer:
                                          batches=cfg.eval_batches, context=cfg.context)
         self.batches = Prefetcher(self._read_batch, rt.device)
         self.forward, self.compile_s = self.wrapped, None  # forward: the wrapped model, compiled by run()
+        self.eval_failed = False
 
     def _read_batch(self, step: int, micro: int) -> tuple[torch.Tensor, torch.Tensor]:
         cfg, rt = self.cfg, self.rt
@@ -335,16 +336,30 @@ class Trainer:
 
     @torch.no_grad()
     def evaluate(self) -> float:
-        self.model.eval()
-        total = torch.zeros((), device=self.rt.device)
         # Each DDP rank scores its own windows with the bare model; DataParallel spreads them.
-        model = self.model if self.rt.world > 1 else self.wrapped
+        eager = self.model if self.rt.world > 1 else self.wrapped
+        # Compiled, the evaluation costs about a third less: it stays within 3% of a session.
+        model = self.forward if self.compile_s is not None and not self.eval_failed else eager
+        self.model.eval()
+        try:
+            total = self._val_loss_sum(model)
+        except Exception as e:  # noqa: BLE001 -- only a compiled evaluation is retried, see below
+            if model is eager:
+                raise
+            self.eval_failed = True
+            self.log(f"torch.compile failed on the evaluation ({type(e).__name__}); evaluating uncompiled")
+            total = self._val_loss_sum(eager)
+        finally:
+            self.model.train()
+        summed, count = agree([total.item(), len(self.val)], self.rt)
+        return summed / count
+
+    def _val_loss_sum(self, model: nn.Module) -> torch.Tensor:
+        total = torch.zeros((), device=self.rt.device)
         for x, y in self.val:
             with autocast(self.rt):
                 total += model(x.to(self.rt.device), y.to(self.rt.device)).mean().float()
-        self.model.train()
-        summed, count = agree([total.item(), len(self.val)], self.rt)
-        return summed / count
+        return total
 
     @torch.no_grad()
     def sample(self, tokens: int = 48) -> str:

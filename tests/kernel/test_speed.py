@@ -87,6 +87,8 @@ def test_compiled_training_gives_the_uncompiled_losses_up_to_float_noise(pydoc_d
     a = [r["loss"] for r in rows(tmp_path / "compiled") if "loss" in r]
     b = [r["loss"] for r in rows(tmp_path / "eager") if "loss" in r]
     assert len(a) == len(b) == 8 and a == pytest.approx(b, abs=1e-4)
+    val = [[r["val_loss"] for r in rows(tmp_path / run) if "val_loss" in r] for run in ("compiled", "eager")]
+    assert len(val[0]) == 1 and val[0] == pytest.approx(val[1], abs=1e-4)  # the evaluation runs compiled too
 
 
 def test_auto_compiles_on_a_gpu_and_on_cpu_only_for_long_runs_with_a_compiler(monkeypatch):
