@@ -336,9 +336,9 @@ class Trainer:
 
     @torch.no_grad()
     def evaluate(self) -> float:
-        # Each DDP rank scores its own windows with the bare model; DataParallel spreads them.
+        # Each DDP rank scores its own windows (uncompiled: with the bare model); DataParallel spreads them.
         eager = self.model if self.rt.world > 1 else self.wrapped
-        # Compiled, the evaluation costs about a third less: it stays within 3% of a session.
+        # When training is compiled, so is the evaluation: it must stay within 3% of a session.
         model = self.forward if self.compile_s is not None and not self.eval_failed else eager
         self.model.eval()
         try:
