@@ -23,6 +23,7 @@ SCHEDULES = ("wsd", "cosine", "linear", "inv_sqrt")
 PARALLEL_MODES = ("auto", "ddp", "dp", "none")
 PRECISIONS = ("auto", "fp32", "fp16", "bf16")
 GPUS = ("auto", "2xT4", "T4", "rtx3050", "cpu")
+COMPILE_MODES = ("auto", "on", "off")
 KAGGLE_SESSION_MIN = 720  # Kaggle ends a batch GPU session after 12 hours.
 LIMIT_WARN_MIN = 690
 
@@ -182,6 +183,12 @@ class RunConfig:
         "auto: bf16 from compute capability 8.0 on, fp16 with GradScaler below it, fp32 on CPU.",
         "auto: bf16 на картах от 8.0, fp16 с GradScaler ниже, fp32 на CPU.",
         label=("Precision", "Точность"), choices=PRECISIONS)
+    torch_compile: str = _f("auto",
+        "torch.compile the model: auto (on a GPU; on CPU when a C++ compiler is found and the run is long "
+        "enough to repay the compile time), on, off. If compiling fails, training goes on uncompiled.",
+        "torch.compile для модели: auto (на GPU; на CPU — если есть компилятор C++ и прогон достаточно "
+        "длинный, чтобы окупить компиляцию), on, off. Если компиляция не удалась, обучение идёт без неё.",
+        label=("Compile", "Компиляция"), choices=COMPILE_MODES)
     data_dir: str = _f("",
         "Prepared data folder (shards, tokenizer, manifest); empty: found from constellations.",
         "Папка подготовленных данных; пусто — найти по созвездиям.",

@@ -74,6 +74,36 @@ class TokenData:
         return [_windows(mine[i:i + rows], context) for i in range(0, len(mine), rows)]
 
 
+class Prefetcher:
+    """The next batch, made ready ahead: read from the memmap and, on a GPU, pinned and
+    copied without blocking while the card still works on the current step, so page
+    faults and the copy overlap the card's work instead of following it.
+
+    `read(step, micro)` gives a batch; `take` returns the prepared one when the keys
+    match and reads on the spot otherwise (the first step, or after an out-of-memory retry).
+    """
+
+    def __init__(self, read, device: torch.device):
+        self.read, self.device = read, device
+        self.ready: tuple[tuple[int, int], torch.Tensor, torch.Tensor] | None = None
+
+    def _load(self, key: tuple[int, int]):
+        x, y = self.read(*key)
+        if self.device.type == "cuda":
+            x = x.pin_memory().to(self.device, non_blocking=True)
+            y = y.pin_memory().to(self.device, non_blocking=True)
+        return key, x, y
+
+    def prepare(self, step: int, micro: int) -> None:
+        self.ready = self._load((step, micro))
+
+    def take(self, step: int, micro: int) -> tuple[torch.Tensor, torch.Tensor]:
+        ready, self.ready = self.ready, None
+        if ready is None or ready[0] != (step, micro):
+            ready = self._load((step, micro))
+        return ready[1], ready[2]
+
+
 def _valid_starts(shards: list[np.ndarray], context: int) -> np.ndarray:
     return np.array([max(0, len(a) - context) for a in shards], dtype=np.int64)
 

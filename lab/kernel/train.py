@@ -26,11 +26,13 @@ from lab.kernel.checkpoint import (FORMAT, CheckpointError, CheckpointSaveError,
                                    load_checkpoint, newest_whole_checkpoint, resolve_checkpoint, save_checkpoint)
 from lab.config import (RunConfig, card_set, check, check_against_data, check_resume, fields_off_defaults,
                         raise_on_errors, resumed_config)
-from lab.kernel.data import TokenData
+from lab.kernel.data import Prefetcher, TokenData
 from lab.kernel.launch import COLLECTIVE_TIMEOUT_MIN
 from lab.kernel.metrics import metrics_lines, write_metrics_lines
 from lab.kernel.model import GPT
 from lab.kernel.schedule import lr_for_config
+from lab.kernel.speed import (Readings, compile_choice, compile_or_eager, next_sync_steps, trial_context,
+                              wrap_ddp)
 
 
 @dataclass
@@ -96,7 +98,8 @@ def make_optimizer(model: nn.Module, cfg: RunConfig, device: torch.device) -> to
     decay = [p for p in model.parameters() if p.dim() >= 2]
     rest = [p for p in model.parameters() if p.dim() < 2]
     groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": rest, "weight_decay": 0.0}]
-    fused = {"fused": True} if device.type == "cuda" else {}
+    # Fused: one kernel for all weights, and under GradScaler no host sync to check for inf.
+    fused = {"fused": True} if device.type in ("cuda", "cpu") else {}
     return torch.optim.AdamW(groups, lr=cfg.lr, betas=(0.9, 0.95), eps=1e-8, **fused)
 
 
@@ -137,9 +140,14 @@ def all_ranks(obj, rt: Runtime) -> list:
 def agree(values: list[float], rt: Runtime) -> list[float]:
     """Sums small numbers across ranks (losses, stop flags) in one collective."""
     t = torch.tensor(values, dtype=torch.float64, device=rt.device if rt.device.type == "cuda" else "cpu")
+    sum_ranks(t, rt)
+    return t.tolist()
+
+
+def sum_ranks(t: torch.Tensor, rt: Runtime) -> None:
+    """Sums `t` across ranks in place (nothing to do in one process)."""
     if rt.world > 1:
         dist.all_reduce(t)
-    return t.tolist()
 
 
 class OutOfMemory(RuntimeError):
@@ -229,8 +237,7 @@ class Trainer:
             if len(rngs) == rt.world:
                 set_rng_state(rngs[rt.rank])
         if rt.world > 1:
-            self.wrapped = nn.parallel.DistributedDataParallel(
-                self.model, device_ids=[rt.device.index] if rt.device.type == "cuda" else None)
+            self.wrapped = wrap_ddp(self.model, rt.device)
         elif rt.data_parallel:
             self.wrapped = nn.DataParallel(self.model)
         else:
@@ -240,6 +247,36 @@ class Trainer:
         self.tokens_per_step = cfg.batch_per_card * rt.cards * cfg.grad_accum * cfg.context
         self.val = self.data.val_batches(rank=rt.rank, world=rt.world, rows=self.rows,
                                          batches=cfg.eval_batches, context=cfg.context)
+        self.batches = Prefetcher(self._read_batch, rt.device)
+        self.forward, self.compile_s = self.wrapped, None  # forward: the wrapped model, compiled by run()
+        self.eval_failed = False
+
+    def _read_batch(self, step: int, micro: int) -> tuple[torch.Tensor, torch.Tensor]:
+        cfg, rt = self.cfg, self.rt
+        return self.data.train_batch(seed=cfg.seed, step=step, micro=micro, accum=cfg.grad_accum,
+                                     rank=rt.rank, world=rt.world, rows=self.rows, context=cfg.context)
+
+    def compile(self) -> None:
+        """Compiles the training forward when the config and the machine call for it (see
+        `compile_choice`), with one trial pass so compiling happens now, not in step one."""
+        work = 6.0 * self.model.num_weights() * self.tokens_per_step * (self.cfg.steps_until - self.step)
+        wanted, why = compile_choice(self.cfg.torch_compile, self.rt.device, work)
+        if not wanted:
+            self.log(f"not compiling: {why}")
+            return
+        self.log(f"compiling the model: {why}")
+        self.forward, self.compile_s = compile_or_eager(
+            self.wrapped, self._trial_pass, self.log,
+            agree_ok=lambda ok: agree([0.0 if ok else 1.0], self.rt)[0] == 0.0)
+
+    def _trial_pass(self, forward: nn.Module) -> None:
+        x = torch.zeros(self.rows, self.cfg.context, dtype=torch.long, device=self.rt.device)
+        try:
+            with trial_context(self.wrapped), autocast(self.rt):
+                loss = forward(x, x).mean()
+            loss.backward()
+        finally:
+            self.optimizer.zero_grad(set_to_none=True)
 
     # --- one step ----------------------------------------------------------------------
     def train_step(self) -> tuple[torch.Tensor, torch.Tensor]:
@@ -250,17 +287,17 @@ class Trainer:
             group["lr"] = lr
         total = torch.zeros((), device=rt.device)
         for micro in range(cfg.grad_accum):
-            x, y = self.data.train_batch(seed=cfg.seed, step=self.step, micro=micro, accum=cfg.grad_accum,
-                                         rank=rt.rank, world=rt.world, rows=self.rows, context=cfg.context)
-            if rt.device.type == "cuda":  # pinned, the copy overlaps the previous step's kernels
-                x, y = x.pin_memory().to(rt.device, non_blocking=True), y.pin_memory().to(rt.device, non_blocking=True)
+            x, y = self.batches.take(self.step, micro)
             # Gradients are all-reduced only on the last micro-batch.
             sync = rt.world == 1 or micro == cfg.grad_accum - 1
             with (nullcontext() if sync else self.wrapped.no_sync()):
                 with autocast(rt):
-                    loss = self.wrapped(x, y).mean() / cfg.grad_accum
+                    loss = self.forward(x, y).mean() / cfg.grad_accum
                 self.scaler.scale(loss).backward()
             total += loss.detach()
+            # The next batch is read while the card still works through this backward pass.
+            last = micro == cfg.grad_accum - 1
+            self.batches.prepare(self.step + 1 if last else self.step, 0 if last else micro + 1)
         self.scaler.unscale_(self.optimizer)
         if cfg.grad_clip > 0:
             norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip)
@@ -315,16 +352,30 @@ class Trainer:
 
     @torch.no_grad()
     def evaluate(self) -> float:
+        # Each DDP rank scores its own windows (uncompiled: with the bare model); DataParallel spreads them.
+        eager = self.model if self.rt.world > 1 else self.wrapped
+        # When training is compiled, so is the evaluation: it must stay within 3% of a session.
+        model = self.forward if self.compile_s is not None and not self.eval_failed else eager
         self.model.eval()
+        try:
+            total = self._val_loss_sum(model)
+        except Exception as e:  # noqa: BLE001 -- only a compiled evaluation is retried, see below
+            if model is eager:
+                raise
+            self.eval_failed = True
+            self.log(f"torch.compile failed on the evaluation ({type(e).__name__}); evaluating uncompiled")
+            total = self._val_loss_sum(eager)
+        finally:
+            self.model.train()
+        summed, count = agree([total.item(), len(self.val)], self.rt)
+        return summed / count
+
+    def _val_loss_sum(self, model: nn.Module) -> torch.Tensor:
         total = torch.zeros((), device=self.rt.device)
-        # Each DDP rank scores its own windows with the bare model; DataParallel spreads them.
-        model = self.model if self.rt.world > 1 else self.wrapped
         for x, y in self.val:
             with autocast(self.rt):
                 total += model(x.to(self.rt.device), y.to(self.rt.device)).mean().float()
-        self.model.train()
-        summed, count = agree([total.item(), len(self.val)], self.rt)
-        return summed / count
+        return total
 
     @torch.no_grad()
     def sample(self, tokens: int = 48) -> str:
@@ -374,59 +425,70 @@ class Trainer:
                  f"data {'+'.join(self.data.constellations)} ({self.data.manifest['train_tokens']:,} train tokens)")
         metrics = open(self.out / "metrics.jsonl", "a", encoding="utf-8") if rt.main else None
         guard = StopGuard(cfg.limit_min, started=self.started, stop_file=self.stop_file)
+        self.compile()  # before the loop: the compile time stays out of the step time below
         step_s, save_s, reason, path = 0.0, 2.0 + self.model.num_weights() * 16 / 200e6, None, None
-        last_save = last_log = last_print = time.monotonic()
-        log_tokens, last_eval = self.tokens, self.step
+        readings, last_save, last_print, printed = Readings(), time.monotonic(), 0.0, False
+        window_t0, window_tokens, window_steps = time.monotonic(), self.tokens, 0
+        last_eval, sync_steps, next_sync = self.step, 1, self.step + 1
         try:
             with guard:
                 while True:
-                    t0 = time.monotonic()
                     if self.step >= cfg.steps_until:
                         reason = "steps_until reached"
-                    loggable = reason is None and (self.step + 1) % cfg.log_every == 0
                     if reason is None:
                         loss, norm = self.step_or_explain()
-                        step_s = 0.9 * step_s + 0.1 * (time.monotonic() - t0) if step_s else time.monotonic() - t0
-                    # One collective per logged step agrees on the loss and on stopping.
-                    if loggable or reason:
-                        stop_local = 1.0 if (reason or guard.reason(step_s, save_s)) else 0.0
-                        due = 1.0 if time.monotonic() - last_save > cfg.checkpoint_every_min * 60 else 0.0
-                        loss_sum, stop, save_due = agree(
-                            [loss.item() if loggable else 0.0, stop_local, due], rt)
-                        if stop and not reason:
-                            reason = guard.reason(step_s, save_s) or "another rank stopped"
-                    record = None
-                    if loggable:
-                        now = time.monotonic()
-                        record = {"step": self.step, "tokens": self.tokens, "loss": loss_sum / rt.world,
-                                  "lr": lr_for_config(self.step - 1, cfg), "grad_norm": float(norm),
-                                  "tok_s": (self.tokens - log_tokens) / max(now - last_log, 1e-9),
-                                  "elapsed_s": round(self.elapsed_before + guard.elapsed(), 3),
-                                  "session": self.session}
-                        last_log, log_tokens = now, self.tokens
-                    if self.step != last_eval and (self.step % cfg.eval_every == 0 or reason == "steps_until reached"):
+                        window_steps += 1
+                        if self.step % cfg.log_every == 0:
+                            readings.add({"step": self.step, "tokens": self.tokens, "loss": None,
+                                          "lr": lr_for_config(self.step - 1, cfg), "grad_norm": None, "tok_s": None,
+                                          "elapsed_s": round(self.elapsed_before + guard.elapsed(), 3),
+                                          "session": self.session}, loss, norm)
+                    eval_due = self.step != last_eval and (self.step % cfg.eval_every == 0
+                                                           or reason == "steps_until reached")
+                    if not (reason or eval_due or self.step >= next_sync):
+                        continue  # no host sync between sync points: the card never waits for us
+                    # A sync point: one collective reads the window's losses and agrees on
+                    # stopping, saving and the next sync point (steps are the same on every rank).
+                    stop_local = 1.0 if (reason or guard.reason(step_s * sync_steps, save_s)) else 0.0
+                    due = 1.0 if time.monotonic() - last_save > cfg.checkpoint_every_min * 60 else 0.0
+                    rows, (stop, save_due, steps_sum) = readings.take(
+                        rt.device, [stop_local, due, float(next_sync_steps(step_s))], lambda t: sum_ranks(t, rt))
+                    now = time.monotonic()
+                    rate = (self.tokens - window_tokens) / max(now - window_t0, 1e-9)
+                    if window_steps:
+                        step_s = (now - window_t0) / window_steps
+                    sync_steps = max(1, int(steps_sum / rt.world))
+                    next_sync = self.step + sync_steps
+                    for row in rows:
+                        row["loss"], row["tok_s"] = row["loss"] / rt.world, rate
+                    if stop and not reason:
+                        reason = guard.reason(step_s * sync_steps, save_s) or "another rank stopped"
+                    if eval_due:
                         last_eval = self.step
-                        record = record or {"step": self.step, "tokens": self.tokens, "session": self.session}
-                        record.update(val_loss=self.evaluate(), val_set=self.data.val_set)
+                        if not (rows and rows[-1]["step"] == self.step):
+                            rows.append({"step": self.step, "tokens": self.tokens, "session": self.session})
+                        rows[-1].update(val_loss=self.evaluate(), val_set=self.data.val_set)
                         if rt.main:
-                            record["sample"] = self.sample()
-                            self.log(f"step {self.step:,}: val {record['val_loss']:.4f} | {record['sample']!r}")
-                    if record and rt.main:
-                        metrics.write(json.dumps(record, ensure_ascii=False) + "\n")
+                            rows[-1]["sample"] = self.sample()
+                            self.log(f"step {self.step:,}: val {rows[-1]['val_loss']:.4f} | {rows[-1]['sample']!r}")
+                    if rows and rt.main:
+                        metrics.write("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
                         metrics.flush()
-                        if self.on_metrics:
-                            self.on_metrics(record)
-                    if reason or (loggable and save_due):
+                        for record in rows:
+                            if self.on_metrics:
+                                self.on_metrics(record)
+                    if reason or save_due:
                         t_save = time.monotonic()
                         path = self.save(guard.elapsed()) or path
                         save_s, last_save = time.monotonic() - t_save, time.monotonic()
                     if reason:
                         break
-                    if loggable and (time.monotonic() - last_print >= PROGRESS_EVERY_S or self.step == 1):
-                        self.log(_progress_line(record, cfg.steps_until))
-                        last_print = time.monotonic()
-                    if "val_loss" in (record or {}) or (loggable and save_due):
-                        last_log = time.monotonic()  # tok_s measures training, not evals and saves
+                    logged = [r for r in rows if "loss" in r]
+                    if logged and (not printed or time.monotonic() - last_print >= PROGRESS_EVERY_S):
+                        self.log(_progress_line(logged[-1], cfg.steps_until))
+                        last_print, printed = time.monotonic(), True
+                    # tok_s and the step time measure training, not evaluations and saves.
+                    window_t0, window_tokens, window_steps = time.monotonic(), self.tokens, 0
         finally:
             if metrics:
                 metrics.close()
@@ -434,7 +496,8 @@ class Trainer:
             return self._unsaved_result(reason)
         self.log(f"stopped at step {self.step:,} ({reason}); checkpoint {path}")
         return {"step": self.step, "tokens": self.tokens, "reason": reason, "checkpoint": str(path),
-                "steps_until": cfg.steps_until, "done": self.step >= cfg.steps_until}
+                "steps_until": cfg.steps_until, "done": self.step >= cfg.steps_until,
+                "compile_s": self.compile_s}
 
     def _unsaved_result(self, reason: str) -> dict:
         """The last save failed: the run continues from the newest whole checkpoint, so that is

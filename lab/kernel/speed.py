@@ -1,0 +1,148 @@
+"""What keeps the step fast: torch.compile with an uncompiled fallback, DDP settings for two
+T4s, and readings (losses, grad norms) kept on the device and read in one sync every
+few steps instead of one sync per step.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from contextlib import nullcontext
+from typing import Callable
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+
+# On CPU, compiling takes about 20 s on two cores (a few seconds once inductor's cache holds
+# the graphs) and saves about a sixth of each step; two cores train at about 120 GFLOP/s,
+# so a run of fewer training FLOPs than this (two minutes of work) would lose time.
+COMPILE_MIN_FLOPS_CPU = 1.5e13
+# The loop reads its losses and agrees on stopping about this often: often enough for a
+# signal or the time limit to be acted on within a second, rare enough that the GPU
+# never waits for the host between steps.
+SYNC_TARGET_S = 1.0
+SYNC_MAX_STEPS = 64
+# DDP buckets: smaller than the default 25 MB so that the last bucket, which holds the tied
+# embedding (its gradient is complete only when the backward pass ends), is small, and
+# the buckets before it are reduced while the backward pass still runs.
+DDP_BUCKET_MB = 8
+
+
+def cxx_compiler() -> str | None:
+    """The C++ compiler torch.compile uses on CPU (inductor reads $CXX, else g++), if present."""
+    return shutil.which(os.environ.get("CXX") or "g++")
+
+
+def compile_choice(mode: str, device: torch.device, train_flops: float) -> tuple[bool, str]:
+    """Whether to compile the model, and why (said in the log); `train_flops` is the work
+    left in the run (6 · weights · tokens)."""
+    if mode == "off":
+        return False, "torch_compile is off"
+    if mode == "on":
+        return True, "torch_compile is on"
+    if device.type == "cuda":
+        return True, "a GPU (torch_compile auto)"
+    if cxx_compiler() is None:
+        return False, f"no C++ compiler ({os.environ.get('CXX') or 'g++'}) for torch.compile on CPU"
+    if train_flops < COMPILE_MIN_FLOPS_CPU:
+        return False, (f"the run is too short to repay compiling on CPU ({train_flops:.1e} training FLOPs left; "
+                       f"auto compiles from {COMPILE_MIN_FLOPS_CPU:.1e}; torch_compile on forces it)")
+    return True, "CPU with a C++ compiler (torch_compile auto)"
+
+
+def compile_or_eager(module: nn.Module, trial: Callable[[nn.Module], None], log: Callable[[str], None],
+                     agree_ok: Callable[[bool], bool] = lambda ok: ok,
+                     compiler: Callable[[nn.Module], nn.Module] = torch.compile) -> tuple[nn.Module, float | None]:
+    """`module` compiled, or `module` itself when compiling fails on any rank.
+
+    Compiling is lazy, so `trial` runs one forward and backward pass with the compiled
+    module: the compile time is spent here, before the loop, and stays out of the step
+    time the time limit is computed from. `agree_ok` makes all ranks take the same road.
+    Returns the module to train with and the seconds compiling took (None: uncompiled).
+    """
+    t0 = time.monotonic()
+    error = None
+    try:
+        compiled = compiler(module)
+        trial(compiled)
+    except Exception as e:  # a compiler or backend of any kind: the model still trains uncompiled
+        error = f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0][:300]}"
+    if not agree_ok(error is None):
+        _reset_compiler()
+        log(f"torch.compile failed ({error or 'on another rank'}); training uncompiled. "
+            f"Set torch_compile off to skip the attempt.")
+        return module, None
+    seconds = time.monotonic() - t0
+    log(f"compiled the model in {seconds:.1f} s (kept out of the step time)")
+    return compiled, seconds
+
+
+def _reset_compiler() -> None:
+    try:
+        torch._dynamo.reset()  # drop half-made graphs, so the uncompiled module runs plainly
+    except Exception:  # noqa: BLE001 -- resetting is a courtesy; eager runs without it
+        pass
+
+
+def wrap_ddp(model: nn.Module, device: torch.device) -> nn.parallel.DistributedDataParallel:
+    """DDP with gradients living in the buckets (no copy into them) and buckets sized to
+    overlap the reduction with the backward pass (see DDP_BUCKET_MB)."""
+    return nn.parallel.DistributedDataParallel(
+        model, device_ids=[device.index] if device.type == "cuda" else None,
+        bucket_cap_mb=DDP_BUCKET_MB, gradient_as_bucket_view=True)
+
+
+def compress_fp16(ddp: nn.parallel.DistributedDataParallel, precision: str) -> None:
+    """All-reduces gradients in half precision (half the bytes over PCIe); `scripts/gpu-check`
+    measures it against the full-precision reduction."""
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+    hook = default_hooks.bf16_compress_hook if precision == "bf16" else default_hooks.fp16_compress_hook
+    ddp.register_comm_hook(dist.group.WORLD, hook)
+
+
+def trial_context(wrapped: nn.Module):
+    """DDP's no_sync for a trial pass: no gradient collective, so a rank whose compile
+    fails cannot leave the others waiting in one."""
+    return wrapped.no_sync() if isinstance(wrapped, nn.parallel.DistributedDataParallel) else nullcontext()
+
+
+class Readings:
+    """Per-step values (loss, grad norm) kept on the device until the next sync point,
+    where they are read in one go: no host sync per step, yet every logged step keeps
+    its own values."""
+
+    def __init__(self) -> None:
+        self.rows: list[dict] = []
+        self.losses: list[torch.Tensor] = []
+        self.norms: list[torch.Tensor] = []
+
+    def add(self, row: dict, loss: torch.Tensor, norm: torch.Tensor) -> None:
+        self.rows.append(row)
+        self.losses.append(loss.detach().reshape(()))
+        self.norms.append(norm.detach().reshape(()))
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def take(self, device: torch.device, extra: list[float], reduce: Callable[[torch.Tensor], None]):
+        """(rows with their loss and grad_norm, extra) after one collective: the losses and
+        `extra` are summed across ranks by `reduce`; the rows are emptied."""
+        loss_t = torch.stack(self.losses).double() if self.losses else torch.zeros(0, dtype=torch.float64,
+                                                                                    device=device)
+        both = torch.cat([loss_t.to(device), torch.tensor(extra, dtype=torch.float64, device=device)])
+        reduce(both)
+        values = both.tolist()  # the one host sync of this window
+        norms = torch.stack(self.norms).float().tolist() if self.norms else []
+        rows, n = self.rows, len(self.rows)
+        for row, loss, norm in zip(rows, values[:n], norms):
+            row["loss"], row["grad_norm"] = loss, norm
+        self.rows, self.losses, self.norms = [], [], []
+        return rows, values[n:]
+
+
+def next_sync_steps(step_s: float) -> int:
+    """Steps until the next sync point for a step of `step_s` seconds (see SYNC_TARGET_S)."""
+    if step_s <= 0:
+        return 1
+    return max(1, min(SYNC_MAX_STEPS, int(SYNC_TARGET_S / step_s)))
