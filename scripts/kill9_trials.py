@@ -28,7 +28,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 TINY = dict(context=32, width=32, heads=2, layers=2, batch_per_card=4, eval_every=25, eval_batches=2, lr=3e-3,
-            warmup_steps=2, steps_until=1_000_000, checkpoint_every_min=0, limit_min=600, seed=3,
+            warmup_steps=2, steps_until=1_000_000, checkpoint_every_min=0, limit_min=600, seed=3, torch_compile="off",
             constellations=["pydoc"])
 
 

@@ -452,7 +452,7 @@ class Trainer:
                     stop_local = 1.0 if (reason or guard.reason(step_s * sync_steps, save_s)) else 0.0
                     due = 1.0 if time.monotonic() - last_save > cfg.checkpoint_every_min * 60 else 0.0
                     rows, (stop, save_due, steps_sum) = readings.take(
-                        rt.device, [stop_local, due, float(next_sync_steps(step_s))], lambda t: sum_ranks(t, rt))
+                        rt.device, [stop_local, due, float(next_sync_steps(step_s, cfg.checkpoint_every_min * 60))], lambda t: sum_ranks(t, rt))
                     now = time.monotonic()
                     rate = (self.tokens - window_tokens) / max(now - window_t0, 1e-9)
                     if window_steps:
