@@ -415,6 +415,18 @@ def raise_on_errors(problems: list[Problem]) -> list[Problem]:
     return problems
 
 
+def weight_count(layers: int, width: int, vocab: int, context: int) -> int:
+    """The guide's formula, exact for this GPT: 12·layers·d² + vocab·d + n·d (per block q, k, v,
+    out and the 4·d MLP; no biases, norms without weights, the head tied to the embedding)."""
+    return 12 * layers * width * width + vocab * width + context * width
+
+
+def flops_per_token(layers: int, width: int, vocab: int, context: int) -> float:
+    """Training FLOPs per token: 6·N for the matrix products forward and backward, plus
+    12·layers·n·d for attention's scores and weighted sums (PaLM's accounting)."""
+    return 6 * weight_count(layers, width, vocab, context) + 12 * layers * context * width
+
+
 def card_set(name: str, cards: int = 1) -> str:
     """The lab's name for a card set, as the `gpu` field and the calculator name them: "2xT4",
     "T4", "rtx3050", "cpu"; another card keeps its own name ("2xNVIDIA H100" for two)."""

@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from lab.config import RunConfig  # noqa: E402
+from lab.config import RunConfig, flops_per_token  # noqa: E402
 from lab.kernel.model import GPT  # noqa: E402
 from lab.kernel.speed import compile_choice, compress_fp16, next_sync_steps, wrap_ddp  # noqa: E402
 from lab.kernel.train import Trainer, autocast, make_optimizer  # noqa: E402
@@ -49,11 +49,6 @@ def peak_for(name: str) -> float | None:
         if key.lower() in name.lower():
             return value
     return None
-
-
-def flops_per_token(layers: int, width: int, context: int, weights: int) -> int:
-    # 6·N for the matmuls forward and backward, plus attention's scores and values: 12·L·n·d.
-    return 6 * weights + 12 * layers * context * width
 
 
 def host_peak_bytes() -> int:
@@ -195,7 +190,7 @@ def main() -> None:
     real, lean = reals[-1], leans[-1]
     real_tok_s, lean_tok_s = [r["tok_s"] for r in reals], [r["tok_s"] for r in leans]
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"cpu ({torch.get_num_threads()} threads)"
-    peak, fpt = peak_for(name), flops_per_token(a.layers, a.width, a.context, real["weights"])
+    peak, fpt = peak_for(name), flops_per_token(a.layers, a.width, real["vocab"], a.context)
     mfu = (lambda tok_s: round(tok_s * fpt / (peak * 1e12 * real["world"]), 4) if peak else None)
     defaults = RunConfig()
     eval_s = statistics.median(r["eval_s"] for r in reals)

@@ -13,10 +13,6 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 
-def weight_count(layers: int, width: int, vocab: int, context: int) -> int:
-    return 12 * layers * width * width + vocab * width + context * width
-
-
 def norm(x: torch.Tensor) -> torch.Tensor:
     # RMS norm without a learned scale: it adds no weights to the count above.
     return F.rms_norm(x, (x.size(-1),))

@@ -24,7 +24,7 @@ import torch.nn as nn
 
 from lab.kernel.checkpoint import (FORMAT, CheckpointError, CheckpointSaveError, StopGuard, checkpoint_step,
                                    load_checkpoint, newest_whole_checkpoint, resolve_checkpoint, save_checkpoint)
-from lab.config import (RunConfig, card_set, check, check_against_data, check_resume, fields_off_defaults,
+from lab.config import (RunConfig, card_set, check, check_against_data, check_resume, fields_off_defaults, flops_per_token,
                         raise_on_errors, resumed_config)
 from lab.kernel.data import Prefetcher, TokenData
 from lab.kernel.launch import COLLECTIVE_TIMEOUT_MIN
@@ -259,7 +259,9 @@ class Trainer:
     def compile(self) -> None:
         """Compiles the training forward when the config and the machine call for it (see
         `compile_choice`), with one trial pass so compiling happens now, not in step one."""
-        work = 6.0 * self.model.num_weights() * self.tokens_per_step * (self.cfg.steps_until - self.step)
+        cfg = self.cfg
+        work = flops_per_token(cfg.layers, cfg.width, self.data.vocab, cfg.context) * self.tokens_per_step \
+            * (cfg.steps_until - self.step)
         wanted, why = compile_choice(self.cfg.torch_compile, self.rt.device, work)
         if not wanted:
             self.log(f"not compiling: {why}")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, replace
 
-from lab.config import RunConfig
+from lab.config import RunConfig, flops_per_token, weight_count  # noqa: F401 (the calculator's names)
 
 DEFAULT_VOCAB = 4000  # the lab's tokenizer, when no manifest or checkpoint says otherwise
 TOKENS_PER_WEIGHT = 20  # the guide's "about 20 tokens of data per weight"
@@ -41,20 +41,6 @@ CARDS = {
     "rtx3050": Card("rtx3050", 1, 8.0, "bf16", 34_000.0, False, False, 0.5),
     "cpu": Card("cpu", 1, None, "fp32", 0.0, False, False, 0.0),
 }
-
-
-def weight_count(layers: int, width: int, vocab: int, context: int) -> int:
-    """12·layers·d² + vocab·d + n·d: per block q, k, v, out (4·d²) and the 4·d MLP (8·d²);
-    no biases, norms without weights, the output head tied to the token embedding.
-    (The same one-liner as `lab.model.weight_count`, which imports torch.)"""
-    return 12 * layers * width * width + vocab * width + context * width
-
-
-def flops_per_token(layers: int, width: int, vocab: int, context: int) -> float:
-    """Training FLOPs per token: 6·N for the matrix products forward and backward, plus
-    12·layers·n·d for attention's scores and weighted sums (PaLM's accounting)."""
-    return 6 * weight_count(layers, width, vocab, context) + 12 * layers * context * width
-
 
 
 def reference_tok_s(card: Card) -> float:

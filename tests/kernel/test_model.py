@@ -3,7 +3,8 @@ import itertools
 import pytest
 import torch
 
-from lab.kernel.model import GPT, weight_count
+from lab.config import weight_count
+from lab.kernel.model import GPT
 
 
 def test_reference_size_has_the_guides_weight_count():
