@@ -73,9 +73,11 @@ def _list(offline: bool) -> int:
         return 0
     if not offline:
         kc.check_no_global_token()
+    from lab.machines.control import active_runs  # the registry: what runs where
+    active = active_runs()
     rows, failed = [("NAME", "KAGGLE USER", "GPU LEFT / TOTAL", "REFRESH (UTC)", "RUNS")], 0
     for a in accounts:
-        runs = ", ".join(kc.runs_on(a.name)) or "-"
+        runs = ", ".join(active.get(a.name, [])) or "-"
         if a.auth == "broken":
             rows.append((a.name, "?", "damaged: remove and add it again", "", runs))
             failed += 1
