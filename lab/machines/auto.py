@@ -70,6 +70,8 @@ def pick(cfg: RunConfig, need_hours: float | None, machines: list[Machine], hold
     if takes_link(m):
         if m.kind == "local":
             return Choice(m.name, "This computer: you picked it.", "Этот компьютер: вы его выбрали.")
+        if m.quota_left_h is None:
+            return Choice(m.name, f"{m.name}: you picked it.", f"{m.name}: вы его выбрали.")
         return Choice(m.name, f"{m.name}: you picked it; {_h(m.quota_left_h)} h of quota left.",
                       f"{m.name}: вы его выбрали; осталось {_h(m.quota_left_h, True)} ч квоты.")
     if m.kind == "local":

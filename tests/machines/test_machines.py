@@ -264,3 +264,66 @@ def test_a_cancel_before_the_push_uploads_nothing(kaggle_lab, pydoc_data):
     assert link.status == "cancelled" and link.reason == "cancelled before its push"
     assert kaggle_lab.emu.recorded("CreateDataset") == [] and kaggle_lab.emu.recorded("SaveKernel") == []
     assert km.held("alice", "data", data_id_of(pydoc_data)) is None
+
+
+# ---------------------------------------------------------------------------------------------
+# The driver speaks to machines through one interface only
+
+
+class _Card:
+    """A machine the driver has never heard of: it answers the interface and nothing else. Each
+    link trains 40 steps, and it runs at most one session at a time."""
+
+    name, one_link_per_start = "card", False
+
+    def __init__(self):
+        self.calls: list[str] = []
+
+    def check(self) -> None:
+        self.calls.append("check")
+
+    def state(self, running, patient=False):
+        from lab.machines.auto import Machine
+        return Machine("card", "card", "cpu", running=list(running), free=not running)
+
+    def holds(self, data_id, ckpt_sha256, run_id):
+        return set()
+
+    def start(self, run, machine, why):
+        from lab.runs import Link, updating
+        with updating(run.id) as r:
+            link = Link(n=len(r.links) + 1, machine="card", status="running", from_step=r.step)
+            r.links.append(link)
+        self.calls.append(f"start {link.n}")
+        return link
+
+    def follow(self, run, link, how):
+        from lab.runs import updating
+        with updating(run.id) as r:
+            ended = r.links[link.n - 1]
+            ended.to_step = min(ended.from_step + 40, r.cfg.steps_until)
+            ended.status, ended.reason = "stopped", "time limit"
+        self.calls.append(f"follow {link.n} {'fresh' if how.fresh else 'found'}")
+        return ended
+
+    def cancel(self, run, link, driver_pid):
+        return "stopped"
+
+    def log_tail(self, run, link, lines):
+        return f"card log of link {link.n}"
+
+
+def test_the_driver_chains_links_on_any_machine_that_answers_the_interface(pydoc_data, tmp_path, monkeypatch):
+    monkeypatch.setenv("LAB_HOME", str(tmp_path / "home"))
+    card = _Card()
+    monkeypatch.setattr(machines, "host_for", lambda name, settings=None, events=None: card)
+    monkeypatch.setattr(machines, "machine_names", lambda: ["card"])
+    run = machines.register_run(RunConfig(data_dir=str(pydoc_data), steps_until=100), "card")
+    lines: list[str] = []
+    final = machines.drive(run.id, say=lines.append, progress=False)
+    assert final.status == "done" and final.step == 100, lines
+    assert [(link.from_step, link.to_step) for link in final.links] == [(0, 40), (40, 80), (80, 100)]
+    assert card.calls == ["check", "start 1", "follow 1 fresh", "start 2", "follow 2 fresh", "start 3",
+                          "follow 3 fresh"]
+    assert any("card: you picked it" in line for line in lines)
+    assert machines.status(run.id)["log_tail"] == "card log of link 3"
