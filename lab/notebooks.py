@@ -34,6 +34,8 @@ SESSION_PARAMETERS = {
     "allow_fallback": (False, "if the newest checkpoint is corrupt, continue from the previous good one"),
     "plot_every_s": (30, "seconds between redraws of the loss plot"),
     "plot_x": ("step", "x axis of the plot: step or tokens"),
+    "expect_data_sha256": ("", "sha256 of the data's manifest.json this session must find; empty: any"),
+    "expect_ckpt_sha256": ("", "sha256 of the checkpoint this session must resume from; empty: any"),
 }
 
 _LAB_IMPORT = re.compile(r"^(from lab(\.\w+)* import .*|import lab(\.\w+)*.*)$")
@@ -146,7 +148,7 @@ if __name__ == "__main__" and "LOCAL_RANK" in os.environ:
 RUN = '''cfg = RunConfig.from_dict({name: globals()[name] for name in field_names()})
 for problem in raise_on_errors(check(cfg)):
     print("warning:", problem.en)
-paths = resolve_session(cfg, out_dir)'''
+paths = inputs_as_sent(cfg, out_dir, expect_data_sha256, expect_ckpt_sha256)'''
 
 TRAIN = '''result = run_session(cfg, paths, KERNEL_PY, nproc=nproc, allow_fallback=allow_fallback,
                      plot_every_s=plot_every_s, plot_x=plot_x, started=SESSION_STARTED)

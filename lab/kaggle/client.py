@@ -37,7 +37,11 @@ DEFAULT_API_URL = "https://api.kaggle.com"
 API_URL_ENV = "LAB_KAGGLE_API_URL"
 NOTEBOOK_LIMIT_BYTES = 1_000_000  # Kaggle: "the pushed notebook must be under 1 MB"
 T4X2 = "NvidiaTeslaT4"  # the machine shape that gives 2×T4; `enable_gpu` alone asks for retired P100s
-DATASET_LICENSE = "other"
+# Licence names Kaggle's dataset metadata takes *(docs: Kaggle's dataset-metadata wiki)*.
+DATASET_LICENCES = ("CC0-1.0", "CC-BY-SA-4.0", "CC-BY-SA-3.0", "CC-BY-4.0", "CC-BY-3.0", "CC-BY-NC-4.0",
+                    "CC-BY-NC-SA-4.0", "CC-BY-ND-4.0", "CC-BY-NC-ND-4.0", "GPL-2.0", "GPL-3.0", "LGPL-3.0",
+                    "AGPL-3.0", "FDL-1.3", "ODbL-1.0", "ODC-BY-1.0", "PDDL", "DbCL-1.0", "apache-2.0", "mit",
+                    "copyright-authors", "unknown", "other")
 _KERNEL_SLUG = re.compile(r"[a-z0-9][a-z0-9-]{3,48}[a-z0-9]")  # at least 5 characters
 _DATASET_SLUG = re.compile(r"[a-z0-9][a-z0-9-]{4,48}[a-z0-9]")  # 6 to 50 characters
 
@@ -65,10 +69,26 @@ class KaggleError(UserError):
 
 
 def api_url() -> str:
+    """The API's address: `LAB_KAGGLE_API_URL`, default Kaggle's. Plain http only to this computer
+    (a local emulator or proxy): a leftover setting must never send a key in the clear."""
     url = os.environ.get(API_URL_ENV, "").strip() or DEFAULT_API_URL
-    if not re.fullmatch(r"https?://[^\s/]+(/[^\s]*)?", url):
+    got = re.fullmatch(r"(https?)://(\[[0-9a-fA-F:.]+\]|[^\s/:\[\]]+)(:\d+)?(/\S*)?", url)
+    if not got:
         raise UserError(f"{API_URL_ENV}={url!r} is not an http(s) URL.")
+    if got.group(1) == "http" and not _loopback(got.group(2)):
+        raise UserError(f"{API_URL_ENV}={url!r} would send the accounts' keys in the clear: plain http is "
+                        "accepted only for this computer (127.0.0.1, ::1, localhost). Use https, or unset it.")
     return url.rstrip("/")
+
+
+def _loopback(host: str) -> bool:
+    import ipaddress
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 # ---------------------------------------------------------------------------------------------
@@ -163,19 +183,22 @@ class AccountClient:
                 text = text.replace(secret, "***")
         return text
 
-    def _call(self, what: str, fn: Callable[[], T], *, repeatable: bool = True, missing_ok: bool = False) -> T:
-        """Runs one client call under the retry policy; failures become KaggleError."""
+    def _call(self, what: str, fn: Callable[[], T], *, repeatable: bool = True, missing: tuple[int, ...] = (),
+              own: bool = False) -> T:
+        """Runs one client call under the retry policy; failures become KaggleError. `missing`: HTTP
+        statuses that mean "no such thing" (the call then returns None); `own`: the call is about the
+        account's own kernel or dataset, so a 403 is no question of permission."""
         for attempt in range(1, max(1, self.retry.attempts) + 1):
             try:
                 return fn()
             except Exception as raw:  # noqa: BLE001 - sorted below; anything unknown is re-raised
                 exc = unwrap(raw)
                 status = status_of(exc)
-                if missing_ok and status == 404:
+                if status in missing:
                     return None  # type: ignore[return-value]
                 if not is_transient(exc):
                     if status is not None:
-                        raise self._refusal(what, exc, status) from None
+                        raise self._refusal(what, exc, status, own) from None
                     if isinstance(exc, ValueError):
                         raise UserError(f"{what}: {self._scrub(str(exc))}") from None
                     raise
@@ -201,7 +224,7 @@ class AccountClient:
         status = status_of(exc)
         return f"HTTP {status}" if status is not None else _short(exc)
 
-    def _refusal(self, what: str, exc: BaseException, status: int) -> KaggleError:
+    def _refusal(self, what: str, exc: BaseException, status: int, own: bool = False) -> KaggleError:
         name = self.account.name
         said = _short(exc)
         if status == 401:
@@ -209,6 +232,12 @@ class AccountClient:
                                f"The key or token of '{name}' is wrong or was revoked: make a new one at "
                                f"kaggle.com/settings, then `lab accounts remove {name}` and "
                                f"`lab accounts add {name} ...` again.", status=status)
+        if status in (403, 404) and own:
+            # Kaggle may answer 403 as well as 404 for the account's own dataset that is not there
+            # (yet): the slug is right, so do not send the person to check it.
+            return self._error(f"{what}: Kaggle answered HTTP {status} for the account's own item, which may "
+                               f"not be there yet ({said})", "Wait a few minutes; `lab watch RUN` asks again.",
+                               status=status, retryable=True)
         if status == 403:
             return self._error(f"{what}: Kaggle denied access (HTTP 403: {said})",
                                "Check the slug: a private kernel or dataset is visible only to its owner.",
@@ -303,7 +332,7 @@ class AccountClient:
 
     # -- datasets -------------------------------------------------------------------------
 
-    def upload_dataset(self, slug: str, folder: str | Path, title: str, notes: str = "") -> int:
+    def upload_dataset(self, slug: str, folder: str | Path, title: str, notes: str = "", licence: str = "other") -> int:
         """Uploads the files of `folder` as a private dataset: creates it, or adds a version.
         Returns the dataset's version number. Kaggle then processes it: wait_dataset_ready."""
         owner, name = self._ref(slug, own=True)
@@ -312,8 +341,11 @@ class AccountClient:
             raise UserError(f"Bad dataset slug {name!r}: Kaggle wants 6-50 characters a-z, 0-9 and '-'.")
         if not 6 <= len(title) <= 50:
             raise UserError(f"The title of dataset {ref} must be 6-50 characters long.")
-        stage = self._stage_dataset(name, ref, title, _dataset_files(Path(folder)))
+        if licence not in DATASET_LICENCES:
+            raise UserError(f"Kaggle knows no dataset licence {licence!r}: use one of {', '.join(DATASET_LICENCES)}.")
+        stage = self._stage_dataset(name, ref, title, _dataset_files(Path(folder)), licence)
         exists = self._dataset_state(ref) is not None
+        created = False
         if not exists:
             resp = self._call(f"creating dataset {ref}", lambda: self._api.dataset_create_new(
                 str(stage), public=False, quiet=True, dir_mode="skip"))
@@ -322,6 +354,7 @@ class AccountClient:
             if resp.error and not exists:
                 raise self._error(f"Kaggle refused to create dataset {ref}: {resp.error}",
                                   "Fix what Kaggle names and upload again.")
+            created = not resp.error
         if exists:
             resp = self._call(f"adding a version to dataset {ref}", lambda: self._api.dataset_create_version(
                 str(stage), notes or "new version", quiet=True, dir_mode="skip"))
@@ -329,11 +362,12 @@ class AccountClient:
                 raise self._error(f"Kaggle refused a new version of dataset {ref}: {resp.error}",
                                   "Fix what Kaggle names and upload again.")
         state = self._dataset_state(ref)
-        if state is None:
+        if state is None and not created:
             raise self._error(f"dataset {ref} is not there after the upload", "Upload it again.")
-        return int(state.get("current_version_number") or 0)
+        # A dataset just created may not be visible yet (403 or 404 for a while): it is version 1.
+        return int(state.get("current_version_number") or 0) if state else 1
 
-    def _stage_dataset(self, name: str, ref: str, title: str, files: list[Path]) -> Path:
+    def _stage_dataset(self, name: str, ref: str, title: str, files: list[Path], licence: str) -> Path:
         """The upload folder: links to the files plus dataset-metadata.json, in this account's
         own staging folder. The client keys its resume state by file path, not by account, so
         one path per account keeps one account from resuming another's upload."""
@@ -344,14 +378,16 @@ class AccountClient:
         for f in files:
             # A symlinked file keeps its own name: the lab stages flattened names that way.
             _link(f.resolve(), stage / f.name)
-        meta = {"title": title, "id": ref, "licenses": [{"name": DATASET_LICENSE}], "isPrivate": True}
+        meta = {"title": title, "id": ref, "licenses": [{"name": licence}], "isPrivate": True}
         (stage / "dataset-metadata.json").write_text(json.dumps(meta), encoding="utf-8")
         return stage
 
     def _dataset_state(self, ref: str) -> dict | None:
         """{"status": "ready", "current_version_number": N}, or None when there is no such dataset."""
+        own = ref.split("/")[0].lower() == self.username.lower()
+        # On the account's own datasets 403 means "not there (yet)" as 404 does (kaggle-notes: unknown).
         raw = self._call(f"reading dataset {ref}", lambda: self._api.dataset_status(ref, format="json"),
-                         missing_ok=True)
+                         missing=(403, 404) if own else (404,), own=own)
         return None if raw is None else json.loads(raw)
 
     def dataset_version(self, slug: str) -> int | None:
@@ -364,7 +400,10 @@ class AccountClient:
         """READY, FAILED, or a processing state (BLOBS_RECEIVED, ...)."""
         owner, name = self._ref(slug)
         ref = f"{owner}/{name}"
-        return str(self._call(f"reading the status of dataset {ref}", lambda: self._api.dataset_status(ref))).upper()
+        own = owner.lower() == self.username.lower()
+        status = self._call(f"reading the status of dataset {ref}", lambda: self._api.dataset_status(ref),
+                            missing=(403, 404) if own else (), own=own)
+        return "MISSING" if status is None else str(status).upper()
 
     def wait_dataset_ready(self, slug: str, timeout_s: float, poll_s: float = 10.0) -> int:
         """Waits until the dataset's newest version is READY; returns its version number."""

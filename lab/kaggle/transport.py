@@ -17,6 +17,7 @@ from typing import Any
 
 import requests
 
+from lab.config import UserError
 from lab.kaggle.accounts import Account, secrets_of
 from lab.kaggle.retries import TRANSIENT_STATUS
 
@@ -26,11 +27,27 @@ _API_CLASS: Any = None
 _APIS: dict[tuple, Any] = {}
 
 
+MIN_KAGGLE = (2, 2, 5)  # older clients lack the quota and session-status calls the kit uses
+
+
+def check_kaggle_version(found: str) -> None:
+    """Refuses a `kaggle` client older than 2.2.5, saying how to upgrade."""
+    parts = tuple(int(x) for x in re.findall(r"\d+", found)[:3])
+    if parts < MIN_KAGGLE:
+        raise UserError(f"The installed kaggle client is {found}; the lab kit needs kaggle>=2.2.5 (older clients "
+                        "lack the GPU-quota and session-status calls it uses). Upgrade: pip install -U 'kaggle>=2.2.5'")
+
+
 def lab_api_class() -> Any:
     """KaggleApi, taught to use a given address, a timeout and only its own credentials."""
     global _API_CLASS
     with _API_LOCK:
         if _API_CLASS is None:
+            from importlib.metadata import PackageNotFoundError, version
+            try:
+                check_kaggle_version(version("kaggle"))
+            except PackageNotFoundError:
+                raise UserError("The kaggle client is not installed: pip install 'kaggle>=2.2.5' six") from None
             _API_CLASS = _define_lab_api()
         return _API_CLASS
 

@@ -17,6 +17,8 @@ import time
 from pathlib import Path
 
 KEEP = 2
+# The marker a session leaves in its outputs when its inputs (data, checkpoint) are not the ones sent.
+INPUT_NOT_READY = "input-not-ready.json"
 _NAME = re.compile(r"^ckpt_(\d{8})\.pt$")
 
 

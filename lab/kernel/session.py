@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from lab.kernel.checkpoint import CheckpointError, list_checkpoints
+from lab.kernel.checkpoint import INPUT_NOT_READY, CheckpointError, list_checkpoints, resolve_checkpoint, sha256_file
 from lab.config import RunConfig
 from lab.kernel.data import find_data
 from lab.kernel.metrics import read_metrics
@@ -74,6 +74,30 @@ def resolve_session(cfg: RunConfig, out_dir: str = "") -> SessionPaths:
     resume = find_checkpoint(cfg.resume_from, roots + [out]) if cfg.resume_from else None
     print(f"data       {data}\ncheckpoint {resume or '- (from scratch)'}\noutputs    {out}")
     return SessionPaths(data=data, out=out, resume=resume)
+
+
+def inputs_as_sent(cfg: RunConfig, out_dir: str = "", data_sha256: str = "", ckpt_sha256: str = "") -> SessionPaths:
+    """The session's paths, checked against the sha256 the control side sent for the data's
+    manifest and the checkpoint (empty: not checked). A dataset READY on Kaggle may not be the
+    one mounted yet: when an input is missing or another version, this leaves the marker
+    `input-not-ready.json` in the outputs and stops the session before any training, so it
+    never resumes from another checkpoint; the control side waits and pushes again."""
+    if not data_sha256 and not ckpt_sha256:
+        return resolve_session(cfg, out_dir)
+    out = Path(out_dir) if out_dir else (kaggle_root() / "working" if on_kaggle() else Path.cwd() / "run")
+    try:
+        paths = resolve_session(cfg, out_dir)
+        found = {"data": sha256_file(paths.data / "manifest.json") if data_sha256 else "",
+                 "checkpoint": sha256_file(resolve_checkpoint(paths.resume)) if ckpt_sha256 and paths.resume else ""}
+    except Exception as e:  # noqa: BLE001 - not found or unreadable: not mounted (yet)
+        found, paths = {"error": f"{type(e).__name__}: {e}"}, None
+    wrong = {k: v for k, v in (("data", data_sha256), ("checkpoint", ckpt_sha256)) if v and found.get(k) != v}
+    if paths is not None and not wrong:
+        return paths
+    out.mkdir(parents=True, exist_ok=True)
+    (out / INPUT_NOT_READY).write_text(json.dumps({"expected": wrong, "found": found}, indent=1), encoding="utf-8")
+    raise RuntimeError(f"INPUT NOT READY: {', '.join(wrong) or 'inputs'} not as sent ({found}); "
+                       "the control side pushes again")
 
 
 class LivePlot:

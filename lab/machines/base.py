@@ -64,7 +64,8 @@ class Host(ABC):
     @abstractmethod
     def follow(self, run: Run, link: Link, how: Follow) -> Link:
         """Takes the link to its end and merges its outputs into the run folder; returns the
-        ended link. Raises LinkRefused, or UserError when it failed before any session ran."""
+        ended link (`detail["session_started"]` once a session was asked for). Raises
+        LinkRefused, or UserError when it failed before any session ran."""
 
     @abstractmethod
     def cancel(self, run: Run, link: Link, driver_pid: int | None) -> str:

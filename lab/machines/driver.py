@@ -40,6 +40,8 @@ from lab.runs import Run, create_run, load_run, now, updating
 
 HALTED = ("done", "failed", "stopped", "cancelled")
 RECHECK_POLLS = 10  # a waiting driver looks at the machines again every 10 polls (5 minutes)
+MAX_FAILED_IN_A_ROW = 2  # sessions failing one after another with no progress: the run stops and says why
+MAX_INPUT_WAITS = 3  # sessions in a row that found their inputs not mounted yet: then the run stops
 LOCK_TRIES, LOCK_RETRY_S = 5, 0.1  # a driver tries its lock this often before it leaves the run to another
 
 
@@ -260,12 +262,47 @@ def _go_on_with(run: Run, link, state: _Driving, say: Callable[[str], None]) -> 
     except UserError as e:
         return _halt(run_id, "cancelled" if cancel_requested(run_id) else "failed", _then_watch(str(e), run_id),
                      say=say)
+    if ended.status == "failed" and ended.detail.get("input_not_ready"):
+        if _in_a_row(load_run(run_id), "input_not_ready") < MAX_INPUT_WAITS:
+            return None  # the machine waited; the next link pushes again
+        return _halt(run_id, "failed", _then_watch(f"{ended.reason}; {MAX_INPUT_WAITS} sessions in a row found "
+                                                   "their inputs not mounted: the lab stops here", run_id), say=say)
     if ended.status == "failed" and not ended.detail.get("abandoned"):
+        if _failed_in_a_row(load_run(run_id)) < MAX_FAILED_IN_A_ROW:
+            # A session that died, or whose outputs were lost, costs only that session.
+            say(f"link {ended.n} on {ended.machine} failed; only that session is lost: the run goes on from step "
+                f"{load_run(run_id).step}. ({ended.reason})")
+            return None
         return _halt(run_id, "failed", _then_watch(ended.reason or "the link failed", run_id), say=say)
     if ended.status == "cancelled":
         return _halt(run_id, "cancelled", f"run {run_id} cancelled at step {load_run(run_id).step}: "
                                           f"`lab watch {run_id}` continues it", say=say)
     return None
+
+
+def _failed_in_a_row(run: Run) -> int:
+    """How many sessions failed one after another at the run's end. Links that never got a
+    session (refused, failed before their push) are passed over, not counted."""
+    count = 0
+    for link in reversed(run.links):
+        if link.status == "failed" and (link.detail.get("refused") or link.detail.get("abandoned")
+                                        or link.detail.get("input_not_ready")
+                                        or not link.detail.get("session_started")):
+            continue
+        if link.status != "failed":
+            break
+        count += 1
+    return count
+
+
+def _in_a_row(run: Run, flag: str) -> int:
+    """How many links at the run's end carry `flag` in their detail."""
+    count = 0
+    for link in reversed(run.links):
+        if not link.detail.get(flag):
+            break
+        count += 1
+    return count
 
 
 def _next_step(run: Run, state: _Driving, say: Callable[[str], None]) -> Run | None:

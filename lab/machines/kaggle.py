@@ -31,19 +31,20 @@ from __future__ import annotations
 
 import json
 import time
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Callable
 
 from lab.config import RunConfig, UserError
 from lab.kaggle.client import (AccountClient, KaggleError, RetryPolicy, check_no_global_token, client_for, get_account,
                                notebook_text)
-from lab.kernel.checkpoint import atomic_write
+from lab.kernel.checkpoint import atomic_write, sha256_file
 from lab.machines.auto import MIN_LINK_MIN, STARTUP_MIN, Machine  # noqa: F401 - MIN_LINK_MIN re-exported
 from lab.machines.base import Follow, Host, LinkRefused
 from lab.machines.control import spawn_driver
 from lab.machines.kaggle_data import (POLL_ENV, KaggleSettings, LinkContext, ckpt_slug, data_slug,  # noqa: F401
                                       ensure_checkpoint, ensure_data, forget_dataset, get_link, held, holds,
-                                      kernel_slug, set_link, source_checkpoint)
+                                      kernel_slug, set_link, source_checkpoint, stage_data)
 from lab.machines.kaggle_outputs import download, finish
 from lab.runs import Link, Run, now, updating
 
@@ -66,9 +67,11 @@ def client(account: str, settings: KaggleSettings) -> AccountClient:
 # The notebook that is pushed
 
 
-def kernel_notebook(cfg: RunConfig, resume_name: str, limit_min: float) -> dict:
+def kernel_notebook(cfg: RunConfig, resume_name: str, limit_min: float, data_sha256: str = "",
+                    ckpt_sha256: str = "") -> dict:
     """The training notebook with this link's parameters: data found under /kaggle/input, the
-    checkpoint dataset's mount name as `resume_from`, the link's time limit."""
+    checkpoint dataset's mount name as `resume_from`, the link's time limit, and the sha256 of
+    the data's manifest and of the checkpoint the session must find there."""
     import nbformat
     from papermill.iorw import load_notebook_node
     from papermill.parameterize import parameterize_notebook
@@ -76,7 +79,8 @@ def kernel_notebook(cfg: RunConfig, resume_name: str, limit_min: float) -> dict:
     from lab.notebooks import TRAIN_NOTEBOOK, parameterized
     link_cfg = RunConfig.from_dict({**cfg.to_dict(), "data_dir": "", "resume_from": resume_name,
                                     "limit_min": limit_min})
-    params = parameterized(link_cfg, out_dir="", nproc=0, plot_every_s=30)
+    params = parameterized(link_cfg, out_dir="", nproc=0, plot_every_s=30, expect_data_sha256=data_sha256,
+                           expect_ckpt_sha256=ckpt_sha256)
     nb = load_notebook_node(str(TRAIN_NOTEBOOK))  # as papermill reads it: every cell with its tags
     nb = parameterize_notebook(nb, params, kernel_name="python3", language="python")
     return json.loads(nbformat.writes(nb))
@@ -183,7 +187,9 @@ def _ensure_pushed(run_id: str, n: int, ctx: LinkContext, data: dict, ckpt: dict
         return _record_push(run_id, n, {**kernel, "version": None, "url": "", "adopted": True}, say)
     sources = [data["slug"]] + ([ckpt["slug"]] if ckpt else [])
     resume_name = ckpt["slug"].split("/")[1] if ckpt else ""
-    nb = kernel_notebook(run.cfg, resume_name, link.detail["limit_min"])
+    manifest = stage_data(Path(run.cfg.data_dir)) / "manifest.json"  # as uploaded: made once per data id
+    nb = kernel_notebook(run.cfg, resume_name, link.detail["limit_min"], data_sha256=sha256_file(manifest),
+                         ckpt_sha256=ckpt["sha256"] if ckpt else "")
     folder = run.folder / link.detail["folder"]
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "pushed.ipynb").write_text(notebook_text(nb), encoding="utf-8")  # the push as sent
@@ -213,7 +219,7 @@ def _ensure_pushed(run_id: str, n: int, ctx: LinkContext, data: dict, ckpt: dict
                                                  "before it pushes, so no second session starts.",
                               status=e.status, unsure=True) from None
         set_link(run_id, n, kernel={**kernel, "pushing": False, "refused": e.what})
-        raise LinkRefused(e.account, str(e), _refusal_kind(e)) from None
+        raise LinkRefused(e.account, str(e), _refusal_kind(e, c)) from None
     ctx.events("after-push")
     return _record_push(run_id, n, {**kernel, "version": pushed.version, "url": pushed.url}, say)
 
@@ -227,17 +233,26 @@ def _appears(c: AccountClient, slug: str, poll_s: float, tries: int = 3) -> bool
     return False
 
 
-def _refusal_kind(e: KaggleError) -> str:
-    if "GPU session" in e.what:
+def _refusal_kind(e: KaggleError, c: AccountClient) -> str:
+    """Why Kaggle refused a push, from structured signals: the account's quota as the quota call
+    reads it, not a guess at the refusal's wording (undocumented). The session-limit refusal's
+    text is the one Kaggle documents ("Maximum batch GPU session count of 2 reached.")."""
+    if "GPU session count" in e.what:
         return "busy"
-    if "quota" in e.what.lower():
-        return "quota"
-    return "other"
+    return "quota" if _out_of_quota(c) else "other"
+
+
+def _out_of_quota(c: AccountClient) -> bool:
+    """Whether the account's quota is too small for a useful link (the quota call's answer)."""
+    try:
+        return c.quota().left_s < (STARTUP_MIN + MIN_LINK_MIN) * 60
+    except UserError:
+        return False
 
 
 def _record_push(run_id: str, n: int, kernel: dict, say) -> dict:
     kernel = {**kernel, "pushing": False, "pushed_at": now()}
-    set_link(run_id, n, status="running", kernel=kernel, phase="pushed")
+    set_link(run_id, n, status="running", kernel=kernel, phase="pushed", session_started=True)
     say(f"link {n}: pushed {kernel['slug']}" + (f" version {kernel['version']}" if kernel.get("version") else "")
         + (f" ({kernel['url']})" if kernel.get("url") else ""))
     return kernel
@@ -254,6 +269,8 @@ def _watch(run_id: str, n: int, ctx: LinkContext, cancelled: Callable[[], bool])
     base = ctx.settings.poll_s
     interval, last, polls, failing_since, told = base, d.get("kaggle_status"), 0, None, False
     live = run.folder / d["folder"] / "live.log"
+    pushed = datetime.fromisoformat(kernel["pushed_at"]) if kernel.get("pushed_at") else datetime.now(timezone.utc)
+    overdue_at = pushed + timedelta(seconds=d["session_timeout_s"] + ctx.settings.overdue_s)
     while True:
         if cancelled() and not told:
             say(cancel_hint(kernel, c.account.name))
@@ -279,6 +296,15 @@ def _watch(run_id: str, n: int, ctx: LinkContext, cancelled: Callable[[], bool])
             last, interval = status, base
         if status in TERMINAL:
             return status, failure
+        if status == "RUNNING" and not d.get("ran"):
+            d["ran"] = True
+            set_link(run_id, n, ran=True)  # the session started: any quota check at its start passed
+        if datetime.now(timezone.utc) > overdue_at:
+            late = (datetime.now(timezone.utc) - pushed).total_seconds() - d["session_timeout_s"]
+            raise KaggleError(c.account.name, f"{kernel['slug']} still reads {status} {late / 60:.0f} min past "
+                                              "its session timeout", "Kaggle seems to have lost it: open "
+                              f"{kernel.get('url') or 'its page'} and press Stop session; then `lab watch RUN` "
+                              "collects what it saved and goes on.", retryable=True)
         if polls % LOG_EVERY_POLLS == 1:
             _save_log(c, kernel["slug"], live)
         time.sleep(interval)
@@ -352,7 +378,18 @@ class KaggleHost(Host):
 
     def follow(self, run: Run, link: Link, how: Follow) -> Link:
         ctx = LinkContext(client(self.name, self.settings), how.say, self.settings, self.events)
-        return run_link(run.id, link.n, lambda: Path(run.cfg.data_dir), ctx, how.cancelled)
+        ended = run_link(run.id, link.n, lambda: Path(run.cfg.data_dir), ctx, how.cancelled)
+        if ended.status == "failed" and ended.detail.get("kaggle_status") == "ERROR" and not ended.detail.get("ran") \
+                and _out_of_quota(ctx.c):
+            # Kaggle took the push, then refused the session at its start for quota: it never ran.
+            set_link(run.id, link.n, refused="quota")
+            raise LinkRefused(self.name, f"Kaggle account '{self.name}': the session never ran and the account's "
+                                         f"quota is spent ({ended.detail.get('failure') or 'no reason given'}).",
+                              "quota")
+        if ended.detail.get("input_not_ready"):
+            how.say(f"link {ended.n}: {ended.reason}")
+            time.sleep(self.settings.input_wait_s)  # Kaggle mounts what it made READY a little later
+        return ended
 
     def cancel(self, run: Run, link: Link, driver_pid: int | None) -> str:
         if driver_pid is None:

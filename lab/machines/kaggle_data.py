@@ -48,10 +48,15 @@ class LinkContext:
 class KaggleSettings:
     """How patient the lab is with Kaggle. `poll_s`: seconds between status polls of one kernel
     (Kaggle asks for 30-60 s; the person's setting LAB_KAGGLE_POLL_S); `retry_base_s`: the first
-    backoff of a retried call; `dataset_wait_s`: how long a dataset may take to become READY."""
+    backoff of a retried call; `dataset_wait_s`: how long a dataset may take to become READY;
+    `overdue_s`: how long past its session timeout a kernel may still read RUNNING before the
+    watch gives up on it; `input_wait_s`: the wait before pushing again a session that found
+    its inputs not mounted yet."""
     poll_s: float = 30.0
     retry_base_s: float = 1.0
     dataset_wait_s: float = 3600.0
+    overdue_s: float = 1800.0  # a session still running this long past its timeout: Kaggle lost it
+    input_wait_s: float = 60.0  # before pushing again a session that found its inputs not mounted yet
 
     @classmethod
     def from_env(cls) -> "KaggleSettings":
@@ -116,6 +121,33 @@ def title_of(slug: str) -> str:
     unique), because Kaggle wants titles unique per owner and cutting a longer title at 50
     characters would lose exactly that hash."""
     return slug.rsplit("/", 1)[-1]
+
+
+_LICENCE_PATTERNS = (  # (a pattern in a constellation's `licence`, Kaggle's name), first match wins
+    (r"\bcc0\b", "CC0-1.0"), (r"public domain", "PDDL"),
+    (r"cc[- ]by[- ]nc[- ]nd[- ]4", "CC-BY-NC-ND-4.0"), (r"cc[- ]by[- ]nc[- ]sa[- ]4", "CC-BY-NC-SA-4.0"),
+    (r"cc[- ]by[- ]nc[- ]4", "CC-BY-NC-4.0"), (r"cc[- ]by[- ]nd[- ]4", "CC-BY-ND-4.0"),
+    (r"cc[- ]by[- ]sa[- ]4", "CC-BY-SA-4.0"), (r"cc[- ]by[- ]sa[- ]3", "CC-BY-SA-3.0"),
+    (r"cc[- ]by[- ]4", "CC-BY-4.0"), (r"cc[- ]by[- ]3", "CC-BY-3.0"), (r"\bagpl", "AGPL-3.0"),
+    (r"\blgpl", "LGPL-3.0"), (r"\bgpl[- ]?(v)?2", "GPL-2.0"), (r"\bgpl", "GPL-3.0"), (r"\bgfdl|\bfdl", "FDL-1.3"),
+    (r"\bodbl", "ODbL-1.0"), (r"apache", "apache-2.0"), (r"\bmit\b", "mit"))
+
+
+def kaggle_licence(licences: list[str]) -> str:
+    """The one licence name Kaggle takes for a dataset of these constellations' texts: their
+    `licence` where every one maps to the same Kaggle licence (the first term named wins), else
+    "other" (Kaggle's name for terms it does not list)."""
+    names = set()
+    for text in licences:
+        found = next((name for pattern, name in _LICENCE_PATTERNS if re.search(pattern, text.lower())), "other")
+        names.add(found)
+    return names.pop() if len(names) == 1 else "other"
+
+
+def data_licence(data_dir: Path) -> str:
+    """The Kaggle licence of a prepared data folder, from its manifest's constellations."""
+    constellations = (read_manifest(Path(data_dir)).get("constellations") or {}).values()
+    return kaggle_licence([str(c.get("licence") or "") for c in constellations])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -283,7 +315,7 @@ def ensure_data(run_id: str, n: int, ctx: LinkContext, data_dir: Path) -> dict:
     data_id = data_id_of(data_dir)
     slug = f"{ctx.c.username}/{data_slug(data_id)}"
     record = _dataset_once(ctx, "data", data_id, slug, {"data_id": data_id}, lambda: stage_data(data_dir),
-                           title=title_of(slug), notes=f"lab data {data_id}",
+                           title=title_of(slug), notes=f"lab data {data_id}", licence=data_licence(data_dir),
                            note=lambda h, phase: set_link(run_id, n, data=h, phase=f"data {phase}"))
     return record
 
@@ -305,7 +337,8 @@ def ensure_checkpoint(run_id: str, n: int, ctx: LinkContext) -> dict | None:
         return folder
 
     match = {"sha256": source["sha256"], "name": source["name"], "step": source["step"]}
-    record = _dataset_once(ctx, "checkpoints", slug, slug, match, make_folder, title=title_of(slug),
+    licence = data_licence(Path(run.cfg.data_dir)) if run.cfg.data_dir else "other"  # weights of that text
+    record = _dataset_once(ctx, "checkpoints", slug, slug, match, make_folder, title=title_of(slug), licence=licence,
                            notes=f"run {run_id} link {n}: {source['name']} sha256 {source['sha256']}",
                            note=lambda h, phase: set_link(run_id, n, ckpt_upload=h, phase=f"checkpoint {phase}"))
     shutil.rmtree(run.folder / link.detail["folder"] / ".handoff", ignore_errors=True)
@@ -330,18 +363,19 @@ def _dataset_lock(username: str, kind: str, key: str) -> Iterator[None]:
 
 
 def _dataset_once(ctx: LinkContext, kind: str, key: str, slug: str, match: dict, make_folder: Callable[[], Path],
-                  *, title: str, notes: str, note: Callable[[dict, str], None]) -> dict:
+                  *, title: str, notes: str, licence: str, note: Callable[[dict, str], None]) -> dict:
     """Makes sure the account's dataset `slug` holds this content (`match`) and is READY,
     uploading it only if no earlier process did. The intent is recorded (in the holdings, and
     through `note` in the link) before the upload with the version then current, so an upload
     whose record was lost in a crash is found (a newer version) and adopted, not repeated.
     One process at a time per dataset: an "uploading" record found here is a dead process's."""
     with _dataset_lock(ctx.c.username, kind, key):
-        return _dataset_once_locked(ctx, kind, key, slug, match, make_folder, title=title, notes=notes, note=note)
+        return _dataset_once_locked(ctx, kind, key, slug, match, make_folder, title=title, notes=notes,
+                                    licence=licence, note=note)
 
 
 def _dataset_once_locked(ctx: LinkContext, kind: str, key: str, slug: str, match: dict,
-                         make_folder: Callable[[], Path], *, title: str, notes: str,
+                         make_folder: Callable[[], Path], *, title: str, notes: str, licence: str,
                          note: Callable[[dict, str], None]) -> dict:
     c, say = ctx.c, ctx.say
     h = held(c.username, kind, key)
@@ -365,7 +399,7 @@ def _dataset_once_locked(ctx: LinkContext, kind: str, key: str, slug: str, match
         note(intent, "uploading")
         say(f"{c.account.name}: uploading {slug}")
         folder = make_folder()
-        version = c.upload_dataset(slug, folder, title, notes)
+        version = c.upload_dataset(slug, folder, title, notes, licence)
         ctx.events(f"after-{kind}-upload")
         h = {"slug": slug, **match, "uploading": False, "before": before, "version": version,
              "uploaded_at": now()}

@@ -6,7 +6,7 @@ import json
 import shutil
 from pathlib import Path
 
-from lab.kernel.checkpoint import checkpoint_meta, list_checkpoints, place_checkpoint, verify_checkpoint
+from lab.kernel.checkpoint import INPUT_NOT_READY, checkpoint_meta, list_checkpoints, place_checkpoint, verify_checkpoint
 from lab.kernel.metrics import metrics_lines, write_metrics_lines
 from lab.machines.kaggle_data import LinkContext, get_link, put, set_link
 from lab.runs import Link, now, updating
@@ -38,6 +38,12 @@ def download(run_id: str, n: int, ctx: LinkContext) -> dict:
 def _check_output(folder: Path) -> dict:
     """The session's result and its newest whole checkpoint (sha256 recomputed here)."""
     out: dict = {}
+    marker = folder / INPUT_NOT_READY
+    if marker.is_file():  # the session stopped before training: its inputs were not the ones sent
+        try:
+            out["input_not_ready"] = json.loads(marker.read_text(encoding="utf-8"))
+        except ValueError:
+            out["input_not_ready"] = {"found": "unreadable marker"}
     result_path = folder / "result.json"
     if result_path.is_file():
         try:
@@ -82,9 +88,19 @@ def finish(run_id: str, n: int, status: str, failure: str, say) -> Link:
             link.to_step = ckpt["step"]
         if status == "CANCEL_ACKNOWLEDGED":
             link.status, link.reason = "cancelled", (result or {}).get("reason") or "cancelled on Kaggle"
+        elif output.get("input_not_ready"):
+            wrong = ", ".join((output["input_not_ready"].get("expected") or {}).keys()) or "its inputs"
+            link.status, link.detail["input_not_ready"] = "failed", True
+            link.reason = (f"the session did not find {wrong} as sent (Kaggle had not mounted the READY version "
+                           "yet); it trained nothing, and the lab pushes again after a wait")
         elif result and not output.get("problem"):
             link.to_step, link.reason = int(result["step"]), result["reason"]
             link.status = "done" if result.get("done") else "stopped"
+        elif ckpt and ckpt["step"] > link.from_step:
+            # Killed, or ended in ERROR after a save: the link ended at its whole checkpoint.
+            link.status = "stopped"
+            link.reason = (f"the session ended {status}" + (f" ({failure})" if failure else "")
+                           + f"; the run goes on from its checkpoint at step {ckpt['step']}")
         else:
             link.status = "failed"
             link.reason = failure_reason(link, status, failure, output)

@@ -37,7 +37,7 @@ from lab.runs import load_run
 TINY = dict(context=32, width=32, heads=2, layers=2, batch_per_card=4, eval_every=200, eval_batches=2, lr=3e-3,
             warmup_steps=2)
 ALICE_QUOTA_S = 26 * 60  # a 16-minute link (16 wall seconds) after the 10-minute start-up: not the whole run
-SETTINGS = km.KaggleSettings(poll_s=0.2, retry_base_s=0.01, dataset_wait_s=20)
+SETTINGS = km.KaggleSettings(poll_s=0.2, retry_base_s=0.01, dataset_wait_s=20, input_wait_s=0.5)
 
 
 @pytest.fixture
@@ -353,7 +353,7 @@ def test_a_dataset_that_never_gets_ready_stops_the_run_and_the_retry_uploads_not
 
 def test_a_kernel_ending_in_error_stops_the_run_with_its_log(lab_env, monkeypatch):
     failing = make_notebook("raise RuntimeError('CUDA out of memory. Tried to allocate 2.00 GiB')")
-    monkeypatch.setattr(km, "kernel_notebook", lambda cfg, resume_name, limit_min: failing)
+    monkeypatch.setattr(km, "kernel_notebook", lambda cfg, resume_name, limit_min, **expected: failing)
     run = machines.register_run(tiny(lab_env.data, steps_until=5), "alice")
     final = drive(run.id)
     message = machines.status(run.id)["message"]
@@ -381,3 +381,109 @@ def test_cancel_starts_no_further_link_and_says_where_to_stop_the_session(lab_en
     assert final.status == "cancelled" and final.links[0].status == "cancelled"
     assert final.step > 0 and (final.folder / "checkpoints").is_dir(), "what the session saved is kept"
     assert len(pushes(emu)) == 1 and machines.status(run_id)["cancel_requested"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Kaggle as it may really be: the emulator plays each unfriendly answer, and a run still
+# continues from alice to bob as one curve, uploads nothing twice and shows no key.
+
+
+def unfriendly_lab(make_kaggle_emulator, pydoc_data, tmp_path, monkeypatch, **behaviour):
+    from kaggle_fixtures import lab_for
+    lab = lab_for(make_kaggle_emulator(min_step_s=0.05, **behaviour), tmp_path, monkeypatch)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    lab.data = pydoc_data
+    return lab
+
+
+def continues_on_bob(lab, steps_until: int = 200, links: int = 2, lines: list | None = None):
+    """Drives a run that starts on alice (a short link) and ends on bob; checks what must hold
+    under any behaviour of the service, and returns the final run."""
+    emu, data = lab.emu, lab.data
+    emu.set_quota("alice", total_s=22 * 60)  # a 12-minute link (12 wall seconds): not the whole run
+    run = machines.register_run(tiny(data, steps_until=steps_until), "alice")
+    lines = [] if lines is None else lines
+    final = drive(run.id, lines)
+    assert final.status == "done" and final.step == steps_until, lines
+    assert final.links[0].machine == "alice" and final.links[-1].machine == "bob" and len(final.links) == links, \
+        [(link.machine, link.status, link.reason) for link in final.links]
+    assert sorted(losses(final.folder)) == list(range(1, steps_until + 1)), "one curve"
+    data_slug = km.data_slug(data_id_of(data))
+    assert emu.dataset_versions("alice", data_slug) == [1] and emu.dataset_versions("bob", data_slug) == [1]
+    assert emu.dataset_versions("bob", km.ckpt_slug(run.id)) == [1], "the hand-off went up once"
+    texts = [r["body"].get("text", "") for r in emu.recorded("SaveKernel")]
+    texts += [(final.folder / "run.json").read_text(), (final.folder / "control.log").read_text(),
+              json.dumps(machines.status(run.id))]
+    for key in secrets_of(emu):
+        assert not any(key in text for text in texts)
+    return final
+
+
+def test_403_for_missing_datasets_lags_429_bursts_and_the_old_input_layout(make_kaggle_emulator, pydoc_data,
+                                                                          tmp_path, monkeypatch):
+    lab = unfriendly_lab(make_kaggle_emulator, pydoc_data, tmp_path, monkeypatch, missing_status=403,
+                         dataset_visible_s=1.0, dataset_ready_s=1.5, input_layout="old")
+    for method in ("GetKernelSessionStatus", "GetDatasetStatus", "StartBlobUpload", "SaveKernel"):
+        lab.emu.inject_faults(method, 429, 3, retry_after=0.05)
+    continues_on_bob(lab)
+    statuses = {r["status"] for r in lab.emu.recorded("GetDatasetStatus")}
+    assert 403 in statuses and 429 in statuses, "the emulator did play them"
+
+
+def test_a_session_killed_with_its_outputs_lost_costs_only_that_session(make_kaggle_emulator, pydoc_data, tmp_path,
+                                                                       monkeypatch):
+    lab = unfriendly_lab(make_kaggle_emulator, pydoc_data, tmp_path, monkeypatch)
+    lab.emu.kill_next_session("alice", after_s=4 * 60)  # 4 wall seconds in: no SIGTERM, nothing kept
+    lines: list[str] = []
+    final = continues_on_bob(lab, links=3, lines=lines)
+    lost = final.links[0]
+    assert lost.status == "failed" and lost.to_step is None and "ERROR" in lost.reason
+    assert final.links[1].machine == "alice" and final.links[1].from_step == 0, "the run went on from step 0"
+    assert any("only that session is lost" in line for line in lines), lines
+
+
+def test_ready_before_mounted_is_waited_out_and_never_resumes_from_another_checkpoint(make_kaggle_emulator,
+                                                                                     pydoc_data, tmp_path,
+                                                                                     monkeypatch):
+    lab = unfriendly_lab(make_kaggle_emulator, pydoc_data, tmp_path, monkeypatch, mount_lag_s=2.0)
+    final = continues_on_bob(lab, links=4)
+    (waited, alice, waited_bob, bob) = final.links
+    for link in (waited, waited_bob):  # each stopped at once, trained nothing, and was pushed again
+        assert link.status == "failed" and link.detail["input_not_ready"] and link.to_step is None
+        assert (final.folder / link.detail["folder"] / "input-not-ready.json").is_file()
+        assert not (final.folder / link.detail["folder"] / "metrics.jsonl").exists()
+    assert (alice.machine, alice.status, waited_bob.machine, bob.machine) == ("alice", "stopped", "bob", "bob")
+    assert bob.from_step == alice.to_step > 0, "bob resumed from alice's checkpoint, not from 0"
+
+
+def test_a_session_refused_for_quota_at_its_start_moves_the_run_to_the_next_account(make_kaggle_emulator,
+                                                                                   pydoc_data, tmp_path,
+                                                                                   monkeypatch):
+    lab = unfriendly_lab(make_kaggle_emulator, pydoc_data, tmp_path, monkeypatch, quota_at_push=False, queue_s=1.0)
+    emu = lab.emu
+    run = machines.register_run(tiny(lab.data, steps_until=20), "auto")
+    emu.set_quota("bob", total_s=30 * 3600, used_s=20 * 3600)  # Auto tries alice (most quota) first
+    spent = threading.Thread(target=lambda: (wait_for(lambda: pushes(emu, "alice"), 60, "alice's push"),
+                                             emu.set_quota("alice", used_s=30 * 3600)))
+    spent.start()  # alice's quota goes elsewhere between her push and her session's start
+    lines: list[str] = []
+    final = drive(run.id, lines)
+    spent.join(timeout=60)
+    assert final.status == "done", lines
+    assert [(link.machine, link.status) for link in final.links] == [("alice", "failed"), ("bob", "done")]
+    assert final.links[0].detail["refused"] == "quota" and not final.links[0].detail.get("ran")
+    assert any("quota is spent" in line and "tries another machine" in line for line in lines), lines
+
+
+def test_a_kernel_still_running_long_past_its_timeout_is_given_up_on(make_kaggle_emulator, pydoc_data, tmp_path,
+                                                                    monkeypatch):
+    from lab.runs import updating
+    lab = unfriendly_lab(make_kaggle_emulator, pydoc_data, tmp_path, monkeypatch, enforce_timeout=False)
+    run = machines.register_run(tiny(lab.data, steps_until=100_000), "alice")
+    km.plan_link(run.id, "alice", 30 * 3600, None, "test")
+    with updating(run.id) as r:  # a timeout the emulator's clock passes at once; Kaggle never ends it
+        r.links[0].detail["session_timeout_s"] = 1
+    final = drive(run.id, settings=km.KaggleSettings(poll_s=0.2, retry_base_s=0.01, overdue_s=2.0))
+    message = machines.status(run.id)["message"]
+    assert final.status == "failed" and "past its session timeout" in message and "Stop session" in message
+    assert f"lab watch {run.id}" in message and lab.emu.session("alice", km.kernel_slug(run.id, 1)).status == "RUNNING"

@@ -51,6 +51,15 @@ class KaggleEmulator(Datasets, Kernels, Sessions):
     dataset_ready_s: wall seconds a new dataset version takes to become READY.
     queue_s: wall seconds a pushed session waits in QUEUED before it starts.
     grace_s: wall seconds between SIGTERM and SIGKILL when a session is stopped.
+    missing_status: what a dataset that is not there answers: 404, or 403 PERMISSION_DENIED as
+        Kaggle may *(assumed)*; `dataset_visible_s`: a new dataset answers so for that many wall
+        seconds after it was created.
+    mount_lag_s: a READY version is mounted only this many wall seconds after READY; a session
+        pushed sooner sees the version before, or nothing *(assumed)*.
+    timeout_kill: "sigterm": at the session timeout SIGTERM, then SIGKILL after `grace_s`;
+        "lost": SIGKILL at once and the outputs are lost *(assumed: Kaggle documents neither)*.
+    enforce_timeout: False plays a session Kaggle never ends (it reads RUNNING forever).
+    quota_at_push: False accepts a push with no quota left and refuses the session at its start.
     input_layout: "new" mounts inputs at input/datasets/<owner>/<slug> and
         input/notebooks/<owner>/<slug>; "old" at input/<slug>.
     """
@@ -58,6 +67,8 @@ class KaggleEmulator(Datasets, Kernels, Sessions):
     def __init__(self, state_dir: str | Path | None = None, *, accounts: list[EmulatedAccount] = (),
                  time_scale: float = 1.0, dataset_ready_s: float = 1.0, queue_s: float = 0.2,
                  grace_s: float = 10.0, max_gpu_sessions: int = 2, input_layout: str = "new",
+                 missing_status: int = 404, dataset_visible_s: float = 0.0, mount_lag_s: float = 0.0,
+                 timeout_kill: str = "sigterm", enforce_timeout: bool = True, quota_at_push: bool = True,
                  kernel_name: str = "python3", tick_s: float = 0.05, min_step_s: float = 0.0,
                  host: str = "127.0.0.1", port: int = 0):
         if input_layout not in ("new", "old"):
@@ -70,6 +81,14 @@ class KaggleEmulator(Datasets, Kernels, Sessions):
         self.grace_s = float(grace_s)
         self.max_gpu_sessions = int(max_gpu_sessions)
         self.input_layout = input_layout
+        self.missing_status = int(missing_status)
+        self.dataset_visible_s = float(dataset_visible_s)
+        self.mount_lag_s = float(mount_lag_s)
+        if timeout_kill not in ("sigterm", "lost"):
+            raise ValueError("timeout_kill must be 'sigterm' or 'lost'")
+        self.timeout_kill = timeout_kill
+        self.enforce_timeout = bool(enforce_timeout)
+        self.quota_at_push = bool(quota_at_push)
         self.kernel_name = kernel_name
         self.tick_s = float(tick_s)
         self.min_step_s = float(min_step_s)
@@ -85,6 +104,7 @@ class KaggleEmulator(Datasets, Kernels, Sessions):
         self._faults: dict[str, list[_Fault]] = {}
         self._push_errors: dict[str, list[str]] = {}
         self._drop_sources: dict[str, int] = {}
+        self._kill_plans: dict[str, list[float]] = {}
         self._recorded: list[dict] = []
         self._ids = itertools.count(1)
         self._server: ThreadingHTTPServer | None = None
@@ -218,6 +238,12 @@ class KaggleEmulator(Datasets, Kernels, Sessions):
         `invalidDatasetSources`, as Kaggle does with a source it cannot find or that is not ready."""
         with self._lock:
             self._drop_sources[username] = self._drop_sources.get(username, 0) + int(count)
+
+    def kill_next_session(self, username: str, after_s: float) -> None:
+        """Kaggle kills the account's next session `after_s` emulated seconds after it starts,
+        without SIGTERM, and keeps none of its outputs *(assumed: the unfriendly case)*."""
+        with self._lock:
+            self._kill_plans.setdefault(username, []).append(float(after_s))
 
     def set_dataset_behaviour(self, owner: str, slug: str, behaviour: str | None) -> None:
         """"stuck": versions never become READY; "failed": they end FAILED; None: normal."""

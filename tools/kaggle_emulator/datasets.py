@@ -11,6 +11,13 @@ from tools.kaggle_emulator.files import _drain, _write_at
 from tools.kaggle_emulator.model import EmulatedAccount, _Blob, _Dataset, _DatasetVersion, _HttpError
 
 
+# Kaggle's dataset licence names *(docs: the dataset-metadata wiki; the service's own list is not public)*.
+KNOWN_LICENCES = {"CC0-1.0", "CC-BY-SA-4.0", "CC-BY-SA-3.0", "CC-BY-4.0", "CC-BY-3.0", "CC-BY-NC-4.0", "CC-BY-NC-SA-4.0",
+                  "CC-BY-ND-4.0", "CC-BY-NC-ND-4.0", "GPL-2.0", "GPL-3.0", "LGPL-3.0", "AGPL-3.0", "FDL-1.3", "ODbL-1.0",
+                  "ODC-BY-1.0", "PDDL", "DbCL-1.0", "apache-2.0", "mit", "copyright-authors", "unknown", "other",
+                  "reddit-api", "world-bank", "US-Government-Works", "CDLA-Permissive-1.0", "CDLA-Sharing-1.0"}
+
+
 class Datasets:
     """Part of KaggleEmulator (a mixin): its state lives there."""
 
@@ -85,13 +92,20 @@ class Datasets:
             raise _HttpError(403, "You may only create datasets you own")
         if not re.fullmatch(r"[a-z0-9][a-z0-9-]{4,48}[a-z0-9]", slug):
             return {"status": "error", "error": "The dataset slug must be 6-50 characters: a-z, 0-9, -"}
+        licence = body.get("licenseName") or ""
+        if licence not in KNOWN_LICENCES:
+            return {"status": "error", "error": f"Unknown license name {licence!r}."}
+        title = str(body.get("title") or slug)
         with self._lock:
             if (owner, slug) in self._datasets:
                 return {"status": "error",
                         "error": f'The requested slug "{slug}" is already in use by a dataset. Please choose another slug.'}
+            if any(d.owner == owner and d.title == title for d in self._datasets.values()):
+                return {"status": "error",
+                        "error": f'The requested title "{title}" is already in use by a dataset. Please choose another title.'}
             blobs = self._take_blobs(user, body.get("files"))
             # An omitted isPrivate is false: a public dataset, as on Kaggle.
-            ds = _Dataset(owner, slug, body.get("title") or slug, bool(body.get("isPrivate", False)))
+            ds = _Dataset(owner, slug, title, bool(body.get("isPrivate", False)))
             self._datasets[(owner, slug)] = ds
             self._add_dataset_version(ds, blobs, "")
         return {"ref": f"{owner}/{slug}", "url": f"{self.url}/datasets/{owner}/{slug}", "status": "ok"}
@@ -125,7 +139,10 @@ class Datasets:
 
     def _visible_dataset(self, user: EmulatedAccount, owner: str, slug: str) -> _Dataset:
         ds = self._datasets.get((owner, slug))
-        if ds is None:
+        # *(assumed)* A dataset missing, or created seconds ago, may answer 403 rather than 404.
+        if ds is None or time.monotonic() < ds.created_at + self.dataset_visible_s:
+            if self.missing_status == 403:
+                raise _HttpError(403, f"Permission 'datasets.get' was denied for {owner}/{slug}")
             raise _HttpError(404, f"Dataset {owner}/{slug} not found")
         if ds.private and ds.owner != user.username:
             raise _HttpError(403, f"Permission 'datasets.get' was denied for {owner}/{slug}")

@@ -27,7 +27,7 @@ class Kernels:
         with self._lock:
             if gpu and self._active_gpu_sessions(user.username) >= self.max_gpu_sessions:
                 return {"error": f"Maximum batch GPU session count of {self.max_gpu_sessions} reached."}
-            if gpu and self._gpu_left(user) <= 0:
+            if gpu and self.quota_at_push and self._gpu_left(user) <= 0:
                 # *(assumed)* wording: Kaggle's own message for this case is not documented.
                 return {"error": "You have used up your weekly GPU quota; it refreshes at "
                                  f"{_timestamp(user.refresh_time)}."}
@@ -44,8 +44,12 @@ class Kernels:
             number = len(kernel.versions) + 1
             timeout = min(float(body.get("sessionTimeoutSeconds") or KAGGLE_SESSION_LIMIT_S), KAGGLE_SESSION_LIMIT_S)
             sid = next(self._ids)
+            plan = self._kill_plans.get(user.username)
+            kill_at = plan.pop(0) if plan else None
+            if kill_at is not None:
+                timeout = min(timeout, kill_at)
             session = _Session(sid, owner, slug, number, gpu, timeout, self.state_dir / "sessions" / str(sid),
-                               mounts, time.monotonic())
+                               mounts, time.monotonic(), kill_lost=self.timeout_kill == "lost" or kill_at is not None)
             kernel.versions.append(_KernelVersion(number, text, dict(body), session))
             self._sessions[sid] = session
         reply = {"ref": f"/code/{owner}/{slug}", "url": f"{self.url}/code/{owner}/{slug}",
@@ -89,10 +93,24 @@ class Kernels:
                 source = find(user, ref)
                 if source is None:
                     bad.append(ref)
-                else:
+                    continue
+                if kind == "datasets":
+                    source = self._mountable(ref, source)
+                if source is not None:  # READY but not yet mountable: the session starts without it
                     owner, slug = ref.split("/")[:2]
                     mounts.append((source, self._input_path(kind, owner, slug)))
         return mounts, bad_datasets, bad_kernels
+
+    def _mountable(self, ref: str, newest: Path) -> Path | None:
+        """What a session mounts of a dataset *(assumed)*: a version READY for `mount_lag_s`, so
+        right after READY a session sees the version before, or nothing."""
+        if not self.mount_lag_s:
+            return newest
+        ds = self._datasets[tuple(ref.split("/")[:2])]
+        now = time.monotonic()
+        settled = [v for v in ds.versions if self._dataset_version_status(ds, v) == "READY"
+                   and now >= v.ready_at + self.mount_lag_s]
+        return settled[-1].folder if settled else None
 
     def _input_path(self, kind: str, owner: str, slug: str) -> Path:
         return Path(kind, owner, slug) if self.input_layout == "new" else Path(slug)
@@ -157,7 +175,7 @@ class Kernels:
         with self._lock:
             s = self._visible_session(user, body)
             # *(assumed)* Files appear once the session has ended; the log grows while it runs.
-            names = _list_files(s.working) if s.status in TERMINAL else []
+            names = _list_files(s.working) if s.status in TERMINAL and not s.outputs_lost else []
             log = json.dumps(s.log) if s.log else ""
         start = int(token)
         page = names[start:start + size]

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import subprocess
 import threading
+import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -77,6 +78,7 @@ class _Dataset:
     title: str
     private: bool
     versions: list[_DatasetVersion] = field(default_factory=list)
+    created_at: float = field(default_factory=time.monotonic)
 
 
 @dataclass
@@ -97,6 +99,8 @@ class _Session:
     started_at: float | None = None
     stop_reason: str | None = None  # "timeout", "quota", "cancel", "shutdown"
     term_sent_at: float | None = None
+    outputs_lost: bool = False  # killed at its timeout with /kaggle/working not kept
+    kill_lost: bool = False  # at its timeout: SIGKILL at once, outputs lost (else SIGTERM first)
     exited_at: float | None = None
     log: list[dict] = field(default_factory=list)
     log_done: threading.Event = field(default_factory=threading.Event)

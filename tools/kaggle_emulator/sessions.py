@@ -149,8 +149,13 @@ class Sessions:
             account = self._accounts[s.owner]
             if s.gpu:
                 account.gpu_used_s += dt * self.time_scale
-            if s.stop_reason is None and (now - s.started_at) * self.time_scale >= s.timeout_s:
-                self._stop_session(s, "timeout")
+            if s.stop_reason is None and self.enforce_timeout and (now - s.started_at) * self.time_scale >= s.timeout_s:
+                if s.kill_lost:  # *(assumed)* killed without SIGTERM, /kaggle/working not kept
+                    s.stop_reason, s.outputs_lost = "timeout", True
+                    if s.proc is not None:
+                        _kill_tree(s.proc, getattr(signal, "SIGKILL", signal.SIGTERM))
+                else:
+                    self._stop_session(s, "timeout")
             elif s.stop_reason is None and s.gpu and account.gpu_used_s >= account.gpu_total_s:
                 self._stop_session(s, "quota")
 
