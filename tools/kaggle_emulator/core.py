@@ -387,5 +387,7 @@ _RPCS: dict[tuple[str, str], Callable[..., dict]] = {
     ("datasets.DatasetApiService", "CreateDatasetVersion"): KaggleEmulator._create_dataset_version,
     ("datasets.DatasetApiService", "GetDatasetStatus"): KaggleEmulator._get_dataset_status,
     ("datasets.DatasetApiService", "GetDataset"): KaggleEmulator._get_dataset,
+    ("datasets.DatasetApiService", "ListDatasets"): KaggleEmulator._list_datasets,
+    ("datasets.DatasetApiService", "DeleteDataset"): KaggleEmulator._delete_dataset,
     ("security.OAuthService", "IntrospectToken"): KaggleEmulator._introspect_token,
 }

@@ -162,3 +162,26 @@ class Datasets:
                                   "status": self._dataset_version_status(ds, v)} for v in ds.versions]}
 
     # -- kernels --------------------------------------------------------------------------
+
+    def _list_datasets(self, user: EmulatedAccount, body: dict) -> dict:
+        """The user's own datasets ("my" group) or public ones, filtered by `search`, 20 a page."""
+        mine = "MY" in str(body.get("group") or "")
+        search = str(body.get("search") or "").lower()
+        page = max(1, int(body.get("page") or 1))
+        with self._lock:
+            found = [ds for (owner, slug), ds in sorted(self._datasets.items())
+                     if (ds.owner == user.username if mine else not ds.private) and search in slug.lower()
+                     and time.monotonic() >= ds.created_at + self.dataset_visible_s]
+            rows = [{"ref": f"{ds.owner}/{ds.slug}", "title": ds.title, "isPrivate": ds.private,
+                     "totalBytes": sum(f.stat().st_size for f in ds.versions[-1].folder.iterdir() if f.is_file())}
+                    for ds in found[(page - 1) * 20:page * 20]]
+        return {"datasets": rows}
+
+    def _delete_dataset(self, user: EmulatedAccount, body: dict) -> dict:
+        owner, slug = body.get("ownerSlug") or user.username, body.get("datasetSlug") or ""
+        with self._lock:
+            ds = self._visible_dataset(user, owner, slug)
+            if ds.owner != user.username:
+                raise _HttpError(403, "You may only delete datasets you own")
+            del self._datasets[(owner, slug)]
+        return {}
