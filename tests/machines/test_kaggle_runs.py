@@ -450,18 +450,22 @@ def test_a_session_killed_with_its_outputs_lost_costs_only_that_session(make_kag
 def test_ready_before_mounted_is_waited_out_and_never_resumes_from_another_checkpoint(make_kaggle_emulator,
                                                                                      pydoc_data, tmp_path,
                                                                                      monkeypatch):
-    lab = unfriendly_lab(make_kaggle_emulator, pydoc_data, tmp_path, monkeypatch, mount_lag_s=2.0)
-    final = continues_on_bob(lab, links=None)  # how many sessions found nothing mounted depends on timing
-    waited = [link for link in final.links if link.detail.get("input_not_ready")]
-    assert waited and waited[0] is final.links[0], "right after READY the first session found nothing mounted"
-    for link in waited:  # each stopped at once, trained nothing, and was pushed again
-        assert link.status == "failed" and link.to_step is None
-        assert (final.folder / link.detail["folder"] / "input-not-ready.json").is_file()
-        assert not (final.folder / link.detail["folder"] / "metrics.jsonl").exists()
-    trained = [link for link in final.links if link.status in ("stopped", "done")]
-    assert [link.machine for link in trained][-1] == "bob" and trained[0].from_step == 0
-    for before, after in zip(trained, trained[1:]):
-        assert after.from_step == before.to_step > 0, "each resumed from the checkpoint before, never another"
+    lab = unfriendly_lab(make_kaggle_emulator, pydoc_data, tmp_path, monkeypatch)
+    real_register = machines.register_run
+
+    def register(cfg, machine, *args):  # bob's hand-off is READY two seconds before it can be mounted
+        run = real_register(cfg, machine, *args)
+        lab.emu.set_dataset_behaviour("bob", km.ckpt_slug(run.id), "mount-lag")
+        return run
+    monkeypatch.setattr(machines, "register_run", register)
+    final = continues_on_bob(lab, links=None)
+    alice, waited, bob = final.links[0], final.links[1], final.links[-1]
+    assert alice.status == "stopped" and alice.to_step > 0
+    assert waited.machine == "bob" and waited.status == "failed" and waited.detail["input_not_ready"]
+    assert waited.to_step is None and not (final.folder / waited.detail["folder"] / "metrics.jsonl").exists(), \
+        "it stopped before training"
+    assert (final.folder / waited.detail["folder"] / "input-not-ready.json").is_file()
+    assert bob.from_step == alice.to_step, "bob resumed from alice's checkpoint once mounted, never from 0"
 
 
 def test_a_session_refused_for_quota_at_its_start_moves_the_run_to_the_next_account(make_kaggle_emulator,

@@ -246,9 +246,10 @@ class KaggleEmulator(Datasets, Kernels, Sessions):
             self._kill_plans.setdefault(username, []).append(float(after_s))
 
     def set_dataset_behaviour(self, owner: str, slug: str, behaviour: str | None) -> None:
-        """"stuck": versions never become READY; "failed": they end FAILED; None: normal."""
-        if behaviour not in (None, "stuck", "failed"):
-            raise ValueError("behaviour must be None, 'stuck' or 'failed'")
+        """"stuck": versions never become READY; "failed": they end FAILED; "mount-lag": a READY
+        version is mounted only `mount_lag_s` (default 2 s) after READY; None: normal."""
+        if behaviour not in (None, "stuck", "failed", "mount-lag"):
+            raise ValueError("behaviour must be None, 'stuck', 'failed' or 'mount-lag'")
         with self._lock:
             if behaviour is None:
                 self._dataset_behaviour.pop((owner, slug), None)

@@ -131,7 +131,7 @@ class Datasets:
 
     def _dataset_version_status(self, ds: _Dataset, v: _DatasetVersion) -> str:
         behaviour = self._dataset_behaviour.get((ds.owner, ds.slug))
-        if v.status == "BLOBS_RECEIVED" and behaviour is None and time.monotonic() >= v.ready_at:
+        if v.status == "BLOBS_RECEIVED" and behaviour in (None, "mount-lag") and time.monotonic() >= v.ready_at:
             v.status = "READY"
         elif v.status == "BLOBS_RECEIVED" and behaviour == "failed":
             v.status = "FAILED"

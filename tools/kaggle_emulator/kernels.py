@@ -104,12 +104,13 @@ class Kernels:
     def _mountable(self, ref: str, newest: Path) -> Path | None:
         """What a session mounts of a dataset *(assumed)*: a version READY for `mount_lag_s`, so
         right after READY a session sees the version before, or nothing."""
-        if not self.mount_lag_s:
-            return newest
         ds = self._datasets[tuple(ref.split("/")[:2])]
+        lagged = self._dataset_behaviour.get((ds.owner, ds.slug)) == "mount-lag"
+        lag = self.mount_lag_s or (2.0 if lagged else 0.0)
+        if not lag:
+            return newest
         now = time.monotonic()
-        settled = [v for v in ds.versions if self._dataset_version_status(ds, v) == "READY"
-                   and now >= v.ready_at + self.mount_lag_s]
+        settled = [v for v in ds.versions if self._dataset_version_status(ds, v) == "READY" and now >= v.ready_at + lag]
         return settled[-1].folder if settled else None
 
     def _input_path(self, kind: str, owner: str, slug: str) -> Path:
