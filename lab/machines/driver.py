@@ -34,6 +34,7 @@ from lab.machines.base import Follow, Host, LinkRefused
 from lab.machines.control import (DriverLock, active_link, active_runs, cancel_flag, cancel_requested,  # noqa: F401
                                   driver_alive, logged, read_control, set_control, spawn_driver, spawned, tail)
 from lab.machines.kaggle_data import KaggleSettings
+from lab.machines.needs import data_id, need_hours, pin_data, prepared_data  # noqa: F401 - re-exported
 from lab.machines.local import NAME as LOCAL
 from lab.machines.local import LocalHost, local_cards, local_gpu  # noqa: F401 - the API
 from lab.runs import Run, create_run, load_run, now, updating
@@ -231,7 +232,7 @@ class _Driving:
 
 def _drive(run_id: str, state: _Driving, say: Callable[[str], None]) -> Run:
     try:
-        _pin_data(run_id, say)
+        pin_data(run_id, say)
     except UserError as e:
         return _halt(run_id, "failed", _then_watch(str(e), run_id), say=say)
     while True:
@@ -395,58 +396,6 @@ def _wait(run_id: str, choice: Choice, poll_s: float) -> None:
         time.sleep(min(poll_s, max(0.0, deadline - time.monotonic())))
 
 
-def need_hours(run: Run) -> float | None:
-    """GPU quota the rest of the run needs, start-ups included (the calculator's figure)."""
-    from lab import sizing
-    cfg = run.cfg
-    ckpt = {"step": run.step, "config": cfg.to_dict()} if run.step else None
-    try:
-        return sizing.estimate(cfg, checkpoint=ckpt).hours_to_finish
-    except (UserError, ValueError):  # the rule works without it (most quota left)
-        return None
-
-
-def _pin_data(run_id: str, say: Callable[[str], None]) -> None:
-    """Every link of a run trains on the same prepared data: found (or prepared) once, then kept
-    in the run's config. Text added to a constellation later is a new val set: a new run."""
-    run = load_run(run_id)
-    if run.cfg.data_dir:
-        if not Path(run.cfg.data_dir).is_dir():
-            raise UserError(f"run {run_id}: its data folder {run.cfg.data_dir} is gone: prepare it again "
-                            f"(lab prepare), or continue with another data folder (lab run --resume {run_id} "
-                            f"--data-dir DIR)")
-        return
-    found = prepared_data(run.cfg.constellations, say)
-    with updating(run_id) as r:
-        r.config = {**r.config, "data_dir": str(found)}
-
-
-def prepared_data(constellations: list[str], say: Callable[[str], None], progress: bool = False) -> Path:
-    """The data folder prepared for these constellations with their current text: found, or
-    prepared now."""
-    from lab import corpus
-    corpus.get_constellations(constellations)
-    found = corpus.find_prepared(constellations)
-    if found is None:
-        say(f"preparing the data for {'+'.join(constellations)}")
-        found = corpus.prepare(constellations, progress=progress)
-    return found
-
-
-def _data_id(cfg: RunConfig) -> str | None:
-    """The id of the data the run trains on: its pinned folder, else the one prepared for its
-    constellations (as `_pin_data` will find it); None when there is none yet."""
-    from lab.corpus.manifests import data_id_of
-    try:
-        if cfg.data_dir:
-            return data_id_of(Path(cfg.data_dir))
-        from lab import corpus
-        found = corpus.find_prepared(cfg.constellations)
-        return data_id_of(found) if found is not None else None
-    except (UserError, OSError, ValueError):
-        return None
-
-
 def holdings(machines: list[Machine], cfg: RunConfig, run: Run | None = None) -> dict[str, set[str]]:
     """What each machine already holds of the next link (the Auto rule's second tier): the run's
     data and, for a run being continued, its checkpoint. The driver and the form's preview both
@@ -456,8 +405,8 @@ def holdings(machines: list[Machine], cfg: RunConfig, run: Run | None = None) ->
     if not machines:
         return {}
     source = source_checkpoint(run) if run is not None else None
-    data_id = _data_id(cfg)
-    return {m.name: host_for(m.name).holds(data_id, source["sha256"] if source else None, run.id if run else "")
+    found_id = data_id(cfg)
+    return {m.name: host_for(m.name).holds(found_id, source["sha256"] if source else None, run.id if run else "")
             for m in machines}
 
 
