@@ -499,3 +499,18 @@ def test_a_kernel_still_running_long_past_its_timeout_is_given_up_on(make_kaggle
     message = machines.status(run.id)["message"]
     assert final.status == "failed" and "past its session timeout" in message and "Stop session" in message
     assert f"lab watch {run.id}" in message and lab.emu.session("alice", km.kernel_slug(run.id, 1)).status == "RUNNING"
+
+
+def test_a_session_ending_in_error_after_a_save_is_a_link_that_ended_and_the_run_goes_on(make_kaggle_emulator,
+                                                                                        pydoc_data, tmp_path,
+                                                                                        monkeypatch):
+    lab = unfriendly_lab(make_kaggle_emulator, pydoc_data, tmp_path, monkeypatch)
+    lab.emu.kill_next_session("alice", after_s=15 * 60, lose_outputs=False)  # killed after its first saves
+    run = machines.register_run(tiny(lab.data, steps_until=400, checkpoint_every_min=1.0), "alice")
+    lines: list[str] = []
+    final = drive(run.id, lines)
+    assert final.status == "done", lines
+    killed = final.links[0]
+    assert killed.detail["kaggle_status"] == "ERROR" and killed.status == "stopped" and killed.to_step > 0
+    assert "the run goes on from its checkpoint" in killed.reason
+    assert final.links[1].from_step == killed.to_step and sorted(losses(final.folder)) == list(range(1, 401))

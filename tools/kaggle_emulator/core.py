@@ -104,7 +104,7 @@ class KaggleEmulator(Datasets, Kernels, Sessions):
         self._faults: dict[str, list[_Fault]] = {}
         self._push_errors: dict[str, list[str]] = {}
         self._drop_sources: dict[str, int] = {}
-        self._kill_plans: dict[str, list[float]] = {}
+        self._kill_plans: dict[str, list[tuple[float, bool]]] = {}
         self._recorded: list[dict] = []
         self._ids = itertools.count(1)
         self._server: ThreadingHTTPServer | None = None
@@ -239,11 +239,12 @@ class KaggleEmulator(Datasets, Kernels, Sessions):
         with self._lock:
             self._drop_sources[username] = self._drop_sources.get(username, 0) + int(count)
 
-    def kill_next_session(self, username: str, after_s: float) -> None:
+    def kill_next_session(self, username: str, after_s: float, lose_outputs: bool = True) -> None:
         """Kaggle kills the account's next session `after_s` emulated seconds after it starts,
-        without SIGTERM, and keeps none of its outputs *(assumed: the unfriendly case)*."""
+        without SIGTERM; with `lose_outputs` it keeps none of its outputs *(assumed: the
+        unfriendly case)*, else what the notebook had saved stays (the session ends ERROR)."""
         with self._lock:
-            self._kill_plans.setdefault(username, []).append(float(after_s))
+            self._kill_plans.setdefault(username, []).append((float(after_s), bool(lose_outputs)))
 
     def set_dataset_behaviour(self, owner: str, slug: str, behaviour: str | None) -> None:
         """"stuck": versions never become READY; "failed": they end FAILED; "mount-lag": a READY

@@ -45,11 +45,12 @@ class Kernels:
             timeout = min(float(body.get("sessionTimeoutSeconds") or KAGGLE_SESSION_LIMIT_S), KAGGLE_SESSION_LIMIT_S)
             sid = next(self._ids)
             plan = self._kill_plans.get(user.username)
-            kill_at = plan.pop(0) if plan else None
+            kill_at, lose = plan.pop(0) if plan else (None, False)
             if kill_at is not None:
                 timeout = min(timeout, kill_at)
             session = _Session(sid, owner, slug, number, gpu, timeout, self.state_dir / "sessions" / str(sid),
-                               mounts, time.monotonic(), kill_lost=self.timeout_kill == "lost" or kill_at is not None)
+                               mounts, time.monotonic(), kill_lost=self.timeout_kill == "lost" or kill_at is not None,
+                               keep_outputs=kill_at is not None and not lose)
             kernel.versions.append(_KernelVersion(number, text, dict(body), session))
             self._sessions[sid] = session
         reply = {"ref": f"/code/{owner}/{slug}", "url": f"{self.url}/code/{owner}/{slug}",

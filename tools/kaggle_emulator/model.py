@@ -101,6 +101,7 @@ class _Session:
     term_sent_at: float | None = None
     outputs_lost: bool = False  # killed at its timeout with /kaggle/working not kept
     kill_lost: bool = False  # at its timeout: SIGKILL at once, outputs lost (else SIGTERM first)
+    keep_outputs: bool = False  # with kill_lost: the outputs saved so far are kept all the same
     exited_at: float | None = None
     log: list[dict] = field(default_factory=list)
     log_done: threading.Event = field(default_factory=threading.Event)

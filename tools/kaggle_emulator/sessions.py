@@ -151,7 +151,7 @@ class Sessions:
                 account.gpu_used_s += dt * self.time_scale
             if s.stop_reason is None and self.enforce_timeout and (now - s.started_at) * self.time_scale >= s.timeout_s:
                 if s.kill_lost:  # *(assumed)* killed without SIGTERM, /kaggle/working not kept
-                    s.stop_reason, s.outputs_lost = "timeout", True
+                    s.stop_reason, s.outputs_lost = "timeout", not s.keep_outputs
                     if s.proc is not None:
                         _kill_tree(s.proc, getattr(signal, "SIGKILL", signal.SIGTERM))
                 else:
