@@ -36,6 +36,8 @@ SESSION_PARAMETERS = {
                          "the others at their defaults come from the checkpoint (the run as it was)"),
     "plot_every_s": (30, "seconds between redraws of the loss plot"),
     "plot_x": ("step", "x axis of the plot: step or tokens"),
+    "expect_data_sha256": ("", "sha256 of the data's manifest.json this session must find; empty: any"),
+    "expect_ckpt_sha256": ("", "sha256 of the checkpoint this session must resume from; empty: any"),
 }
 
 _LAB_IMPORT = re.compile(r"^(from lab(\.\w+)* import .*|import lab(\.\w+)*.*)$")
@@ -146,8 +148,8 @@ if __name__ == "__main__" and "LOCAL_RANK" in os.environ:
 '''
 
 RUN = '''cfg = RunConfig.from_dict({name: globals()[name] for name in field_names()})
-session = resolve_session(cfg, out_dir, given_fields)  # a resumed run continues as it was
-for problem in raise_on_errors(check(session.cfg)):
+session = inputs_as_sent(cfg, out_dir, given_fields, expect_data_sha256, expect_ckpt_sha256)
+for problem in raise_on_errors(check(session.cfg)):  # a resumed run continues as it was
     print("warning:", problem.en)'''
 
 TRAIN = '''result = run_session(session.cfg, session, KERNEL_PY, nproc=nproc, allow_fallback=allow_fallback,

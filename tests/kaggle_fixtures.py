@@ -75,7 +75,6 @@ def lab_for(emu: KaggleEmulator, tmp_path: Path, monkeypatch) -> KaggleLab:
     monkeypatch.setenv("HOME", str(user_home))  # no ~/.kaggle/access_token from this machine
     for var in ("KAGGLE_API_TOKEN", "KAGGLE_KERNEL_RUN_TYPE", "KAGGLE_USERNAME", "KAGGLE_KEY"):
         monkeypatch.delenv(var, raising=False)
-    monkeypatch.setattr(kc, "_UPLOAD_PAUSE_S", 0.01)
     lab = KaggleLab(emu, home, files)
     for name in ("alice", "bob"):
         kc.add_account(name, kaggle_json=lab.kaggle_json(name))

@@ -3,6 +3,8 @@
     lab accounts                      list them: user, GPU quota left, refresh time, what runs
     lab accounts add NAME --kaggle-json PATH | --token-file PATH [--username U] [--no-check]
     lab accounts remove NAME
+    lab accounts checkpoints [NAME] [--remove RUN ... | --remove-finished]
+                                      checkpoint datasets kept on Kaggle, with size; remove some
 """
 from __future__ import annotations
 
@@ -31,11 +33,20 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add.add_argument("--no-check", action="store_true", help="store without checking with Kaggle")
     rm = sub.add_parser("remove", help="forget an account (its credentials are deleted)")
     rm.add_argument("name")
+    ck = sub.add_parser("checkpoints", help="the runs' checkpoint datasets kept on each account, with size")
+    ck.add_argument("name", nargs="?", help="one account (default: every account)")
+    gone = ck.add_mutually_exclusive_group()
+    gone.add_argument("--remove", metavar="RUN", action="append", default=[],
+                      help="delete the checkpoint dataset of this finished run (repeatable)")
+    gone.add_argument("--remove-finished", action="store_true",
+                      help="delete the checkpoint datasets of every finished run")
 
 
 def run(args: argparse.Namespace) -> int:
     if args.action == "add":
         return _add(args)
+    if args.action == "checkpoints":
+        return _checkpoints(args)
     if args.action == "remove":
         kc.remove_account(args.name)
         print(f"Removed account '{args.name}'.")
@@ -73,9 +84,11 @@ def _list(offline: bool) -> int:
         return 0
     if not offline:
         kc.check_no_global_token()
+    from lab.machines.control import active_runs  # the registry: what runs where
+    active = active_runs()
     rows, failed = [("NAME", "KAGGLE USER", "GPU LEFT / TOTAL", "REFRESH (UTC)", "RUNS")], 0
     for a in accounts:
-        runs = ", ".join(kc.runs_on(a.name)) or "-"
+        runs = ", ".join(active.get(a.name, [])) or "-"
         if a.auth == "broken":
             rows.append((a.name, "?", "damaged: remove and add it again", "", runs))
             failed += 1
@@ -103,3 +116,30 @@ def _print_table(rows: list[tuple[str, ...]]) -> None:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for r in rows:
         print("  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip())
+
+
+def _checkpoints(args: argparse.Namespace) -> int:
+    from lab.machines.kaggle_data import checkpoint_datasets, remove_checkpoint_dataset
+    kc.check_no_global_token()
+    accounts = [kc.get_account(args.name)] if args.name else kc.list_accounts()
+    wanted, rows, failed = set(args.remove), [("ACCOUNT", "DATASET", "SIZE", "RUN", "STATE")], 0
+    for a in accounts:
+        try:
+            c = kc.client_for(a, retry=_LIST_RETRY, timeout_s=30.0)
+            for d in checkpoint_datasets(c):
+                state = d["status"]
+                if (args.remove_finished and d["finished"]) or (d["run"] in wanted):
+                    if not d["finished"]:
+                        raise UserError(f"run {d['run']} is {d['status']}: its checkpoint dataset {d['slug']} is its "
+                                        f"hand-off; cancel it first (`lab cancel {d['run']}`)")
+                    remove_checkpoint_dataset(c, d["slug"])
+                    state = "removed"
+                rows.append((a.name, d["slug"], f"{d['bytes'] / 1e6:.1f} MB", d["run"] or "-", state))
+        except kc.KaggleError as e:  # one account's trouble does not hide the rest
+            rows.append((a.name, f"error: {e.what}", "", "", ""))
+            failed += 1
+    if len(rows) == 1:
+        print("No checkpoint datasets on the lab's accounts.")
+    else:
+        _print_table(rows)
+    return 1 if failed else 0

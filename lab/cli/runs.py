@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from lab.config import RunConfig, UserError
+from lab.config import RunConfig, UserError, resumed_config
 from lab.cli.train import add_config_flags, config_from_args
 
 
@@ -29,6 +29,8 @@ def run(args: argparse.Namespace) -> int:
         given = set(given_now)
     else:
         cfg, given = config_from_args(args)
+        if meta is not None:  # a new run from a checkpoint: the run as it was, with what was given now
+            cfg = resumed_config(meta.get("config") or {}, {name: getattr(cfg, name) for name in given})
         cfg.resume_from = ""
     warnings = machines.settle_config(cfg, meta, given)
     for w in warnings:

@@ -1,59 +1,49 @@
-"""The lab's Kaggle accounts, and one client per account.
+"""One client per Kaggle account: thin, typed calls over the real `kaggle` client.
 
-Accounts live in `$LAB_HOME/accounts/<name>/` (folder 0700): `kaggle.json` with a username and
-key, or `access_token` (+ `account.json` naming the user), files 0600. `client_for(name)` gives
-an `AccountClient`: thin, typed calls over the real `kaggle` client (`KaggleApi`), one
-`KaggleApi` object per account in a process, each sending that account's own credentials.
+`client_for(name)` gives an `AccountClient`, one `KaggleApi` object per account in a process
+(lab.kaggle.transport), each sending that account's own credentials. It knows nothing of runs.
 
 What the real client does not do, this layer adds (see shared/kaggle-notes.md):
-- a timeout on every HTTP call, and one retry policy (exponential backoff with jitter,
+- a timeout on every HTTP call, and one retry policy (lab.kaggle.retries: backoff with jitter,
   honouring Retry-After) for timeouts, connection errors, 429 and 5xx. A push is repeated only
   when Kaggle surely did not act on it, so a lost reply never starts a second session;
 - Kaggle's logical refusals (an `error` in a push reply, unknown sources, 4xx) become
   `KaggleError(account, what happened, what to do)`, with no secret inside;
-- a refusal to run where a global token would make every account act as one;
+- a refusal to run where a global token would make every account act as one (lab.kaggle.accounts);
 - the API's address as a setting, `LAB_KAGGLE_API_URL` (default Kaggle's), per client object.
-
-`kaggle` is imported lazily: importing it builds a global client and authenticates.
 """
 from __future__ import annotations
 
-import contextlib
-import email.utils
-import io
 import json
 import os
-import random
 import re
 import shutil
 import tempfile
-import threading
 import time
-from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterable, TypeVar
 
 import requests
-import urllib3.exceptions
 
 from lab.config import UserError
-from lab.home import accounts_dir
+from lab.kaggle.accounts import (Account, add_account, check_no_global_token, get_account,  # noqa: F401 - re-exported
+                                 global_token_problem, list_accounts, read_token_file, remove_account)
+from lab.kaggle.replies import (DATASET_PAGE, DatasetInfo, PushResult, Quota, log_text,  # noqa: F401
+                                notebook_text, quota_from)
+from lab.kaggle.retries import RetryPolicy, is_transient, retry_after, status_of, surely_unprocessed, unwrap
+from lab.kaggle.transport import api_for, lab_api_class
 
 DEFAULT_API_URL = "https://api.kaggle.com"
 API_URL_ENV = "LAB_KAGGLE_API_URL"
 NOTEBOOK_LIMIT_BYTES = 1_000_000  # Kaggle: "the pushed notebook must be under 1 MB"
 T4X2 = "NvidiaTeslaT4"  # the machine shape that gives 2×T4; `enable_gpu` alone asks for retired P100s
-DATASET_LICENSE = "other"
-
-_ACCOUNT_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,39}")
-_KAGGLE_USER = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+# Licence names Kaggle's dataset metadata takes *(docs: Kaggle's dataset-metadata wiki)*.
+DATASET_LICENCES = ("CC0-1.0", "CC-BY-SA-4.0", "CC-BY-SA-3.0", "CC-BY-4.0", "CC-BY-3.0", "CC-BY-NC-4.0",
+                    "CC-BY-NC-SA-4.0", "CC-BY-ND-4.0", "CC-BY-NC-ND-4.0", "GPL-2.0", "GPL-3.0", "LGPL-3.0",
+                    "AGPL-3.0", "FDL-1.3", "ODbL-1.0", "ODC-BY-1.0", "PDDL", "DbCL-1.0", "apache-2.0", "mit",
+                    "copyright-authors", "unknown", "other")
 _KERNEL_SLUG = re.compile(r"[a-z0-9][a-z0-9-]{3,48}[a-z0-9]")  # at least 5 characters
 _DATASET_SLUG = re.compile(r"[a-z0-9][a-z0-9-]{4,48}[a-z0-9]")  # 6 to 50 characters
-_SECRET = re.compile(r"\S{1,512}")
-_TRANSIENT_STATUS = {429, 500, 502, 503, 504}
-_UNPROCESSED_STATUS = {429, 503}  # refused before any work: safe to repeat even a push
-_UPLOAD_PAUSE_S = 1.0  # between resumes of an interrupted blob upload
 
 T = TypeVar("T")
 
@@ -75,486 +65,30 @@ class KaggleError(UserError):
 
 
 # ---------------------------------------------------------------------------------------------
-# Accounts on disk
-
-
-@dataclass(frozen=True)
-class Account:
-    """One lab account: a name the lab uses, and the Kaggle user it signs in as (no secret)."""
-    name: str
-    username: str
-    auth: str  # "key" or "token"
-    folder: Path
-
-
-def _check_name(name: str) -> str:
-    if not isinstance(name, str) or not _ACCOUNT_NAME.fullmatch(name):
-        raise UserError(f"Bad account name {name!r}: use 1-40 characters a-z, 0-9, '-' or '_', "
-                        "starting with a letter or digit.")
-    return name
-
-
-def _write_private(path: Path, text: str) -> None:
-    """Writes a 0600 file atomically: the secret is never readable by others, not even briefly."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(tmp, path)
-
-
-def _read_kaggle_json(path: str | Path) -> tuple[str, str]:
-    """(username, key) from a kaggle.json; errors name the file, never its content."""
-    p = Path(path).expanduser()
-    try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise UserError(f"No such file: {p}. Download kaggle.json from kaggle.com/settings (API).") from None
-    except (OSError, UnicodeDecodeError, ValueError):
-        raise UserError(f"{p} is not a kaggle.json: it should be JSON like "
-                        '{"username": "...", "key": "..."}.') from None
-    if not isinstance(data, dict):
-        raise UserError(f"{p} is not a kaggle.json: it should be a JSON object with username and key.")
-    username, key = data.get("username"), data.get("key")
-    if not isinstance(username, str) or not _KAGGLE_USER.fullmatch(username):
-        raise UserError(f"{p} has no valid \"username\".")
-    if not isinstance(key, str) or not _SECRET.fullmatch(key):
-        raise UserError(f"{p} has no valid \"key\" (a single word without spaces).")
-    return username, key
-
-
-def read_token_file(path: str | Path) -> str:
-    p = Path(path).expanduser()
-    try:
-        token = p.read_text(encoding="utf-8").strip()
-    except (OSError, UnicodeDecodeError):
-        raise UserError(f"Cannot read the token file {p}.") from None
-    if not _SECRET.fullmatch(token):
-        raise UserError(f"{p} does not hold one API token (a single word without spaces).")
-    return token
-
-
-def add_account(name: str, *, kaggle_json: str | Path | None = None, token: str | None = None,
-                username: str | None = None) -> Account:
-    """Stores an account from a kaggle.json file or an API token (`username` is then required)."""
-    _check_name(name)
-    if (kaggle_json is None) == (token is None):
-        raise UserError("Give exactly one of a kaggle.json file or an API token.")
-    if kaggle_json is not None:
-        username, key = _read_kaggle_json(kaggle_json)
-    else:
-        key = None
-        if not _SECRET.fullmatch(token or ""):
-            raise UserError("The API token must be a single word without spaces.")
-        if not username or not _KAGGLE_USER.fullmatch(username):
-            raise UserError("An account added with a token needs its Kaggle username.")
-    folder = accounts_dir() / name
-    if folder.exists():
-        raise UserError(f"Account '{name}' already exists; `lab accounts remove {name}` first to replace it.")
-    twin = next((a for a in list_accounts() if a.username.lower() == username.lower()), None)
-    if twin is not None:
-        raise UserError(f"Kaggle user {username} is already account '{twin.name}': two names for one "
-                        "account would spend its quota twice.")
-    accounts_dir().mkdir(parents=True, exist_ok=True, mode=0o700)
-    folder.mkdir(mode=0o700)
-    os.chmod(folder, 0o700)  # mkdir's mode is masked by the umask
-    if key is not None:
-        _write_private(folder / "kaggle.json", json.dumps({"username": username, "key": key}))
-    else:
-        _write_private(folder / "access_token", token + "\n")
-        _write_private(folder / "account.json", json.dumps({"username": username}))
-    _forget_api(folder)
-    return get_account(name)
-
-
-def get_account(name: str) -> Account:
-    folder = accounts_dir() / _check_name(name)
-    if (folder / "kaggle.json").is_file():
-        username, _ = _read_kaggle_json(folder / "kaggle.json")
-        return Account(name, username, "key", folder)
-    if (folder / "access_token").is_file() and (folder / "account.json").is_file():
-        try:
-            username = json.loads((folder / "account.json").read_text(encoding="utf-8"))["username"]
-        except (OSError, ValueError, KeyError, TypeError):
-            raise UserError(f"{folder / 'account.json'} is damaged; remove and add the account again.") from None
-        return Account(name, username, "token", folder)
-    if folder.is_dir():
-        raise UserError(f"Account '{name}' has no credentials in {folder}; remove and add it again.")
-    known = ", ".join(a.name for a in list_accounts()) or "none yet"
-    raise UserError(f"No Kaggle account '{name}' (accounts: {known}). Add it: lab accounts add {name} "
-                    "--kaggle-json PATH")
-
-
-def list_accounts() -> list[Account]:
-    """The stored accounts, by name; a damaged one shows with auth "broken"."""
-    root = accounts_dir()
-    if not root.is_dir():
-        return []
-    found = []
-    for folder in sorted(p for p in root.iterdir() if p.is_dir() and _ACCOUNT_NAME.fullmatch(p.name)):
-        try:
-            found.append(get_account(folder.name))
-        except UserError:
-            found.append(Account(folder.name, "", "broken", folder))
-    return found
-
-
-def remove_account(name: str) -> None:
-    folder = accounts_dir() / _check_name(name)
-    if not folder.is_dir():
-        raise UserError(f"No Kaggle account '{name}' to remove.")
-    _forget_api(folder)
-    shutil.rmtree(folder)
-
-
-def _secrets_of(account: Account) -> tuple[str | None, str | None]:
-    """(key, token): read only to build the account's client."""
-    if account.auth == "key":
-        return _read_kaggle_json(account.folder / "kaggle.json")[1], None
-    if account.auth == "token":
-        return None, read_token_file(account.folder / "access_token")
-    raise UserError(f"Account '{account.name}' has no usable credentials; remove and add it again.")
-
-
-def _registry_runs(name: str) -> list[str]:
-    """The runs whose current link is on this account, from the run registry (imported only
-    when asked: listing accounts needs no more of the package than this)."""
-    from lab.machines.driver import active_runs_on
-    return active_runs_on(name)
-
-
-# "What runs on this account": the run registry by default; tests and tools may plug in another.
-_runs_hook: Callable[[str], list[str]] = _registry_runs
-
-
-def set_runs_hook(hook: Callable[[str], list[str]]) -> None:
-    global _runs_hook
-    _runs_hook = hook
-
-
-def runs_on(name: str) -> list[str]:
-    return list(_runs_hook(name))
-
-
-# ---------------------------------------------------------------------------------------------
-# The global-token trap
-
-
-def global_token_problem() -> str | None:
-    """Why every username/key client would send one global token instead, or None.
-
-    The real client (kagglesdk 0.1.38, `KaggleHttpClient._try_fill_auth`) looks for a token
-    before it uses a username and key: in a Kaggle notebook, in `KAGGLE_API_TOKEN` (a token or
-    a path to one), in `~/.kaggle/access_token` or `~/.kaggle/access_token.txt`.
-    """
-    if os.environ.get("KAGGLE_API_TOKEN"):
-        return ("the environment variable KAGGLE_API_TOKEN is set, so the kaggle client would send "
-                "that one token for every account. Unset it: the lab keeps each account's "
-                "credentials in $LAB_HOME/accounts")
-    for name in ("access_token", "access_token.txt"):
-        path = Path(os.path.expanduser("~/.kaggle")) / name
-        try:
-            if path.is_file() and path.read_text(encoding="utf-8", errors="replace").strip():
-                return (f"{path} exists, so the kaggle client would send that one token for every "
-                        "account. Move it out of ~/.kaggle (add it to the lab with "
-                        "`lab accounts add NAME --token-file FILE` if it is a lab account)")
-        except OSError:
-            continue
-    if os.environ.get("KAGGLE_KERNEL_RUN_TYPE"):
-        return ("this runs inside a Kaggle notebook (KAGGLE_KERNEL_RUN_TYPE is set), where the kaggle "
-                "client uses the notebook's own token for every account. Run the lab's control side "
-                "on your own computer")
-    return None
-
-
-def check_no_global_token() -> None:
-    problem = global_token_problem()
-    if problem:
-        raise UserError(f"Refusing to use Kaggle accounts: {problem}.")
-
-
-# ---------------------------------------------------------------------------------------------
 # The real client, one object per account
 
 
 def api_url() -> str:
+    """The API's address: `LAB_KAGGLE_API_URL`, default Kaggle's. Plain http only to this computer
+    (a local emulator or proxy): a leftover setting must never send a key in the clear."""
     url = os.environ.get(API_URL_ENV, "").strip() or DEFAULT_API_URL
-    if not re.fullmatch(r"https?://[^\s/]+(/[^\s]*)?", url):
+    got = re.fullmatch(r"(https?)://(\[[0-9a-fA-F:.]+\]|[^\s/:\[\]]+)(:\d+)?(/\S*)?", url)
+    if not got:
         raise UserError(f"{API_URL_ENV}={url!r} is not an http(s) URL.")
+    if got.group(1) == "http" and not _loopback(got.group(2)):
+        raise UserError(f"{API_URL_ENV}={url!r} would send the accounts' keys in the clear: plain http is "
+                        "accepted only for this computer (127.0.0.1, ::1, localhost). Use https, or unset it.")
     return url.rstrip("/")
 
 
-_API_LOCK = threading.Lock()
-_API_CLASS: Any = None
-_APIS: dict[tuple[str, str, float, int], Any] = {}
-
-
-def _lab_api_class() -> Any:
-    """KaggleApi, taught to use a given address, a timeout and only its own credentials."""
-    global _API_CLASS
-    with _API_LOCK:
-        if _API_CLASS is None:
-            _API_CLASS = _define_lab_api()
-        return _API_CLASS
-
-
-def _define_lab_api() -> Any:
-    # `import kaggle` authenticates a global client at import time and prints help text when
-    # this machine has no credentials of its own: keep that off the person's screen.
-    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-        from kaggle.api.kaggle_api_extended import KaggleApi
-    from kagglesdk import KaggleClient, KaggleEnv
-    from kagglesdk.kaggle_http_client import KaggleHttpClient
-    from requests.adapters import HTTPAdapter
-
-    class TimeoutAdapter(HTTPAdapter):
-        """kagglesdk sends without a timeout; this gives every request on the session one."""
-
-        def __init__(self, timeout_s: float):
-            self._timeout_s = timeout_s
-            super().__init__()
-
-        def send(self, request, stream=False, timeout=None, **kwargs):  # type: ignore[override]
-            return super().send(request, stream=stream, timeout=timeout or self._timeout_s, **kwargs)
-
-    class LabKaggleApi(KaggleApi):
-        def __init__(self, username: str | None, key: str | None, token: str | None, base_url: str,
-                     timeout_s: float):
-            # KaggleApi's config_values is one dict on the class, shared by every instance:
-            # each account gets its own. authenticate() is never called: it would let
-            # KAGGLE_USERNAME/KAGGLE_KEY and a global token override this account's credentials.
-            self.config_values = {"username": username or ""}
-            self.config_values["token" if token else "key"] = token or key or ""
-            self._authenticated = True
-            self._lab_base_url = base_url
-            self._lab_timeout_s = timeout_s
-
-        def __repr__(self) -> str:
-            return f"<LabKaggleApi {self.config_values.get('username')!r} at {self._lab_base_url}>"
-
-        def build_kaggle_client(self) -> Any:
-            token = self.config_values.get("token") or None
-            client = KaggleClient(env=KaggleEnv.PROD, username=self.config_values.get("username"),
-                                  password=self.config_values.get("key"), api_token=token,
-                                  response_processor=self.get_response_processor())
-            http = client._http_client
-            if not all(hasattr(http, a) for a in ("_endpoint", "_signed_in", "_init_session")):
-                raise RuntimeError("The installed kagglesdk changed its HTTP client; the lab kit knows 0.1.x.")
-            # The address per object, not in kagglesdk's global endpoint table.
-            http._endpoint = self._lab_base_url
-            # Marking the client signed in skips its own credential search, where a global
-            # token would win over this account's key; the credentials are set just below.
-            http._signed_in = True
-            http._init_session()
-            session = http._session
-            session.auth = (KaggleHttpClient.BearerAuth(token) if token
-                            else (self.config_values["username"], self.config_values["key"]))
-            adapter = TimeoutAdapter(self._lab_timeout_s)
-            session.mount("http://", adapter)
-            session.mount("https://", adapter)
-            return client
-
-        def with_retry(self, func, *args, **kwargs):  # type: ignore[override]
-            # Retries are the AccountClient's: one policy, with jitter and bounded waits, rather
-            # than the client's own (no jitter, up to 10 tries) multiplied by ours.
-            return func
-
-        def upload_complete(self, path, url, quiet, resume=False):  # type: ignore[override]
-            # The client's own PUT has no timeout.
-            return _put_blob(path, url, resume, self._lab_timeout_s)
-
-    return LabKaggleApi
-
-
-def _api_for(account: Account, base_url: str, timeout_s: float) -> Any:
-    creds = account.folder / ("kaggle.json" if account.auth == "key" else "access_token")
-    # A replaced credentials file (new mtime) or another address or timeout makes a new object.
-    cache_key = (str(account.folder), base_url, timeout_s, creds.stat().st_mtime_ns if creds.exists() else 0)
-    with _API_LOCK:
-        api = _APIS.get(cache_key)
-    if api is None:
-        key, token = _secrets_of(account)
-        api = _lab_api_class()(account.username, key, token, base_url, timeout_s)
-        with _API_LOCK:
-            api = _APIS.setdefault(cache_key, api)
-    return api
-
-
-def _forget_api(folder: Path) -> None:
-    with _API_LOCK:
-        for k in [k for k in _APIS if k[0] == str(folder)]:
-            del _APIS[k]
-
-
-def _put_blob(path: str, url: str, resume: bool, timeout_s: float) -> int:
-    """One raw-bytes upload to a createUrl, resumable as the real client does it (Content-Range),
-    but with a timeout. Returns a kaggle `ResumableUploadResult` code."""
-    from kaggle.models.kaggle_models_extended import ResumableUploadResult as R
-
-    size = os.path.getsize(path)
-    start = 0
-    try:
-        if resume:
-            r = requests.put(url, data=b"", headers={"Content-Range": f"bytes */{size}"}, timeout=timeout_s)
-            if r.status_code in (200, 201):
-                return R.COMPLETE
-            if r.status_code == 404:
-                return R.EXPIRED
-            if r.status_code != 308:
-                return _paused(R.INCOMPLETE) if r.status_code in _TRANSIENT_STATUS else R.FAILED
-            got = re.fullmatch(r"bytes=0-(\d+)", r.headers.get("Range", ""))
-            start = int(got.group(1)) + 1 if got else 0
-            if start >= size > 0:
-                return _paused(R.INCOMPLETE)
-        with open(path, "rb") as f:
-            f.seek(start)
-            headers = {"Content-Range": f"bytes {start}-{size - 1}/{size}"} if start else {}
-            r = requests.put(url, data=f, headers=headers, timeout=timeout_s)
-    except requests.RequestException:
-        return _paused(R.INCOMPLETE)
-    if r.status_code in (200, 201):
-        return R.COMPLETE
-    if r.status_code == 308 or r.status_code in _TRANSIENT_STATUS:
-        return _paused(R.INCOMPLETE)
-    return R.FAILED
-
-
-def _paused(result: int) -> int:
-    time.sleep(_UPLOAD_PAUSE_S * (0.5 + random.random() / 2))
-    return result
-
-
-# ---------------------------------------------------------------------------------------------
-# Errors: transient or not, and what to tell the person
-
-
-def _unwrap(exc: BaseException) -> BaseException:
-    """KaggleApi turns some HTTP errors into a ValueError ("Cannot access kernel..."): the
-    HTTP error is its context."""
-    ctx = exc.__context__
-    if isinstance(exc, ValueError) and isinstance(ctx, requests.HTTPError):
-        return ctx
-    return exc
-
-
-def _status(exc: BaseException) -> int | None:
-    response = getattr(exc, "response", None)
-    return getattr(response, "status_code", None)
-
-
-def _is_transient(exc: BaseException) -> bool:
-    if isinstance(exc, ValueError) and str(exc).startswith("Upload unsuccessful"):
-        return True  # a blob upload ran out of resumes; the next try resumes where it stopped
-    if isinstance(exc, requests.HTTPError):
-        return _status(exc) in _TRANSIENT_STATUS
-    return isinstance(exc, (requests.ConnectionError, requests.Timeout, requests.exceptions.ChunkedEncodingError,
-                            urllib3.exceptions.ProtocolError))
-
-
-def _surely_unprocessed(exc: BaseException) -> bool:
-    """Kaggle certainly did not act on the request: it refused it, or it never arrived."""
-    if isinstance(exc, requests.HTTPError):
-        return _status(exc) in _UNPROCESSED_STATUS
-    if isinstance(exc, requests.ConnectTimeout):
+def _loopback(host: str) -> bool:
+    import ipaddress
+    if host.lower() == "localhost":
         return True
-    reason = getattr(exc.args[0], "reason", None) if exc.args else None
-    return isinstance(exc, requests.ConnectionError) and isinstance(reason, urllib3.exceptions.NewConnectionError)
-
-
-def _retry_after(exc: BaseException) -> float | None:
-    response = getattr(exc, "response", None)
-    value = getattr(response, "headers", {}).get("Retry-After") if response is not None else None
-    if value is None:
-        return None
     try:
-        return max(0.0, float(value))
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
-        try:
-            when = email.utils.parsedate_to_datetime(value)  # the HTTP-date form
-        except (TypeError, ValueError):
-            return None
-        when = when if when.tzinfo else when.replace(tzinfo=timezone.utc)
-        return max(0.0, (when - datetime.now(timezone.utc)).total_seconds())
-
-
-@dataclass(frozen=True)
-class RetryPolicy:
-    """attempts in all; waits base_s·2^(n-1) (at most cap_s) with jitter, or Retry-After."""
-    attempts: int = 6
-    base_s: float = 1.0
-    cap_s: float = 60.0
-    max_retry_after_s: float = 300.0
-
-    def delay(self, attempt: int, retry_after: float | None) -> float | None:
-        """Seconds to wait before the next try; None when Kaggle asks for too long a wait."""
-        if retry_after is not None:
-            if retry_after > self.max_retry_after_s:
-                return None
-            return retry_after * (1 + random.random() / 10)
-        base = min(self.cap_s, self.base_s * 2 ** (attempt - 1))
-        return base * (0.5 + random.random() / 2)
-
-
-# ---------------------------------------------------------------------------------------------
-# What the client returns
-
-
-@dataclass(frozen=True)
-class Quota:
-    """GPU quota in seconds; refresh_time in UTC (None when Kaggle does not say)."""
-    total_s: float
-    used_s: float
-    reserved_s: float
-    left_s: float
-    refresh_time: datetime | None
-
-
-@dataclass(frozen=True)
-class PushResult:
-    ref: str
-    url: str
-    version: int | None
-
-
-def _seconds(duration: Any) -> float:
-    # Durations arrive as timedelta; total_seconds() keeps the days that the SDK's own JSON
-    # rendering of a duration drops (108000 s would print as "21600s").
-    return duration.total_seconds() if duration is not None else 0.0
-
-
-def _quota_from(resp: Any) -> Quota:
-    gpu = resp.gpu_quota
-    total = _seconds(gpu.total_time_allowed) if gpu is not None else 0.0
-    used = _seconds(gpu.time_used) if gpu is not None else 0.0
-    reserved = _seconds(gpu.time_reserved) if gpu is not None else 0.0
-    refresh = resp.quota_refresh_time
-    if refresh is not None and refresh.tzinfo is None:
-        refresh = refresh.replace(tzinfo=timezone.utc)  # the SDK parses Kaggle's UTC times as naive
-    return Quota(total, used, reserved, max(0.0, total - used - reserved), refresh)
-
-
-def notebook_text(notebook: str | dict) -> str:
-    """The notebook exactly as the real client sends it: code outputs cleared, each cell's
-    source one string (its push does the same to the file; doing it here makes the size
-    check exact)."""
-    nb = json.loads(notebook) if isinstance(notebook, str) else json.loads(json.dumps(notebook))
-    for cell in nb.get("cells", []):
-        if "outputs" in cell and cell.get("cell_type") == "code":
-            cell["outputs"] = []
-        if isinstance(cell.get("source"), list):
-            cell["source"] = "".join(cell["source"])
-    return json.dumps(nb)
-
-
-def log_text(raw: str) -> str:
-    """A session log as plain text: Kaggle sends a JSON list of {"stream_name", "time", "data"}."""
-    if raw.lstrip().startswith("["):
-        try:
-            entries = json.loads(raw)
-            return "".join(str(e.get("data", "")) for e in entries if isinstance(e, dict))
-        except ValueError:
-            pass
-    return raw
+        return False
 
 
 # ---------------------------------------------------------------------------------------------
@@ -587,28 +121,31 @@ class AccountClient:
                 text = text.replace(secret, "***")
         return text
 
-    def _call(self, what: str, fn: Callable[[], T], *, repeatable: bool = True, missing_ok: bool = False) -> T:
-        """Runs one client call under the retry policy; failures become KaggleError."""
+    def _call(self, what: str, fn: Callable[[], T], *, repeatable: bool = True, missing: tuple[int, ...] = (),
+              own: bool = False) -> T:
+        """Runs one client call under the retry policy; failures become KaggleError. `missing`: HTTP
+        statuses that mean "no such thing" (the call then returns None); `own`: the call is about the
+        account's own kernel or dataset, so a 403 is no question of permission."""
         for attempt in range(1, max(1, self.retry.attempts) + 1):
             try:
                 return fn()
             except Exception as raw:  # noqa: BLE001 - sorted below; anything unknown is re-raised
-                exc = _unwrap(raw)
-                status = _status(exc)
-                if missing_ok and status == 404:
+                exc = unwrap(raw)
+                status = status_of(exc)
+                if status in missing:
                     return None  # type: ignore[return-value]
-                if not _is_transient(exc):
+                if not is_transient(exc):
                     if status is not None:
-                        raise self._refusal(what, exc, status) from None
+                        raise self._refusal(what, exc, status, own) from None
                     if isinstance(exc, ValueError):
                         raise UserError(f"{what}: {self._scrub(str(exc))}") from None
                     raise
-                if not repeatable and not _surely_unprocessed(exc):
+                if not repeatable and not surely_unprocessed(exc):
                     raise self._error(
                         f"{what} got no clear answer ({self._reason(exc)}); Kaggle may or may not have done it",
                         "Check (e.g. the kernel's status) before trying again, so it is not done twice.",
                         status=status, unsure=True) from None
-                delay = self.retry.delay(attempt, _retry_after(exc))
+                delay = self.retry.delay(attempt, retry_after(exc))
                 if delay is None or attempt >= self.retry.attempts:
                     raise self._error(f"{what} failed {attempt} times ({self._reason(exc)})",
                                       "Kaggle is busy or unreachable; try again in a few minutes.",
@@ -622,10 +159,10 @@ class AccountClient:
             return f"no answer from {self.base_url} within {self.timeout_s:g} s"
         if isinstance(exc, requests.ConnectionError):
             return f"cannot connect to {self.base_url}"
-        status = _status(exc)
+        status = status_of(exc)
         return f"HTTP {status}" if status is not None else _short(exc)
 
-    def _refusal(self, what: str, exc: BaseException, status: int) -> KaggleError:
+    def _refusal(self, what: str, exc: BaseException, status: int, own: bool = False) -> KaggleError:
         name = self.account.name
         said = _short(exc)
         if status == 401:
@@ -633,6 +170,12 @@ class AccountClient:
                                f"The key or token of '{name}' is wrong or was revoked: make a new one at "
                                f"kaggle.com/settings, then `lab accounts remove {name}` and "
                                f"`lab accounts add {name} ...` again.", status=status)
+        if status in (403, 404) and own:
+            # Kaggle may answer 403 as well as 404 for the account's own dataset that is not there
+            # (yet): the slug is right, so do not send the person to check it.
+            return self._error(f"{what}: Kaggle answered HTTP {status} for the account's own item, which may "
+                               f"not be there yet ({said})", "Wait a few minutes; `lab watch RUN` asks again.",
+                               status=status, retryable=True)
         if status == 403:
             return self._error(f"{what}: Kaggle denied access (HTTP 403: {said})",
                                "Check the slug: a private kernel or dataset is visible only to its owner.",
@@ -656,7 +199,7 @@ class AccountClient:
     # -- quota ----------------------------------------------------------------------------
 
     def quota(self) -> Quota:
-        return _quota_from(self._call("reading the GPU quota", self._api.quota_view))
+        return quota_from(self._call("reading the GPU quota", self._api.quota_view))
 
     # -- kernels --------------------------------------------------------------------------
 
@@ -707,7 +250,8 @@ class AccountClient:
         CANCEL_ACKNOWLEDGED."""
         owner, name = self._ref(slug)
         ref = f"{owner}/{name}" + (f"/{int(version)}" if version else "")
-        resp = self._call(f"reading the status of {ref}", lambda: self._api.kernels_status(ref))
+        resp = self._call(f"reading the status of {ref}", lambda: self._api.kernels_status(ref),
+                          own=owner.lower() == self.username.lower())
         return resp.status.name, resp.failure_message or ""
 
     def kernel_output(self, slug: str, dest_dir: str | Path, page_size: int = 100) -> list[Path]:
@@ -727,7 +271,7 @@ class AccountClient:
 
     # -- datasets -------------------------------------------------------------------------
 
-    def upload_dataset(self, slug: str, folder: str | Path, title: str, notes: str = "") -> int:
+    def upload_dataset(self, slug: str, folder: str | Path, title: str, notes: str = "", licence: str = "other") -> int:
         """Uploads the files of `folder` as a private dataset: creates it, or adds a version.
         Returns the dataset's version number. Kaggle then processes it: wait_dataset_ready."""
         owner, name = self._ref(slug, own=True)
@@ -736,16 +280,20 @@ class AccountClient:
             raise UserError(f"Bad dataset slug {name!r}: Kaggle wants 6-50 characters a-z, 0-9 and '-'.")
         if not 6 <= len(title) <= 50:
             raise UserError(f"The title of dataset {ref} must be 6-50 characters long.")
-        stage = self._stage_dataset(name, ref, title, _dataset_files(Path(folder)))
+        if licence not in DATASET_LICENCES:
+            raise UserError(f"Kaggle knows no dataset licence {licence!r}: use one of {', '.join(DATASET_LICENCES)}.")
+        stage = self._stage_dataset(name, ref, title, _dataset_files(Path(folder)), licence)
         exists = self._dataset_state(ref) is not None
+        created = False
         if not exists:
             resp = self._call(f"creating dataset {ref}", lambda: self._api.dataset_create_new(
                 str(stage), public=False, quiet=True, dir_mode="skip"))
             # A create whose reply was lost and was sent again finds its own dataset there.
-            exists = bool(resp.error) and "already in use" in resp.error
+            exists = bool(resp.error) and self._dataset_state(ref) is not None
             if resp.error and not exists:
                 raise self._error(f"Kaggle refused to create dataset {ref}: {resp.error}",
                                   "Fix what Kaggle names and upload again.")
+            created = not resp.error
         if exists:
             resp = self._call(f"adding a version to dataset {ref}", lambda: self._api.dataset_create_version(
                 str(stage), notes or "new version", quiet=True, dir_mode="skip"))
@@ -753,11 +301,12 @@ class AccountClient:
                 raise self._error(f"Kaggle refused a new version of dataset {ref}: {resp.error}",
                                   "Fix what Kaggle names and upload again.")
         state = self._dataset_state(ref)
-        if state is None:
+        if state is None and not created:
             raise self._error(f"dataset {ref} is not there after the upload", "Upload it again.")
-        return int(state.get("current_version_number") or 0)
+        # A dataset just created may not be visible yet (403 or 404 for a while): it is version 1.
+        return int(state.get("current_version_number") or 0) if state else 1
 
-    def _stage_dataset(self, name: str, ref: str, title: str, files: list[Path]) -> Path:
+    def _stage_dataset(self, name: str, ref: str, title: str, files: list[Path], licence: str) -> Path:
         """The upload folder: links to the files plus dataset-metadata.json, in this account's
         own staging folder. The client keys its resume state by file path, not by account, so
         one path per account keeps one account from resuming another's upload."""
@@ -768,14 +317,16 @@ class AccountClient:
         for f in files:
             # A symlinked file keeps its own name: the lab stages flattened names that way.
             _link(f.resolve(), stage / f.name)
-        meta = {"title": title, "id": ref, "licenses": [{"name": DATASET_LICENSE}], "isPrivate": True}
+        meta = {"title": title, "id": ref, "licenses": [{"name": licence}], "isPrivate": True}
         (stage / "dataset-metadata.json").write_text(json.dumps(meta), encoding="utf-8")
         return stage
 
     def _dataset_state(self, ref: str) -> dict | None:
         """{"status": "ready", "current_version_number": N}, or None when there is no such dataset."""
+        own = ref.split("/")[0].lower() == self.username.lower()
+        # On the account's own datasets 403 means "not there (yet)" as 404 does (kaggle-notes: unknown).
         raw = self._call(f"reading dataset {ref}", lambda: self._api.dataset_status(ref, format="json"),
-                         missing_ok=True)
+                         missing=(403, 404) if own else (404,), own=own)
         return None if raw is None else json.loads(raw)
 
     def dataset_version(self, slug: str) -> int | None:
@@ -788,7 +339,10 @@ class AccountClient:
         """READY, FAILED, or a processing state (BLOBS_RECEIVED, ...)."""
         owner, name = self._ref(slug)
         ref = f"{owner}/{name}"
-        return str(self._call(f"reading the status of dataset {ref}", lambda: self._api.dataset_status(ref))).upper()
+        own = owner.lower() == self.username.lower()
+        status = self._call(f"reading the status of dataset {ref}", lambda: self._api.dataset_status(ref),
+                            missing=(403, 404) if own else (), own=own)
+        return "MISSING" if status is None else str(status).upper()
 
     def wait_dataset_ready(self, slug: str, timeout_s: float, poll_s: float = 10.0) -> int:
         """Waits until the dataset's newest version is READY; returns its version number."""
@@ -806,6 +360,23 @@ class AccountClient:
                 raise self._error(f"dataset {ref} is still {status} after {timeout_s:g} s",
                                   "Kaggle may be slow: wait longer, or upload it again.", retryable=True)
             time.sleep(min(poll_s, left))
+
+    def own_datasets(self, search: str = "") -> list[DatasetInfo]:
+        """The account's own datasets whose name holds `search`, with their size (every page)."""
+        out: list[DatasetInfo] = []
+        for page in range(1, 101):
+            found = self._call(f"listing the datasets of {self.username}", lambda: self._api.dataset_list(
+                mine=True, search=search or None, page=page)) or []
+            out += [DatasetInfo(str(d.ref), str(d.title or ""), int(d.total_bytes or 0)) for d in found if d]
+            if len(found) < DATASET_PAGE:
+                break
+        return out
+
+    def delete_dataset(self, slug: str) -> None:
+        """Deletes one of the account's own datasets; one already gone is no error."""
+        owner, name = self._ref(slug, own=True)
+        self._call(f"deleting dataset {owner}/{name}", lambda: self._api.dataset_delete(owner, name, no_confirm=True),
+                   missing=(404,), own=True)
 
     # -- who am I -------------------------------------------------------------------------
 
@@ -870,13 +441,13 @@ def token_username(token: str, *, account: str = "new account", base_url: str | 
     """The Kaggle username an API token belongs to (asks Kaggle)."""
     check_no_global_token()
     url = base_url or api_url()
-    api = _lab_api_class()(None, None, token, url, 30.0)
+    api = lab_api_class()(None, None, token, url, 30.0)
     try:
         username = api._introspect_token(token)
     except Exception as exc:  # noqa: BLE001 - any failure means the same to the person
-        text = _short(_unwrap(exc)).replace(token, "***")
+        text = _short(unwrap(exc)).replace(token, "***")
         raise KaggleError(account, f"could not ask Kaggle whose token this is ({text})",
-                          "Pass the username with --username, or check the token.", status=_status(exc)) from None
+                          "Pass the username with --username, or check the token.", status=status_of(exc)) from None
     if not username:
         raise KaggleError(account, "Kaggle does not know this token (or it expired)",
                           "Make a new token at kaggle.com/settings.")
@@ -888,4 +459,6 @@ def client_for(account: str | Account, *, timeout_s: float = 60.0, retry: RetryP
     check_no_global_token()
     acc = account if isinstance(account, Account) else get_account(account)
     url = api_url()
-    return AccountClient(acc, _api_for(acc, url, timeout_s), url, retry or RetryPolicy(), timeout_s)
+    retry = retry or RetryPolicy()
+    # An interrupted blob upload resumes after the policy's first backoff.
+    return AccountClient(acc, api_for(acc, url, timeout_s, retry.base_s), url, retry, timeout_s)

@@ -25,6 +25,8 @@ from pathlib import Path
 
 KEEP = 2
 FORMAT = 2  # 1: RNG states as NumPy objects (loaded through an allow-list); 2: tensors and plain values
+# The marker a session leaves in its outputs when its inputs (data, checkpoint) are not the ones sent.
+INPUT_NOT_READY = "input-not-ready.json"
 _NAME = re.compile(r"^ckpt_(\d{8})\.pt$")
 _LEFTOVER = re.compile(r"^(\.ckpt_\d{8}\.(pt|json)\.tmp|ckpt_\d{8}\.(pt|json))$")
 

@@ -20,7 +20,8 @@ from pathlib import Path
 import torch
 
 from lab.config import RunConfig, fields_off_defaults, resumed_config
-from lab.kernel.checkpoint import CheckpointError, checkpoint_meta, list_checkpoints, newest_whole_checkpoint
+from lab.kernel.checkpoint import (INPUT_NOT_READY, CheckpointError, checkpoint_meta, list_checkpoints,
+                                   newest_whole_checkpoint, resolve_checkpoint, sha256_file)
 from lab.kernel.data import find_data
 from lab.kernel.launch import Launched, launch, report_result, reporting_failure, stop_file_from_env
 from lab.kernel.metrics import read_metrics
@@ -86,6 +87,31 @@ def resolve_session(cfg: RunConfig, out_dir: str = "", given_fields: list[str] |
         data = find_data(roots + ([Path(cfg.data_dir)] if cfg.data_dir else []), cfg.constellations)
     print(f"data       {data}\ncheckpoint {resume or '- (from scratch)'}\noutputs    {out}")
     return SessionPaths(data=data, out=out, resume=resume, cfg=cfg, given=given)
+
+
+def inputs_as_sent(cfg: RunConfig, out_dir: str = "", given_fields: list[str] | None = None, data_sha256: str = "",
+                   ckpt_sha256: str = "") -> SessionPaths:
+    """The session's paths, checked against the sha256 the control side sent for the data's
+    manifest and the checkpoint (empty: not checked). A dataset READY on Kaggle may not be the
+    one mounted yet: when an input is missing or another version, this leaves the marker
+    `input-not-ready.json` in the outputs and stops the session before any training, so it
+    never resumes from another checkpoint; the control side waits and pushes again."""
+    if not data_sha256 and not ckpt_sha256:
+        return resolve_session(cfg, out_dir, given_fields)
+    out = Path(out_dir) if out_dir else (kaggle_root() / "working" if on_kaggle() else Path.cwd() / "run")
+    try:
+        paths = resolve_session(cfg, out_dir, given_fields)
+        found = {"data": sha256_file(paths.data / "manifest.json") if data_sha256 else "",
+                 "checkpoint": sha256_file(resolve_checkpoint(paths.resume)) if ckpt_sha256 and paths.resume else ""}
+    except Exception as e:  # noqa: BLE001 - not found or unreadable: not mounted (yet)
+        found, paths = {"error": f"{type(e).__name__}: {e}"}, None
+    wrong = {k: v for k, v in (("data", data_sha256), ("checkpoint", ckpt_sha256)) if v and found.get(k) != v}
+    if paths is not None and not wrong:
+        return paths
+    out.mkdir(parents=True, exist_ok=True)
+    (out / INPUT_NOT_READY).write_text(json.dumps({"expected": wrong, "found": found}, indent=1), encoding="utf-8")
+    raise RuntimeError(f"INPUT NOT READY: {', '.join(wrong) or 'inputs'} not as sent ({found}); "
+                       "the control side pushes again")
 
 
 class LivePlot:

@@ -10,6 +10,7 @@ import sys
 import threading
 import time
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 
 import requests
 
@@ -17,7 +18,7 @@ from kaggle_fixtures import (SAVER_CELL, SLEEP_CELL, kaggle_emulator, kaggle_lab
                              make_kaggle_emulator, make_notebook, lab_for)
 from tools.kaggle_emulator import KaggleEmulator
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = str(Path(__file__).resolve().parents[2])  # the repository: tools/ is a package there
 QUOTA = "kernels.KernelsApiService/GetAcceleratorQuotaStatistics"
 
 
@@ -111,7 +112,8 @@ def test_blob_uploads_resume_with_content_range(kaggle_emulator):
     assert (emu.state_dir / "datasets/alice/resumed-data/v1/part.bin").read_bytes() == b"0123456789"
     # Another account cannot use alice's upload token.
     bob = rpc(emu, "datasets.DatasetApiService/CreateDataset",
-              {"ownerSlug": "bob", "slug": "stolen-data", "files": [{"token": start["token"]}]},
+              {"ownerSlug": "bob", "slug": "stolen-data", "title": "Stolen data", "licenseName": "other",
+               "files": [{"token": start["token"]}]},
               auth=("bob", emu.account("bob").key))
     assert bob.status_code == 400
 

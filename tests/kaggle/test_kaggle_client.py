@@ -396,3 +396,74 @@ def test_pushes_kaggle_would_refuse_are_refused_before_sending(kaggle_lab):
     with pytest.raises(UserError, match="does not make the slug"):
         alice.push_kernel("some-run", "Another title", make_notebook("print(1)"))
     assert kaggle_lab.emu.recorded("SaveKernel") == []
+
+
+def test_checkpoint_datasets_of_finished_runs_are_listed_with_size_and_removed_on_request(kaggle_lab, tmp_path,
+                                                                                        capsys):
+    from lab.machines.kaggle_data import ckpt_slug
+    from lab.runs import create_run, updating
+    from lab.config import RunConfig
+    done, going = create_run(RunConfig(steps_until=5)), create_run(RunConfig(steps_until=5))
+    with updating(done.id) as r:
+        r.status = "done"
+    with updating(going.id) as r:
+        r.status = "running"
+    alice = kaggle_lab.client("alice")
+    for run, size in ((done, 3_000_000), (going, 1_000_000)):
+        folder = tmp_path / run.id
+        folder.mkdir()
+        (folder / "ckpt_00000005.pt").write_bytes(b"w" * size)
+        alice.upload_dataset(ckpt_slug(run.id), folder, ckpt_slug(run.id))
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "notes.txt").write_text("not the lab's")
+    alice.upload_dataset("my-own-dataset", other, "my own dataset")
+
+    assert accounts("checkpoints") == 0
+    out = capsys.readouterr().out
+    listed = [line for line in out.splitlines() if line.startswith("alice")]
+    assert len(listed) == 2 and "my-own-dataset" not in out
+    assert any(done.id in line and "3.0 MB" in line and "done" in line for line in listed)
+    assert any(going.id in line and "1.0 MB" in line and "running" in line for line in listed)
+
+    assert accounts("checkpoints", "alice", "--remove", going.id) == 2  # a run going on keeps its hand-off
+    assert "cancel it first" in capsys.readouterr().err
+    assert accounts("checkpoints", "alice", "--remove-finished") == 0
+    assert f"alice/{ckpt_slug(done.id)}" in capsys.readouterr().out
+    assert kaggle_lab.emu.dataset_versions("alice", ckpt_slug(done.id)) == []
+    assert kaggle_lab.emu.dataset_versions("alice", ckpt_slug(going.id)) == [1]
+    assert kaggle_lab.emu.dataset_versions("alice", "my-own-dataset") == [1], "only the lab's checkpoints go"
+
+
+def test_plain_http_is_taken_only_for_this_computer_so_a_key_never_travels_in_the_clear(monkeypatch):
+    for url in ("http://127.0.0.1:8790", "http://localhost:8790/", "http://[::1]:8790", "https://api.kaggle.com",
+                "https://proxy.example.org/kaggle"):
+        monkeypatch.setenv("LAB_KAGGLE_API_URL", url)
+        assert kc.api_url() == url.rstrip("/")
+    for url in ("http://api.kaggle.com", "http://10.0.0.5:8790", "http://127.0.0.1.example.org"):
+        monkeypatch.setenv("LAB_KAGGLE_API_URL", url)
+        with pytest.raises(UserError, match="in the clear"):
+            kc.api_url()
+
+
+def test_a_kaggle_client_older_than_2_2_5_is_refused_with_how_to_upgrade():
+    from lab.kaggle.transport import check_kaggle_version
+    for ok in ("2.2.5", "2.3.0", "10.0"):
+        check_kaggle_version(ok)
+    with pytest.raises(UserError, match=r"kaggle>=2.2.5.*pip install -U"):
+        check_kaggle_version("1.7.4.5")
+
+
+def test_kaggle_refuses_a_second_dataset_title_and_an_unknown_licence_and_the_kit_sends_neither(kaggle_lab, tmp_path):
+    alice = kaggle_lab.client("alice")
+    folder = tmp_path / "files"
+    folder.mkdir()
+    (folder / "a.txt").write_text("a")
+    alice.upload_dataset("first-dataset", folder, "same title")
+    with pytest.raises(kc.KaggleError, match="title .* is already in use"):
+        alice.upload_dataset("second-dataset", folder, "same title")
+    with pytest.raises(UserError, match="no dataset licence 'CC BY 4.0'"):
+        alice.upload_dataset("third-dataset", folder, "third title", licence="CC BY 4.0")
+    alice.upload_dataset("third-dataset", folder, "third title", licence="CC-BY-4.0")
+    sent = kaggle_lab.emu.recorded("CreateDataset")[-1]["body"]
+    assert sent["licenseName"] == "CC-BY-4.0" and sent["isPrivate"] is True

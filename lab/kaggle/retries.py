@@ -1,0 +1,83 @@
+"""One retry policy for every call to Kaggle: which failures are transient, which are surely
+unprocessed (safe to repeat even a push), and how long to wait (backoff with jitter, or the
+server's Retry-After)."""
+from __future__ import annotations
+
+import email.utils
+import random
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+import requests
+import urllib3.exceptions
+
+TRANSIENT_STATUS = {429, 500, 502, 503, 504}
+UNPROCESSED_STATUS = {429, 503}  # refused before any work: safe to repeat even a push
+
+
+def unwrap(exc: BaseException) -> BaseException:
+    """KaggleApi turns some HTTP errors into a ValueError ("Cannot access kernel..."): the
+    HTTP error is its context."""
+    ctx = exc.__context__
+    if isinstance(exc, ValueError) and isinstance(ctx, requests.HTTPError):
+        return ctx
+    return exc
+
+
+def status_of(exc: BaseException) -> int | None:
+    response = getattr(exc, "response", None)
+    return getattr(response, "status_code", None)
+
+
+def is_transient(exc: BaseException) -> bool:
+    if isinstance(exc, ValueError) and str(exc).startswith("Upload unsuccessful"):
+        return True  # a blob upload ran out of resumes; the next try resumes where it stopped
+    if isinstance(exc, requests.HTTPError):
+        return status_of(exc) in TRANSIENT_STATUS
+    return isinstance(exc, (requests.ConnectionError, requests.Timeout, requests.exceptions.ChunkedEncodingError,
+                            urllib3.exceptions.ProtocolError))
+
+
+def surely_unprocessed(exc: BaseException) -> bool:
+    """Kaggle certainly did not act on the request: it refused it, or it never arrived."""
+    if isinstance(exc, requests.HTTPError):
+        return status_of(exc) in UNPROCESSED_STATUS
+    if isinstance(exc, requests.ConnectTimeout):
+        return True
+    reason = getattr(exc.args[0], "reason", None) if exc.args else None
+    return isinstance(exc, requests.ConnectionError) and isinstance(reason, urllib3.exceptions.NewConnectionError)
+
+
+def retry_after(exc: BaseException) -> float | None:
+    response = getattr(exc, "response", None)
+    value = getattr(response, "headers", {}).get("Retry-After") if response is not None else None
+    if value is None:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(value)  # the HTTP-date form
+        except (TypeError, ValueError):
+            return None
+        when = when if when.tzinfo else when.replace(tzinfo=timezone.utc)
+        return max(0.0, (when - datetime.now(timezone.utc)).total_seconds())
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """attempts in all; waits base_s·2^(n-1) (at most cap_s) with jitter, or Retry-After."""
+    attempts: int = 6
+    base_s: float = 1.0
+    cap_s: float = 60.0
+    max_retry_after_s: float = 300.0
+
+    def delay(self, attempt: int, retry_after: float | None) -> float | None:
+        """Seconds to wait before the next try; None when Kaggle asks for too long a wait."""
+        if retry_after is not None:
+            if retry_after > self.max_retry_after_s:
+                return None
+            return retry_after * (1 + random.random() / 10)
+        base = min(self.cap_s, self.base_s * 2 ** (attempt - 1))
+        return base * (0.5 + random.random() / 2)
+

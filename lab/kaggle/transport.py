@@ -1,0 +1,175 @@
+"""The real `kaggle` client, one object per account: its own address, credentials and a
+timeout on every HTTP request (kagglesdk sends without one), and blob uploads with a timeout.
+
+`kaggle` is imported lazily: importing it builds a global client and authenticates.
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import random
+import re
+import threading
+import time
+from typing import Any
+
+import requests
+
+from lab.config import UserError
+from lab.kaggle.accounts import Account, secrets_of
+from lab.kaggle.retries import TRANSIENT_STATUS
+
+
+_API_LOCK = threading.Lock()
+_API_CLASS: Any = None
+_APIS: dict[tuple, Any] = {}
+
+
+MIN_KAGGLE = (2, 2, 5)  # older clients lack the quota and session-status calls the kit uses
+
+
+def check_kaggle_version(found: str) -> None:
+    """Refuses a `kaggle` client older than 2.2.5, saying how to upgrade."""
+    parts = tuple(int(x) for x in re.findall(r"\d+", found)[:3])
+    if parts < MIN_KAGGLE:
+        raise UserError(f"The installed kaggle client is {found}; the lab kit needs kaggle>=2.2.5 (older clients "
+                        "lack the GPU-quota and session-status calls it uses). Upgrade: pip install -U 'kaggle>=2.2.5'")
+
+
+def lab_api_class() -> Any:
+    """KaggleApi, taught to use a given address, a timeout and only its own credentials."""
+    global _API_CLASS
+    with _API_LOCK:
+        if _API_CLASS is None:
+            from importlib.metadata import PackageNotFoundError, version
+            try:
+                check_kaggle_version(version("kaggle"))
+            except PackageNotFoundError:
+                raise UserError("The kaggle client is not installed: pip install 'kaggle>=2.2.5' six") from None
+            _API_CLASS = _define_lab_api()
+        return _API_CLASS
+
+
+def _define_lab_api() -> Any:
+    # `import kaggle` authenticates a global client at import time and prints help text when
+    # this machine has no credentials of its own: keep that off the person's screen.
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        from kaggle.api.kaggle_api_extended import KaggleApi
+    from kagglesdk import KaggleClient, KaggleEnv
+    from kagglesdk.kaggle_http_client import KaggleHttpClient
+    from requests.adapters import HTTPAdapter
+
+    class TimeoutAdapter(HTTPAdapter):
+        """kagglesdk sends without a timeout; this gives every request on the session one."""
+
+        def __init__(self, timeout_s: float):
+            self._timeout_s = timeout_s
+            super().__init__()
+
+        def send(self, request, stream=False, timeout=None, **kwargs):  # type: ignore[override]
+            return super().send(request, stream=stream, timeout=timeout or self._timeout_s, **kwargs)
+
+    class LabKaggleApi(KaggleApi):
+        def __init__(self, username: str | None, key: str | None, token: str | None, base_url: str,
+                     timeout_s: float, pause_s: float = 1.0):
+            # KaggleApi's config_values is one dict on the class, shared by every instance:
+            # each account gets its own. authenticate() is never called: it would let
+            # KAGGLE_USERNAME/KAGGLE_KEY and a global token override this account's credentials.
+            self.config_values = {"username": username or ""}
+            self.config_values["token" if token else "key"] = token or key or ""
+            self._authenticated = True
+            self._lab_base_url = base_url
+            self._lab_timeout_s = timeout_s
+            self._lab_pause_s = pause_s  # between resumes of an interrupted blob upload
+
+        def __repr__(self) -> str:
+            return f"<LabKaggleApi {self.config_values.get('username')!r} at {self._lab_base_url}>"
+
+        def build_kaggle_client(self) -> Any:
+            token = self.config_values.get("token") or None
+            client = KaggleClient(env=KaggleEnv.PROD, username=self.config_values.get("username"),
+                                  password=self.config_values.get("key"), api_token=token,
+                                  response_processor=self.get_response_processor())
+            http = client._http_client
+            if not all(hasattr(http, a) for a in ("_endpoint", "_signed_in", "_init_session")):
+                raise RuntimeError("The installed kagglesdk changed its HTTP client; the lab kit knows 0.1.x.")
+            # The address per object, not in kagglesdk's global endpoint table.
+            http._endpoint = self._lab_base_url
+            # Marking the client signed in skips its own credential search, where a global
+            # token would win over this account's key; the credentials are set just below.
+            http._signed_in = True
+            http._init_session()
+            session = http._session
+            session.auth = (KaggleHttpClient.BearerAuth(token) if token
+                            else (self.config_values["username"], self.config_values["key"]))
+            adapter = TimeoutAdapter(self._lab_timeout_s)
+            session.mount("http://", adapter)
+            session.mount("https://", adapter)
+            return client
+
+        def with_retry(self, func, *args, **kwargs):  # type: ignore[override]
+            # Retries are the AccountClient's: one policy, with jitter and bounded waits, rather
+            # than the client's own (no jitter, up to 10 tries) multiplied by ours.
+            return func
+
+        def upload_complete(self, path, url, quiet, resume=False):  # type: ignore[override]
+            # The client's own PUT has no timeout.
+            return put_blob(path, url, resume, self._lab_timeout_s, self._lab_pause_s)
+
+    return LabKaggleApi
+
+
+def api_for(account: Account, base_url: str, timeout_s: float, pause_s: float = 1.0) -> Any:
+    creds = account.folder / ("kaggle.json" if account.auth == "key" else "access_token")
+    st = creds.stat() if creds.exists() else None
+    # A replaced credentials file (another inode or mtime) makes a new object: an account removed
+    # and added again never signs in with its old key.
+    cache_key = (str(account.folder), base_url, timeout_s, pause_s, (st.st_ino, st.st_mtime_ns) if st else None)
+    with _API_LOCK:
+        api = _APIS.get(cache_key)
+    if api is None:
+        key, token = secrets_of(account)
+        api = lab_api_class()(account.username, key, token, base_url, timeout_s, pause_s)
+        with _API_LOCK:
+            api = _APIS.setdefault(cache_key, api)
+    return api
+
+
+def put_blob(path: str, url: str, resume: bool, timeout_s: float, pause_s: float = 1.0) -> int:
+    """One raw-bytes upload to a createUrl, resumable as the real client does it (Content-Range),
+    but with a timeout. Returns a kaggle `ResumableUploadResult` code."""
+    from kaggle.models.kaggle_models_extended import ResumableUploadResult as R
+
+    size = os.path.getsize(path)
+    start = 0
+    try:
+        if resume:
+            r = requests.put(url, data=b"", headers={"Content-Range": f"bytes */{size}"}, timeout=timeout_s)
+            if r.status_code in (200, 201):
+                return R.COMPLETE
+            if r.status_code == 404:
+                return R.EXPIRED
+            if r.status_code != 308:
+                return _paused(R.INCOMPLETE, pause_s) if r.status_code in TRANSIENT_STATUS else R.FAILED
+            got = re.fullmatch(r"bytes=0-(\d+)", r.headers.get("Range", ""))
+            start = int(got.group(1)) + 1 if got else 0
+            if start >= size > 0:
+                return _paused(R.INCOMPLETE, pause_s)
+        with open(path, "rb") as f:
+            f.seek(start)
+            headers = {"Content-Range": f"bytes {start}-{size - 1}/{size}"} if start else {}
+            r = requests.put(url, data=f, headers=headers, timeout=timeout_s)
+    except requests.RequestException:
+        return _paused(R.INCOMPLETE, pause_s)
+    if r.status_code in (200, 201):
+        return R.COMPLETE
+    if r.status_code == 308 or r.status_code in TRANSIENT_STATUS:
+        return _paused(R.INCOMPLETE, pause_s)
+    return R.FAILED
+
+
+def _paused(result: int, pause_s: float) -> int:
+    time.sleep(pause_s * (0.5 + random.random() / 2))
+    return result
+

@@ -1,0 +1,187 @@
+"""The emulated Kaggle: blob uploads and datasets."""
+from __future__ import annotations
+
+import re
+import secrets
+import shutil
+import time
+from typing import BinaryIO
+
+from tools.kaggle_emulator.files import _drain, _write_at
+from tools.kaggle_emulator.model import EmulatedAccount, _Blob, _Dataset, _DatasetVersion, _HttpError
+
+
+# Kaggle's dataset licence names *(docs: the dataset-metadata wiki; the service's own list is not public)*.
+KNOWN_LICENCES = {"CC0-1.0", "CC-BY-SA-4.0", "CC-BY-SA-3.0", "CC-BY-4.0", "CC-BY-3.0", "CC-BY-NC-4.0", "CC-BY-NC-SA-4.0",
+                  "CC-BY-ND-4.0", "CC-BY-NC-ND-4.0", "GPL-2.0", "GPL-3.0", "LGPL-3.0", "AGPL-3.0", "FDL-1.3", "ODbL-1.0",
+                  "ODC-BY-1.0", "PDDL", "DbCL-1.0", "apache-2.0", "mit", "copyright-authors", "unknown", "other",
+                  "reddit-api", "world-bank", "US-Government-Works", "CDLA-Permissive-1.0", "CDLA-Sharing-1.0"}
+
+
+class Datasets:
+    """Part of KaggleEmulator (a mixin): its state lives there."""
+
+    def _start_blob_upload(self, user: EmulatedAccount, body: dict) -> dict:
+        name = str(body.get("name") or "")
+        if not name or "/" in name or name in (".", ".."):
+            raise _HttpError(400, "A blob needs a plain file name")
+        size = int(body.get("contentLength") or 0)
+        blob_id = secrets.token_hex(12)
+        blob = _Blob(blob_id, "blob-" + secrets.token_hex(16), user.username, name, size,
+                     self.state_dir / "blobs" / blob_id)
+        blob.path.write_bytes(b"")
+        with self._lock:
+            self._blobs[blob_id] = blob
+        return {"token": blob.token, "createUrl": f"{self.url}/upload/{blob_id}"}
+
+    def upload(self, blob_id: str, content_range: str | None, body: BinaryIO,
+               length: int | None, chunked: bool) -> tuple[int, dict]:
+        """A raw-bytes PUT to a createUrl, Google-resumable style: 200 when all bytes are in,
+        308 with `Range: bytes=0-N` while some are missing, 404 for an unknown upload."""
+        entry = {"service": "blobs", "method": "upload", "user": None, "body": {"blob": blob_id,
+                                                                                  "contentRange": content_range}}
+        fault = self._take_fault("upload")
+        with self._lock:
+            blob = self._blobs.get(blob_id)
+        if blob is None or (fault is not None and not fault.after):
+            _drain(body, length, chunked)
+            status = 404 if blob is None else fault.status
+            entry.update(status=status, bytes=0, fault=blob is not None)
+            self._record(entry)
+            return status, {}
+        query = re.fullmatch(r"bytes \*/(\d+)", content_range or "")
+        if query:
+            received = 0
+        else:
+            part = re.fullmatch(r"bytes (\d+)-(\d+)/(\d+)", content_range or "")
+            start = int(part.group(1)) if part else 0
+            if start > blob.received:
+                _drain(body, length, chunked)
+                entry.update(status=400, bytes=0)
+                self._record(entry)
+                return 400, {}
+            received = _write_at(blob.path, start, body, length, chunked)
+            blob.received = start + received
+        status = 200 if blob.received >= blob.size else 308
+        if fault is not None:
+            status, entry["fault"] = fault.status, True
+        entry.update(status=status, bytes=received)
+        self._record(entry)
+        headers = {"Range": f"bytes=0-{blob.received - 1}"} if status == 308 and blob.received else {}
+        return status, headers
+
+    def _take_blobs(self, user: EmulatedAccount, files: list) -> list[_Blob]:
+        blobs = []
+        by_token = {b.token: b for b in self._blobs.values()}
+        for f in files or []:
+            blob = by_token.get((f or {}).get("token", ""))
+            if blob is None or blob.owner != user.username:
+                raise _HttpError(400, "Unknown upload token")
+            if blob.received < blob.size:
+                raise _HttpError(400, f"The upload of {blob.name} is incomplete")
+            blobs.append(blob)
+        if not blobs:
+            raise _HttpError(400, "A dataset version needs at least one file")
+        return blobs
+
+    # -- datasets -------------------------------------------------------------------------
+
+    def _create_dataset(self, user: EmulatedAccount, body: dict) -> dict:
+        owner, slug = body.get("ownerSlug") or user.username, body.get("slug") or ""
+        if owner != user.username:
+            raise _HttpError(403, "You may only create datasets you own")
+        if not re.fullmatch(r"[a-z0-9][a-z0-9-]{4,48}[a-z0-9]", slug):
+            return {"status": "error", "error": "The dataset slug must be 6-50 characters: a-z, 0-9, -"}
+        licence = body.get("licenseName") or ""
+        if licence not in KNOWN_LICENCES:
+            return {"status": "error", "error": f"Unknown license name {licence!r}."}
+        title = str(body.get("title") or slug)
+        with self._lock:
+            if (owner, slug) in self._datasets:
+                return {"status": "error",
+                        "error": f'The requested slug "{slug}" is already in use by a dataset. Please choose another slug.'}
+            if any(d.owner == owner and d.title == title for d in self._datasets.values()):
+                return {"status": "error",
+                        "error": f'The requested title "{title}" is already in use by a dataset. Please choose another title.'}
+            blobs = self._take_blobs(user, body.get("files"))
+            # An omitted isPrivate is false: a public dataset, as on Kaggle.
+            ds = _Dataset(owner, slug, title, bool(body.get("isPrivate", False)))
+            self._datasets[(owner, slug)] = ds
+            self._add_dataset_version(ds, blobs, "")
+        return {"ref": f"{owner}/{slug}", "url": f"{self.url}/datasets/{owner}/{slug}", "status": "ok"}
+
+    def _create_dataset_version(self, user: EmulatedAccount, body: dict) -> dict:
+        owner, slug = body.get("ownerSlug") or "", body.get("datasetSlug") or ""
+        with self._lock:
+            ds = self._visible_dataset(user, owner, slug)
+            if ds.owner != user.username:
+                raise _HttpError(403, "You may only version datasets you own")
+            inner = body.get("body") or {}
+            blobs = self._take_blobs(user, inner.get("files"))
+            self._add_dataset_version(ds, blobs, inner.get("versionNotes") or "")
+        return {"ref": f"{owner}/{slug}", "url": f"{self.url}/datasets/{owner}/{slug}", "status": "ok"}
+
+    def _add_dataset_version(self, ds: _Dataset, blobs: list[_Blob], notes: str) -> None:
+        number = len(ds.versions) + 1
+        folder = self.state_dir / "datasets" / ds.owner / ds.slug / f"v{number}"
+        folder.mkdir(parents=True, exist_ok=True)
+        for blob in blobs:
+            shutil.copyfile(blob.path, folder / blob.name)
+        ds.versions.append(_DatasetVersion(number, folder, notes, time.monotonic() + self.dataset_ready_s))
+
+    def _dataset_version_status(self, ds: _Dataset, v: _DatasetVersion) -> str:
+        behaviour = self._dataset_behaviour.get((ds.owner, ds.slug))
+        if v.status == "BLOBS_RECEIVED" and behaviour in (None, "mount-lag") and time.monotonic() >= v.ready_at:
+            v.status = "READY"
+        elif v.status == "BLOBS_RECEIVED" and behaviour == "failed":
+            v.status = "FAILED"
+        return v.status
+
+    def _visible_dataset(self, user: EmulatedAccount, owner: str, slug: str) -> _Dataset:
+        ds = self._datasets.get((owner, slug))
+        # *(assumed)* A dataset missing, or created seconds ago, may answer 403 rather than 404.
+        if ds is None or time.monotonic() < ds.created_at + self.dataset_visible_s:
+            if self.missing_status == 403:
+                raise _HttpError(403, f"Permission 'datasets.get' was denied for {owner}/{slug}")
+            raise _HttpError(404, f"Dataset {owner}/{slug} not found")
+        if ds.private and ds.owner != user.username:
+            raise _HttpError(403, f"Permission 'datasets.get' was denied for {owner}/{slug}")
+        return ds
+
+    def _get_dataset_status(self, user: EmulatedAccount, body: dict) -> dict:
+        with self._lock:
+            ds = self._visible_dataset(user, body.get("ownerSlug") or "", body.get("datasetSlug") or "")
+            return {"status": self._dataset_version_status(ds, ds.versions[-1])}
+
+    def _get_dataset(self, user: EmulatedAccount, body: dict) -> dict:
+        with self._lock:
+            ds = self._visible_dataset(user, body.get("ownerSlug") or "", body.get("datasetSlug") or "")
+            return {"ref": f"{ds.owner}/{ds.slug}", "title": ds.title, "isPrivate": ds.private,
+                    "currentVersionNumber": ds.versions[-1].number, "ownerName": ds.owner,
+                    "versions": [{"versionNumber": v.number, "versionNotes": v.notes,
+                                  "status": self._dataset_version_status(ds, v)} for v in ds.versions]}
+
+    # -- kernels --------------------------------------------------------------------------
+
+    def _list_datasets(self, user: EmulatedAccount, body: dict) -> dict:
+        """The user's own datasets ("my" group) or public ones, filtered by `search`, 20 a page."""
+        mine = "MY" in str(body.get("group") or "")
+        search = str(body.get("search") or "").lower()
+        page = max(1, int(body.get("page") or 1))
+        with self._lock:
+            found = [ds for (owner, slug), ds in sorted(self._datasets.items())
+                     if (ds.owner == user.username if mine else not ds.private) and search in slug.lower()
+                     and time.monotonic() >= ds.created_at + self.dataset_visible_s]
+            rows = [{"ref": f"{ds.owner}/{ds.slug}", "title": ds.title, "isPrivate": ds.private,
+                     "totalBytes": sum(f.stat().st_size for f in ds.versions[-1].folder.iterdir() if f.is_file())}
+                    for ds in found[(page - 1) * 20:page * 20]]
+        return {"datasets": rows}
+
+    def _delete_dataset(self, user: EmulatedAccount, body: dict) -> dict:
+        owner, slug = body.get("ownerSlug") or user.username, body.get("datasetSlug") or ""
+        with self._lock:
+            ds = self._visible_dataset(user, owner, slug)
+            if ds.owner != user.username:
+                raise _HttpError(403, "You may only delete datasets you own")
+            del self._datasets[(owner, slug)]
+        return {}

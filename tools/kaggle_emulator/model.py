@@ -1,0 +1,169 @@
+"""The emulated Kaggle's state: accounts, blobs, datasets, kernels, sessions, faults."""
+from __future__ import annotations
+
+import subprocess
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+
+NOTEBOOK_LIMIT_BYTES = 1_000_000
+MAX_PAGE_SIZE = 200
+MAX_RPC_BODY_BYTES = 16 * 1024 * 1024
+KAGGLE_SESSION_LIMIT_S = 12 * 3600
+GPU_SHAPES = {"NvidiaTeslaT4", "NvidiaTeslaP100", "NvidiaTeslaT4Highmem", "NvidiaL4", "NvidiaL4X1"}
+ACTIVE = ("QUEUED", "RUNNING", "CANCEL_REQUESTED")
+TERMINAL = ("COMPLETE", "ERROR", "CANCEL_ACKNOWLEDGED")
+SIGNED_URL_TTL_S = 3600.0
+_CHUNK = 1024 * 1024
+
+
+def _utcnow() -> datetime:
+    return datetime.now(timezone.utc).replace(microsecond=0)
+
+
+def _duration(seconds: float) -> str:
+    """A protobuf Duration as JSON: whole seconds, never dropping days (unlike the SDK's renderer)."""
+    whole = int(seconds)
+    frac = seconds - whole
+    return f"{whole}s" if frac < 1e-3 else f"{whole}.{int(frac * 1000):03d}s"
+
+
+def _timestamp(dt: datetime) -> str:
+    return dt.astimezone(timezone.utc).replace(tzinfo=None).isoformat(timespec="milliseconds") + "Z"
+
+
+# ---------------------------------------------------------------------------------------------
+# State
+
+
+@dataclass
+class EmulatedAccount:
+    """One Kaggle account: its credentials and its weekly GPU quota (in emulated seconds)."""
+    username: str
+    key: str | None = field(default=None, repr=False)
+    token: str | None = field(default=None, repr=False)
+    gpu_total_s: float = 30 * 3600.0
+    gpu_used_s: float = 0.0
+    gpu_reserved_s: float = 0.0
+    refresh_time: datetime = field(default_factory=lambda: _utcnow() + timedelta(days=7))
+
+
+@dataclass
+class _Blob:
+    id: str
+    token: str
+    owner: str
+    name: str
+    size: int
+    path: Path
+    received: int = 0
+
+
+@dataclass
+class _DatasetVersion:
+    number: int
+    folder: Path
+    notes: str
+    ready_at: float  # monotonic; when processing ends
+    status: str = "BLOBS_RECEIVED"
+
+
+@dataclass
+class _Dataset:
+    owner: str
+    slug: str
+    title: str
+    private: bool
+    versions: list[_DatasetVersion] = field(default_factory=list)
+    created_at: float = field(default_factory=time.monotonic)
+
+
+@dataclass
+class _Session:
+    id: int
+    owner: str
+    slug: str
+    version: int
+    gpu: bool
+    timeout_s: float  # emulated seconds
+    folder: Path  # holds kaggle/ (the sandbox), the notebook and the log
+    mounts: list[tuple[Path, Path]]  # (source folder, where it appears under kaggle/input)
+    queued_at: float
+    status: str = "QUEUED"
+    failure: str = ""
+    launching: bool = False  # the sandbox is being built; the process is not there yet
+    proc: subprocess.Popen | None = None
+    started_at: float | None = None
+    stop_reason: str | None = None  # "timeout", "quota", "cancel", "shutdown"
+    term_sent_at: float | None = None
+    outputs_lost: bool = False  # killed at its timeout with /kaggle/working not kept
+    kill_lost: bool = False  # at its timeout: SIGKILL at once, outputs lost (else SIGTERM first)
+    keep_outputs: bool = False  # with kill_lost: the outputs saved so far are kept all the same
+    exited_at: float | None = None
+    log: list[dict] = field(default_factory=list)
+    log_done: threading.Event = field(default_factory=threading.Event)
+
+    @property
+    def root(self) -> Path:
+        return self.folder / "kaggle"
+
+    @property
+    def working(self) -> Path:
+        return self.root / "working"
+
+
+@dataclass
+class _KernelVersion:
+    number: int
+    text: str
+    request: dict
+    session: _Session
+
+
+@dataclass
+class _Kernel:
+    id: int
+    owner: str
+    slug: str
+    title: str
+    private: bool
+    versions: list[_KernelVersion] = field(default_factory=list)
+
+
+@dataclass
+class _Fault:
+    status: int  # 0: no error, only the delay
+    retry_after: float | None = None
+    after: bool = False  # answer the error after doing the work (the reply is "lost")
+    delay_s: float = 0.0  # wait this long before answering (the client's timeout may fire first)
+
+
+@dataclass
+class SessionInfo:
+    """What a test may want to know about one session (a copy; it does not change)."""
+    id: int
+    owner: str
+    slug: str
+    version: int
+    status: str
+    failure: str
+    gpu: bool
+    root: Path
+    working: Path
+    stop_reason: str | None
+
+
+class _HttpError(Exception):
+    def __init__(self, code: int, message: str):
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+# ---------------------------------------------------------------------------------------------
+# The emulator
+
+
