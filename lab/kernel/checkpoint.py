@@ -287,10 +287,12 @@ class StopGuard:
     when the launcher writes `stop_file` (a stop meant for every rank of a multi-process run).
 
     The handlers only set a flag; the loop saves at the next step boundary. Stopping at
-    the limit leaves room for one more step and the save, with a margin.
+    the limit leaves room for one more step and the save, with a second's margin: the margin
+    for the session's boot, the output copy and Kaggle's kill lies in the session timeout the
+    control side asks for (the limit plus ten minutes), not here.
     """
 
-    def __init__(self, limit_min: float, started: float | None = None, margin_s: float = 5.0,
+    def __init__(self, limit_min: float, started: float | None = None, margin_s: float = 1.0,
                  stop_file: str | os.PathLike | None = None):
         self.started = time.monotonic() if started is None else started
         self.deadline = self.started + limit_min * 60
@@ -322,6 +324,11 @@ class StopGuard:
         if time.monotonic() + 1.5 * step_s + 1.5 * save_s + self.margin_s >= self.deadline:
             return "time limit"
         return None
+
+    def left_s(self) -> float:
+        """Seconds to the time limit. Sync points come closer as it nears, so the loop stops
+        close to the limit rather than a whole sync interval early."""
+        return max(0.0, self.deadline - time.monotonic())
 
     def elapsed(self) -> float:
         return time.monotonic() - self.started

@@ -141,10 +141,10 @@ class Readings:
         return rows, values[n:]
 
 
-def next_sync_steps(step_s: float, save_every_s: float = SYNC_TARGET_S) -> int:
+def next_sync_steps(step_s: float, within_s: float = SYNC_TARGET_S) -> int:
     """Steps until the next sync point for a step of `step_s` seconds (see SYNC_TARGET_S); never
-    further apart than the periodic saves, which are agreed at sync points."""
-    target = min(SYNC_TARGET_S, save_every_s)
+    further than `within_s` (the periodic saves and the time limit are agreed at sync points)."""
+    target = min(SYNC_TARGET_S, within_s)
     if step_s <= 0 or target <= 0:
         return 1
     return max(1, min(SYNC_MAX_STEPS, int(target / step_s)))

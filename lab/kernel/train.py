@@ -428,7 +428,8 @@ class Trainer:
         metrics = open(self.out / "metrics.jsonl", "a", encoding="utf-8") if rt.main else None
         guard = StopGuard(cfg.limit_min, started=self.started, stop_file=self.stop_file)
         self.compile()  # before the loop: the compile time stays out of the step time below
-        step_s, save_s, reason, path = 0.0, 2.0 + self.model.num_weights() * 16 / 200e6, None, None
+        # A save's cost until one is measured: weights, AdamW's two moments and fp32 copies at ~200 MB/s.
+        step_s, save_s, reason, path = 0.0, 0.5 + self.model.num_weights() * 16 / 200e6, None, None
         readings, last_save, last_print, printed = Readings(), time.monotonic(), 0.0, False
         window_t0, window_tokens, window_steps = time.monotonic(), self.tokens, 0
         last_eval, sync_steps, next_sync = self.step, 1, self.step + 1
@@ -451,10 +452,12 @@ class Trainer:
                         continue  # no host sync between sync points: the card never waits for us
                     # A sync point: one collective reads the window's losses and agrees on
                     # stopping, saving and the next sync point (steps are the same on every rank).
-                    stop_local = 1.0 if (reason or guard.reason(step_s * sync_steps, save_s)) else 0.0
+                    own = reason or guard.reason(step_s * sync_steps, save_s)
                     due = 1.0 if time.monotonic() - last_save > cfg.checkpoint_every_min * 60 else 0.0
-                    rows, (stop, save_due, steps_sum) = readings.take(
-                        rt.device, [stop_local, due, float(next_sync_steps(step_s, cfg.checkpoint_every_min * 60))], lambda t: sum_ranks(t, rt))
+                    within_s = min(cfg.checkpoint_every_min * 60, guard.left_s() / 4)
+                    agree = [float(bool(own)), float(own == "time limit"), due, float(next_sync_steps(step_s, within_s))]
+                    rows, (stop, limit_hit, save_due, steps_sum) = readings.take(rt.device, agree,
+                                                                                 lambda t: sum_ranks(t, rt))
                     now = time.monotonic()
                     rate = (self.tokens - window_tokens) / max(now - window_t0, 1e-9)
                     if window_steps:
@@ -463,8 +466,8 @@ class Trainer:
                     next_sync = self.step + sync_steps
                     for row in rows:
                         row["loss"], row["tok_s"] = row["loss"] / rt.world, rate
-                    if stop and not reason:
-                        reason = guard.reason(step_s * sync_steps, save_s) or "another rank stopped"
+                    if stop and not reason:  # every rank stops here, for the same reason where it is the clock
+                        reason = own or ("time limit" if limit_hit else "another rank stopped")
                     if eval_due:
                         last_eval = self.step
                         if not (rows and rows[-1]["step"] == self.step):

@@ -12,9 +12,9 @@ from conftest import ROOT, TINY, lab_here
 from lab.config import ConfigError, RunConfig, resumed_config
 
 # A run whose fields are off the defaults, so a resume that fell back to them would show.
-# Saves (and so sync points, where a signal is acted on) every ~0.1 s: the stop lands mid-run.
+# Saves (and so sync points, where a signal is acted on) every ~10 ms: the stop lands mid-run.
 RUN = [*TINY, "--batch-per-card", "8", "--seed", "3", "--grad-clip", "0.5", "--eval-every", "100", "-c", "pydoc",
-       "--checkpoint-every-min", "0.002"]
+       "--checkpoint-every-min", "0.0002"]
 
 
 def test_fields_not_given_come_from_the_checkpoint_and_given_ones_override():

@@ -10,20 +10,18 @@ from lab.config import RunConfig
 
 @pytest.fixture
 def kaggle_env(pydoc_data, kaggle_lab, monkeypatch):
-    """As tests/test_kaggle_runs.py sets it up: the kit's clocks told the emulator's time scale."""
-    from lab.machines import driver
+    """As tests/machines/test_kaggle_runs.py sets it up: the emulator scales its own time; the
+    background drivers poll every 0.2 s through the person's own setting."""
+    from lab.machines import control
     monkeypatch.setenv("LAB_KAGGLE_POLL_S", "0.2")
-    monkeypatch.setenv("LAB_KAGGLE_TIME_SCALE", "60")
-    monkeypatch.setenv("LAB_KAGGLE_RETRY_S", "0.01")
-    monkeypatch.setenv("LAB_KAGGLE_DATASET_WAIT_S", "20")
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     kaggle_lab.data = pydoc_data
     yield kaggle_lab
-    for proc in driver._spawned.values():  # a failed test leaves no background driver behind
+    for proc in control.spawned.values():  # a failed test leaves no background driver behind
         if proc.poll() is None:
             proc.kill()
             proc.wait(timeout=30)
-    driver._spawned.clear()
+    control.spawned.clear()
 
 
 def test_auto_runs_a_sweeps_runs_side_by_side_on_the_labs_accounts(kaggle_env):

@@ -66,8 +66,8 @@ def test_a_branch_is_a_child_of_its_run_and_its_curve_starts_with_the_parents(st
     kid = kids[1]
     assert lineage(kid) == [parent.id, kid.id]
     assert kid.cfg.decay_start == 20 and kid.cfg.steps_until == 25 and kid.status == "done"
-    theirs = [r for r in read_metrics(parent.folder) if r["step"] <= 20 and "val_loss" not in r]
-    mine = [r for r in read_metrics(kid.folder) if r["step"] <= 20 and "val_loss" not in r]
+    theirs = [r for r in read_metrics(parent.folder) if r["step"] <= 20 and "loss" in r]
+    mine = [r for r in read_metrics(kid.folder) if r["step"] <= 20 and "loss" in r]
     assert mine == theirs and mine[-1]["step"] == 20
     assert parent.step == 40 and parent.cfg.steps_until == 40
 
