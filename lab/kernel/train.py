@@ -25,7 +25,7 @@ from lab.kernel.checkpoint import (CheckpointError, StopGuard, load_checkpoint, 
                             save_checkpoint)
 from lab.config import MODEL_FIELDS, RunConfig, card_set, check, check_against_data, check_resume, raise_on_errors
 from lab.kernel.data import TokenData
-from lab.kernel.metrics import metrics_lines, write_metrics_lines
+from lab.kernel.metrics import echo_metrics, metrics_lines, write_metrics_lines
 from lab.kernel.model import GPT
 from lab.kernel.schedule import lr_for_config
 
@@ -392,6 +392,7 @@ class Trainer:
                         metrics.flush()
                         if self.on_metrics:
                             self.on_metrics(record)
+                        echo_metrics(record)  # into the log: the live curve of a session running elsewhere
                     if reason or (loggable and save_due):
                         t_save = time.monotonic()
                         path = self.save(guard.elapsed()) or path
