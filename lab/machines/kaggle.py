@@ -45,6 +45,7 @@ from lab.machines.control import spawn_driver
 from lab.machines.kaggle_data import (POLL_ENV, KaggleSettings, LinkContext, ckpt_slug, data_slug,  # noqa: F401
                                       ensure_checkpoint, ensure_data, forget_dataset, get_link, held, holds,
                                       kernel_slug, set_link, source_checkpoint, stage_data)
+from lab.machines.kaggle_live import LiveWatch
 from lab.machines.kaggle_outputs import download, finish
 from lab.runs import Link, Run, now, updating
 
@@ -259,12 +260,24 @@ def _record_push(run_id: str, n: int, kernel: dict, say) -> dict:
 
 
 def _watch(run_id: str, n: int, ctx: LinkContext, cancelled: Callable[[], bool]) -> tuple[str, str]:
-    """Polls the session until it ends; returns (status, failure message)."""
-    c, say = ctx.c, ctx.say
+    """Polls the session until it ends, following its log for the live curve meanwhile;
+    returns (status, failure message)."""
     run, link = get_link(run_id, n)
     d = link.detail
     if d.get("kaggle_status") in TERMINAL:
         return d["kaggle_status"], d.get("failure", "")
+    curve = LiveWatch(ctx.c, d["kernel"], run.folder / d["folder"], n, run.cfg.steps_until, ctx.say,
+                      grace_s=ctx.settings.log_grace_s, retry_s=ctx.settings.poll_s)
+    try:
+        return _poll(run_id, n, ctx, cancelled, curve)
+    finally:
+        curve.close()
+
+
+def _poll(run_id: str, n: int, ctx: LinkContext, cancelled: Callable[[], bool], curve: LiveWatch) -> tuple[str, str]:
+    c, say = ctx.c, ctx.say
+    run, link = get_link(run_id, n)
+    d = link.detail
     kernel = d["kernel"]
     base = ctx.settings.poll_s
     interval, last, polls, failing_since, told = base, d.get("kaggle_status"), 0, None, False
@@ -290,6 +303,7 @@ def _watch(run_id: str, n: int, ctx: LinkContext, cancelled: Callable[[], bool])
             time.sleep(interval)
             continue
         polls += 1
+        curve.poll(status)
         if status != last:
             set_link(run_id, n, kaggle_status=status, failure=failure, status_at=now())
             say(f"link {n}: {kernel['slug']} {status}" + (f": {failure}" if failure else ""))

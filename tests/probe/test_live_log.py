@@ -8,7 +8,7 @@ import pytest
 
 from lab.kaggle.logs import LIVE_ROWS, LiveLog, read_live
 from lab.kernel.metrics import echo_metrics, metrics_line, parse_metrics_line
-from tests.kaggle_fixtures import kaggle_emulator, kaggle_lab, make_kaggle_emulator, make_notebook  # noqa: F401
+from kaggle_fixtures import kaggle_emulator, kaggle_lab, make_kaggle_emulator, make_notebook  # noqa: F401
 
 # A notebook that prints a metrics line every 0.2 s for a few seconds, then waits for a file.
 PRINTING = """
@@ -93,7 +93,7 @@ def test_reconnecting_to_the_replayed_stream_adds_no_row_twice(kaggle_lab, tmp_p
 
 
 def test_a_log_kaggle_keeps_until_the_end_is_said_so_and_then_read(make_kaggle_emulator, tmp_path, monkeypatch):
-    from tests.kaggle_fixtures import lab_for
+    from kaggle_fixtures import lab_for
     emu = make_kaggle_emulator()
     emu.log_while_running = False
     lab = lab_for(emu, tmp_path, monkeypatch)
