@@ -47,6 +47,7 @@ from lab.machines.kaggle_data import (POLL_ENV, KaggleSettings, LinkContext, ckp
                                       kernel_slug, set_link, source_checkpoint, stage_data)
 from lab.machines.kaggle_live import LiveWatch
 from lab.machines.kaggle_outputs import download, finish
+from lab.machines.probe_record import cannot_run, read_probe
 from lab.runs import Link, Run, now, updating
 
 MAX_POLL_FACTOR = 4  # status polls back off to 4 × the poll interval while nothing changes
@@ -376,6 +377,8 @@ class KaggleHost(Host):
             else:
                 m.quota_left_h, m.quota_total_h = q.left_s / 3600, q.total_s / 3600
                 m.refresh = q.refresh_time.isoformat() if q.refresh_time else None
+        if m.error is None:  # the Auto rule skips an account its probe found unable to run (`lab probe NAME`)
+            m.error = cannot_run(read_probe(self.name))
         m.free = m.free and m.error is None
         return m
 

@@ -27,7 +27,7 @@ from typing import Any, Iterable
 
 from lab.config import MODEL_FIELDS, Problem, RunConfig, UserError, card_set, check, check_against_data, check_resume
 from lab.corpus.manifests import prepared_folders, read_manifest
-from lab.home import data_dir, runs_dir
+from lab.home import accounts_dir, data_dir, runs_dir
 
 DEFAULT_VOCAB = 4000  # the lab's tokenizer, when no manifest or checkpoint says otherwise
 TOKENS_PER_WEIGHT = 20  # the guide's "about 20 tokens of data per weight"
@@ -419,13 +419,12 @@ def _run_info(folder: str) -> tuple | None:
 
 
 def measured_runs(gpu: str | None = None, root: Path | None = None) -> list[Measured]:
-    """The lab's runs in `root` (default `$LAB_HOME/runs`), on `gpu` or all, whose
-    metrics give a steady speed."""
-    root = runs_dir() if root is None else root
-    try:
-        folders = [(e.name, e.path) for e in os.scandir(root) if e.is_dir()]
-    except OSError:
-        return []
+    """The lab's runs in `root` (default `$LAB_HOME/runs`, and each account's probe burst,
+    `lab probe`), on `gpu` or all, whose metrics give a steady speed."""
+    folders = _scan(runs_dir() if root is None else root)
+    if root is None:  # a probe's burst is a run folder too (lab.machines.probe_record)
+        folders += [(f"probe:{name}", os.path.join(path, "probe")) for name, path in _scan(accounts_dir())
+                    if os.path.isdir(os.path.join(path, "probe"))]
     out = []
     for name, folder in folders:
         info = _run_info(folder)
@@ -437,6 +436,13 @@ def measured_runs(gpu: str | None = None, root: Path | None = None) -> list[Meas
         if tok_s is not None:
             out.append(Measured(name, *info, tok_s))
     return out
+
+
+def _scan(root: Path) -> list[tuple[str, str]]:
+    try:
+        return [(e.name, e.path) for e in os.scandir(root) if e.is_dir()]
+    except OSError:
+        return []
 
 
 # ---------------------------------------------------------------------------------------

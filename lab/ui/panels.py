@@ -121,8 +121,23 @@ class MachinesPanel(Panel):
                 reset = f" · {tr('сброс', 'resets')} {m.refresh[:16].replace('T', ' ')} UTC" if m.refresh else ""
                 text = widgets.HTML(f"{esc(hours(left))} {esc(tr('из', 'of'))} {esc(hours(total))}{esc(reset)}")
                 quota = widgets.HBox([bar, text])
-        return widgets.HBox([widgets.HTML(name, layout=widgets.Layout(width="22em")), quota,
-                             widgets.HTML(f"&nbsp;· {esc(busy)}")], layout=widgets.Layout(align_items="center"))
+        row = widgets.HBox([widgets.HTML(name, layout=widgets.Layout(width="22em")), quota,
+                            widgets.HTML(f"&nbsp;· {esc(busy)}")], layout=widgets.Layout(align_items="center"))
+        return row if m.kind == "local" else widgets.VBox([row, _probe_line(m.name)])
+
+
+def _probe_line(account: str) -> widgets.HTML:
+    """The account's last probe (`lab probe NAME`): its verdict and figures, and how old it is."""
+    from lab.machines.probe_record import age, read_probe, summary
+    record = read_probe(account)
+    ru = tr("ru", "en") == "ru"
+    text = f"{tr('проба', 'probe')}: {summary(record, ru=ru)}"
+    if record is not None:
+        text += f" · {age(record, ru=ru)} {tr('назад', 'ago')}"
+    color = "#666" if record is None or record.get("can_run", True) else "#d32f2f"
+    line = widgets.HTML(f"<span style='color:{color};font-size:90%;margin-left:2em'>{esc(text)}</span>")
+    line.add_class(f"lab-probe-{account}")
+    return line
 
 
 # ---------------------------------------------------------------------------------------
