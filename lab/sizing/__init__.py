@@ -636,7 +636,7 @@ def estimate(cfg: RunConfig, vocab: int | None = None, manifest: dict | None = N
     constellations). checkpoint: {"step", "config"}; None reads `resume_from`'s sidecar.
     given: fields the person set explicitly (a resumed run takes the others from the
     checkpoint; a given model field that differs is an error). runs: measured runs; None
-    scans `$LAB_HOME/runs`."""
+    scans `$LAB_HOME/runs` and the accounts' probes."""
     if manifest is None:
         manifest = find_manifest(cfg)
     ckpt_missing = False
