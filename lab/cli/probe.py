@@ -36,7 +36,7 @@ def _print(name: str, record: dict | None, as_json: bool) -> int:
     from lab.machines.probe_record import age, summary
     if as_json:
         print(json.dumps(record, ensure_ascii=False))
-        return 0 if record and record.get("can_run", True) else 1
+        return 0 if record and record.get("can_run", True) is True else 1
     if record is None:
         print(f"{name}: never probed: `lab probe {name}`")
         return 1
@@ -64,4 +64,4 @@ def _print(name: str, record: dict | None, as_json: bool) -> int:
     log = record.get("log_while_running")
     print("  the log of a running session: " + {True: "readable while it runs (live curves)",
                                                   False: "only when it ends (no live curve)"}.get(log, "not known"))
-    return 0 if record.get("can_run", True) else 1
+    return 0 if record.get("can_run", True) is True else 1

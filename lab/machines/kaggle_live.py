@@ -3,7 +3,8 @@
 The watch hands each polled status to `LiveWatch.poll`: the session's log is followed
 (lab.kaggle.logs.LiveLog) into the link's folder, new metrics rows are said as progress lines
 (`lab watch RUN` prints them; the monitor draws them), and when Kaggle turns out to keep the log
-until the session ends, that is said once instead of a curve that does not move. The rows are
+until the session ends (or the account's probe found so), that is said once instead of a curve
+that does not move. The rows are
 only a preview: the session's own `metrics.jsonl` replaces them when its outputs come back.
 """
 from __future__ import annotations
@@ -13,7 +14,8 @@ from typing import Callable
 
 from lab.kaggle.client import AccountClient
 from lab.kaggle.logs import LiveLog
-from lab.machines.live import AT_END_EN
+from lab.machines.live import at_end_note
+from lab.machines.probe_record import read_probe
 
 
 def progress_line(n: int, row: dict, steps_until: int) -> str:
@@ -30,6 +32,8 @@ class LiveWatch:
     def __init__(self, c: AccountClient, kernel: dict, folder: Path, n: int, steps_until: int,
                  say: Callable[[str], None], grace_s: float, retry_s: float):
         self.n, self.steps_until, self.say = n, steps_until, say
+        if (read_probe(c.account.name) or {}).get("log_while_running") is False:
+            grace_s = 0.0  # the account's probe found the log kept until the end: said at the first RUNNING
         self.log = LiveLog(c, kernel["slug"], kernel.get("version"), folder, grace_s=grace_s, retry_s=retry_s)
         self.told_at_end = False
         self.said = len(self.log.rows())  # rows a driver before this one already said
@@ -43,7 +47,7 @@ class LiveWatch:
             self.say(progress_line(self.n, last, self.steps_until))
             self.said = len(rows)
         if mode == "at_end" and not self.told_at_end:
-            self.say(f"link {self.n}: " + AT_END_EN.format(min=self.log.grace_s / 60))
+            self.say(f"link {self.n}: " + at_end_note(self.log.grace_s))
             self.told_at_end = True
 
     def close(self) -> None:

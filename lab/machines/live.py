@@ -11,10 +11,18 @@ from lab.kernel.metrics import read_metrics
 from lab.machines.control import active_link
 from lab.runs import Run
 
-AT_END_EN = ("Kaggle does not show this session's log until it ends (nothing in {min:.0f} min of running): "
-             "the curve comes with its outputs.")
-AT_END_RU = ("Kaggle не показывает журнал этой сессии, пока она не кончится (ничего за {min:.0f} мин работы): "
-             "кривая придёт вместе с её результатами.")
+AT_END_EN = "Kaggle does not show this session's log until it ends ({why}): the curve comes with its outputs."
+AT_END_RU = ("Kaggle не показывает журнал этой сессии, пока она не кончится ({why}): кривая придёт вместе с её "
+             "результатами.")
+
+
+def at_end_note(grace_s: float, ru: bool = False) -> str:
+    """The monitor's note for a log Kaggle keeps until the end; `grace_s` 0: the probe found so."""
+    if ru:
+        why = f"ничего за {grace_s / 60:.0f} мин работы" if grace_s else "так нашла проба аккаунта"
+        return AT_END_RU.format(why=why)
+    why = f"nothing in {grace_s / 60:.0f} min of running" if grace_s else "the account's probe found so"
+    return AT_END_EN.format(why=why)
 
 
 def live_curve(run: Run) -> dict | None:
@@ -29,10 +37,10 @@ def live_curve(run: Run) -> dict | None:
         return None
     rows = [r for r in rows if r["step"] > link.from_step]
     mode = state.get("mode", "waiting")
-    minutes = float(state.get("grace_s") or 0) / 60
+    grace = float(state.get("grace_s") or 0)
     return {"link": link.n, "mode": mode, "rows": rows, "last_step": rows[-1]["step"] if rows else None,
-            "note_en": AT_END_EN.format(min=minutes) if mode == "at_end" else None,
-            "note_ru": AT_END_RU.format(min=minutes) if mode == "at_end" else None}
+            "note_en": at_end_note(grace) if mode == "at_end" else None,
+            "note_ru": at_end_note(grace, ru=True) if mode == "at_end" else None}
 
 
 def curve_rows(run: Run, live: dict | None = None) -> list[dict]:

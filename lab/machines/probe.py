@@ -204,10 +204,11 @@ def _verdict(name: str, slug: str, version: int | None, status: str, failure: st
     record = {"format": 1, "account": name, "at": started.isoformat(timespec="seconds"), "kernel": slug,
               "version": version, "status": status, "can_run": True, "why": None, "why_ru": None,
               "log_while_running": {"live": True, "at_end": False}.get(log_mode), "facts": facts}
-    if facts is None:
-        record.update(can_run=False, why=f"the probe session ended {status} without its results"
+    if facts is None:  # the probe failed, which says nothing sure of the account: Auto still tries it
+        record.update(can_run=None, why=f"the probe session ended {status} without its results"
                       + (f" ({failure})" if failure else ""),
-                      why_ru=f"сессия пробы кончилась ({status}) без результатов" + (f" ({failure})" if failure else ""))
+                      why_ru=f"сессия пробы кончилась ({status}) без результатов"
+                      + (f" ({failure})" if failure else ""))
         return record
     gpus = facts.get("gpus") or []
     worker = facts.get("worker") or {}
@@ -242,7 +243,8 @@ def _refused(name: str, c: AccountClient, e: KaggleError, started: datetime) -> 
     except UserError:
         out_of_quota = False
     if out_of_quota:
-        raise UserError(f"{e} The probe needs a few minutes of GPU quota: try again after the weekly refresh.") from None
+        raise UserError(f"{e} The probe needs a few minutes of GPU quota: try again after the weekly "
+                        "refresh.") from None
     record = {"format": 1, "account": name, "at": started.isoformat(timespec="seconds"), "kernel": None,
               "version": None, "status": "refused", "can_run": False,
               "why": f"Kaggle refused a GPU session: {e.what}. {e.todo}",

@@ -33,7 +33,7 @@ def read_probe(account: str) -> dict | None:
 def cannot_run(record: dict | None) -> str | None:
     """Why the probe says the account cannot run the lab's sessions, or None (it can, or it was
     never probed: an unprobed account is tried as before)."""
-    if not record or record.get("can_run", True):
+    if not record or record.get("can_run", True) is not False:
         return None
     name = record.get("account", "NAME")
     return (f"the probe of {str(record.get('at', '?'))[:16].replace('T', ' ')} UTC says it cannot run: "
@@ -48,13 +48,18 @@ def age(record: dict, now: datetime | None = None, ru: bool = False) -> str:
         return "?"
     s = max(0.0, ((now or datetime.now(timezone.utc)) - then).total_seconds())
     minutes, hours, days = ("мин", "ч", "д") if ru else ("min", "h", "d")
-    return f"{s / 60:.0f} {minutes}" if s < 3600 else f"{s / 3600:.0f} {hours}" if s < 86400 else f"{s / 86400:.0f} {days}"
+    if s < 3600:
+        return f"{s / 60:.0f} {minutes}"
+    return f"{s / 3600:.0f} {hours}" if s < 86400 else f"{s / 86400:.0f} {days}"
 
 
 def summary(record: dict | None, ru: bool = False) -> str:
     """One line: the verdict and the main figures."""
     if record is None:
         return "не проверен (lab probe ИМЯ)" if ru else "not probed (lab probe NAME)"
+    if record.get("can_run", True) is None:
+        return ("проба не удалась: " + str(record.get("why_ru") or record.get("why"))) if ru else \
+            "the probe failed: " + str(record.get("why"))
     if not record.get("can_run", True):
         return ("не может: " + str(record.get("why_ru") or record.get("why"))) if ru else \
             "cannot run: " + str(record.get("why"))

@@ -63,7 +63,8 @@ def burst(device: torch.device, rank: int, world: int, size: dict, steps: int, o
     precision = precision_for(device)
     dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(precision)
     scaler = torch.amp.GradScaler(device.type, enabled=precision == "fp16")
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.95), **({"fused": True} if device.type == "cuda" else {}))
+    fused = {"fused": True} if device.type == "cuda" else {}
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.95), **fused)
     rows, tokens_per_step = size["batch_per_card"], size["batch_per_card"] * world * size["context"]
     x = torch.randint(0, size["vocab"], (rows, size["context"] + 1), device=device)
     records, started = [], time.perf_counter()
@@ -91,7 +92,8 @@ def burst(device: torch.device, rank: int, world: int, size: dict, steps: int, o
     return {"tok_s": round(steady[len(steady) // 2], 1), "steps": steps, "precision": precision,
             "tokens_per_step": tokens_per_step, "size": size, "weights": model.num_weights(),
             "loss_first": records[0]["loss"], "loss_last": records[-1]["loss"],
-            "peak_memory_gb": round(torch.cuda.max_memory_allocated(device) / 1e9, 3) if device.type == "cuda" else None}
+            "peak_memory_gb": round(torch.cuda.max_memory_allocated(device) / 1e9, 3) if device.type == "cuda"
+            else None}
 
 
 def worker_main(argv: list[str]) -> None:

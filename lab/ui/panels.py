@@ -134,7 +134,7 @@ def _probe_line(account: str) -> widgets.HTML:
     text = f"{tr('проба', 'probe')}: {summary(record, ru=ru)}"
     if record is not None:
         text += f" · {age(record, ru=ru)} {tr('назад', 'ago')}"
-    color = "#666" if record is None or record.get("can_run", True) else "#d32f2f"
+    color = "#666" if record is None or record.get("can_run", True) is True else "#d32f2f"
     line = widgets.HTML(f"<span style='color:{color};font-size:90%;margin-left:2em'>{esc(text)}</span>")
     line.add_class(f"lab-probe-{account}")
     return line

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import time
 
-import pytest
-
 from lab.kaggle.logs import LIVE_ROWS, LiveLog, read_live
 from lab.kernel.metrics import echo_metrics, metrics_line, parse_metrics_line
 from kaggle_fixtures import kaggle_emulator, kaggle_lab, make_kaggle_emulator, make_notebook  # noqa: F401

@@ -86,3 +86,16 @@ def test_a_session_whose_log_kaggle_keeps_until_the_end_is_said_so(paced):
     t.join(180)
     assert sum("does not show this session's log" in line for line in lines) == 1
     assert machines.status(run_id)["status"] == "done"
+
+
+def test_an_account_whose_probe_found_the_log_kept_until_the_end_is_said_so_at_once(paced):
+    from lab.machines.probe import store
+    lab = paced()
+    lab.emu.log_while_running = False
+    store("alice", {"account": "alice", "at": "2026-11-30T10:00:00+00:00", "can_run": True, "gpu": "2xT4",
+                    "log_while_running": False})
+    run_id, lines, t = _start(lab, grace_s=3600)  # no waiting an hour: the probe already knows
+    state = _while_running(run_id, lambda s: s["live"] and s["live"]["note_en"])
+    assert "the account's probe found so" in state["live"]["note_en"]
+    t.join(180)
+    assert machines.status(run_id)["status"] == "done"

@@ -14,7 +14,8 @@ from lab.machines import driver as machines
 from lab.machines.probe import ProbePlan, cost_line, probe_account, probe_notebook
 from lab.machines.probe_record import cannot_run, probe_path, read_probe, summary
 
-FAST = ProbePlan(hold_s=2.0, poll_s=0.2, log_grace_s=60.0, worker_timeout_s=120.0)
+# The emulator runs 60 emulated seconds per wall second: a 2-hour timeout is 2 wall minutes.
+FAST = ProbePlan(hold_s=2.0, poll_s=0.2, log_grace_s=60.0, worker_timeout_s=120.0, session_timeout_s=7200)
 
 
 @pytest.fixture
@@ -72,7 +73,8 @@ def test_an_account_kaggle_gives_no_gpu_is_recorded_and_auto_skips_it(probing):
 
 def test_a_probe_finds_out_when_kaggle_keeps_a_running_sessions_log_until_the_end(probing):
     probing.emu.log_while_running = False
-    record = probe_account("alice", ProbePlan(hold_s=4.0, poll_s=0.2, log_grace_s=1.0, worker_timeout_s=120.0),
+    record = probe_account("alice", ProbePlan(hold_s=4.0, poll_s=0.2, log_grace_s=1.0, worker_timeout_s=120.0,
+                                              session_timeout_s=7200),
                            say=lambda s: None)
     assert record["can_run"] and record["log_while_running"] is False
     assert "log only at the end" in summary(record)
@@ -97,3 +99,14 @@ def test_the_probe_notebook_fits_kaggle_and_needs_only_torch_and_the_stdlib():
     import sys
     assert modules - set(sys.stdlib_module_names) == {"torch"}
     assert "min" in cost_line(ProbePlan()) and "мин" in cost_line(ProbePlan(), ru=True)
+
+
+def test_a_probe_that_failed_on_its_own_does_not_bar_the_account():
+    from datetime import datetime, timezone
+
+    from lab.machines.probe import _verdict
+    record = _verdict("alice", "alice/lab-probe", 3, "ERROR", "The notebook failed", "waiting", "n0nce",
+                      datetime.now(timezone.utc), None)
+    assert record["can_run"] is None and cannot_run(record) is None  # Auto still tries the account
+    assert summary(record).startswith("the probe failed: ") and "ERROR" in summary(record)
+    assert summary(record, ru=True).startswith("проба не удалась: ")
