@@ -75,9 +75,9 @@ def _list(offline: bool) -> int:
         kc.check_no_global_token()
     from lab.machines.control import active_runs  # the registry: what runs where
     active = active_runs()
-    rows, failed = [("NAME", "KAGGLE USER", "GPU LEFT / TOTAL", "REFRESH (UTC)", "RUNS", "PROBE")], 0
+    rows, failed = [("NAME", "KAGGLE USER", "GPU LEFT / TOTAL", "REFRESH (UTC)", "PROBE", "RUNS")], 0
     for a in accounts:
-        runs = (", ".join(active.get(a.name, [])) or "-", _probe(a.name))
+        runs = (_probe(a.name), ", ".join(active.get(a.name, [])) or "-")
         if a.auth == "broken":
             rows.append((a.name, "?", "damaged: remove and add it again", "", *runs))
             failed += 1

@@ -15,7 +15,7 @@ from lab.machines.probe import ProbePlan, cost_line, probe_account, probe_notebo
 from lab.machines.probe_record import cannot_run, probe_path, read_probe, summary
 
 # The emulator runs 60 emulated seconds per wall second: a 2-hour timeout is 2 wall minutes.
-FAST = ProbePlan(hold_s=2.0, poll_s=0.2, log_grace_s=60.0, worker_timeout_s=120.0, session_timeout_s=7200)
+FAST = ProbePlan(hold_s=4.0, poll_s=0.2, log_grace_s=60.0, worker_timeout_s=120.0, session_timeout_s=7200)
 
 
 @pytest.fixture
