@@ -91,7 +91,8 @@ def echo_metrics(row: dict, every_s: float = ECHO_EVERY_S) -> bool:
     last echoed row of its session); returns whether it printed."""
     elapsed, session = row.get("elapsed_s"), row.get("session")
     last = _echoed.get(session)
-    due = "val_loss" in row or last is None or not isinstance(elapsed, (int, float)) or elapsed - last >= every_s
+    due = ("val_loss" in row or last is None or not isinstance(elapsed, (int, float))
+           or not 0 <= elapsed - last < every_s)  # a clock that went back: another run in this process
     if not due:
         return False
     if isinstance(elapsed, (int, float)):

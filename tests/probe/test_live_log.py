@@ -48,8 +48,9 @@ def test_the_loop_echoes_a_row_every_few_seconds_and_every_evaluation(capsys):
                for s in range(1, 31)]
     assert [s for s, p in zip(range(1, 31), printed) if p] == [1, 11, 21]
     assert echo_metrics({"step": 31, "val_loss": 2.0, "elapsed_s": 31.5, "session": 77}, every_s=10)
+    assert echo_metrics({"step": 1, "loss": 1.0, "elapsed_s": 0.5, "session": 77}, every_s=10)  # a new run here
     lines = capsys.readouterr().out.splitlines()
-    assert [parse_metrics_line(x)["step"] for x in lines] == [1, 11, 21, 31]
+    assert [parse_metrics_line(x)["step"] for x in lines] == [1, 11, 21, 31, 1]
 
 
 def _push(lab, slug: str):
