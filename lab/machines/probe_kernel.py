@@ -34,7 +34,8 @@ def gpu_facts() -> dict:
                               "capability": f"{p.major}.{p.minor}"})
     if facts["gpus"]:
         try:
-            facts["nccl"] = ".".join(str(v) for v in torch.cuda.nccl.version())
+            version = torch.cuda.nccl.version()  # a tuple; an int in older torch
+            facts["nccl"] = ".".join(map(str, version)) if isinstance(version, tuple) else str(version)
         except Exception as e:  # noqa: BLE001 - recorded, not raised
             facts["nccl"] = f"unknown ({type(e).__name__})"
         facts["driver"] = _smi("driver_version")
