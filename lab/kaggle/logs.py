@@ -69,16 +69,19 @@ class LiveLog:
             self._thread.join(wait_s)
         self._save_state()
 
-    def seen_status(self, status: str) -> str:
-        """Told each polled status; returns the log's mode as known now."""
+    def seen_status(self, status: str, asked_at: float | None = None) -> str:
+        """Told each polled status and when it was asked (`clock()` before the call: a line that
+        came after the question may come from a session that ended meanwhile); returns the log's
+        mode as known now."""
         now = self.clock()
+        asked_at = now if asked_at is None else asked_at
         with self._lock:
             if status == "RUNNING":
                 if self._running_since is None:
-                    self._running_since = now
-                if self._first_event_at is not None:
-                    self.mode = "live"  # a line came before this poll, which still reads RUNNING
-                elif self.mode != "live" and now - self._running_since >= self.grace_s:
+                    self._running_since = asked_at
+                if self._first_event_at is not None and self._first_event_at < asked_at:
+                    self.mode = "live"  # a line came before a poll that still read RUNNING
+                elif self.mode != "live" and asked_at - self._running_since >= self.grace_s:
                     self.mode = "at_end"
         self._save_state()
         return self.mode

@@ -291,6 +291,7 @@ def _poll(run_id: str, n: int, ctx: LinkContext, cancelled: Callable[[], bool], 
             set_link(run_id, n, cancel_requested=now())
             told = True
         try:
+            asked = time.monotonic()
             status, failure = c.kernel_status(kernel["slug"], kernel.get("version"))
             failing_since = None
         except KaggleError as e:
@@ -304,7 +305,7 @@ def _poll(run_id: str, n: int, ctx: LinkContext, cancelled: Callable[[], bool], 
             time.sleep(interval)
             continue
         polls += 1
-        curve.poll(status)
+        curve.poll(status, asked)
         if status != last:
             set_link(run_id, n, kaggle_status=status, failure=failure, status_at=now())
             say(f"link {n}: {kernel['slug']} {status}" + (f": {failure}" if failure else ""))

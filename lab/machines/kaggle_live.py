@@ -39,8 +39,9 @@ class LiveWatch:
         self.said = len(self.log.rows())  # rows a driver before this one already said
         self.log.start()
 
-    def poll(self, status: str) -> None:
-        mode = self.log.seen_status(status)
+    def poll(self, status: str, asked_at: float | None = None) -> None:
+        """`asked_at`: time.monotonic() before the status was asked."""
+        mode = self.log.seen_status(status, asked_at)
         rows = self.log.rows()
         if len(rows) > self.said:
             last = max(rows[self.said:], key=lambda r: r["step"])

@@ -158,13 +158,14 @@ def _follow(c: AccountClient, slug: str, version: int | None, log_folder: Path, 
     try:
         while True:
             try:
+                asked = time.monotonic()
                 status, failure = c.kernel_status(slug, version)
             except KaggleError as e:
                 if not e.retryable or time.monotonic() > deadline:
                     raise
                 time.sleep(plan.poll_s)
                 continue
-            mode = live.seen_status(status)
+            mode = live.seen_status(status, asked)
             if status != last:
                 say(f"{c.account.name}: {slug} {status}" + (f": {failure}" if failure else ""))
                 last = status

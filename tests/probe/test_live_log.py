@@ -113,3 +113,13 @@ def test_a_log_kaggle_keeps_until_the_end_is_said_so_and_then_read(make_kaggle_e
     finally:
         live.stop(wait_s=5)
     assert read_live(tmp_path / "link")[0]["mode"] == "at_end"
+
+
+def test_a_line_that_came_after_the_status_was_asked_does_not_make_the_log_live(tmp_path):
+    now = [10.0]
+    live = LiveLog(None, "alice/x", 1, tmp_path, grace_s=60, clock=lambda: now[0])  # not started: fed by hand
+    asked = now[0]  # the poll asks; meanwhile the session ends and its stored log arrives
+    now[0] = 11.0
+    live._take({"stream_name": "stdout", "data": "@lab-metrics {\"step\": 3}\n"})
+    assert live.seen_status("RUNNING", asked) == "waiting"
+    assert live.seen_status("RUNNING", 12.0) == "live"  # a later poll that still reads RUNNING
