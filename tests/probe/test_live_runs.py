@@ -76,18 +76,6 @@ def test_the_monitor_and_watch_see_a_kaggle_runs_curve_while_its_session_runs(pa
     assert live_steps <= {r["step"] for r in authoritative}  # the preview was the same curve
 
 
-def test_a_session_whose_log_kaggle_keeps_until_the_end_is_said_so(paced):
-    lab = paced()
-    lab.emu.log_while_running = False
-    run_id, lines, t = _start(lab, grace_s=0.5)
-    state = _while_running(run_id, lambda s: s["live"] and s["live"]["note_en"])
-    assert "until it ends" in state["live"]["note_en"] and "не кончится" in state["live"]["note_ru"]
-    assert state["live"]["rows"] == []
-    t.join(180)
-    assert sum("does not show this session's log" in line for line in lines) == 1
-    assert machines.status(run_id)["status"] == "done"
-
-
 def test_an_account_whose_probe_found_the_log_kept_until_the_end_is_said_so_at_once(paced):
     from lab.machines.probe import store
     lab = paced()
