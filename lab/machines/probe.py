@@ -113,8 +113,11 @@ def _pasted(path: Path) -> str:
 
 
 def probe_account(name: str, plan: ProbePlan | None = None, say: Callable[[str], None] = print) -> dict:
-    """Probes the account: pushes the probe, follows it, stores and returns the record."""
-    plan = plan or ProbePlan()
+    """Probes the account: pushes the probe, follows it, stores and returns the record. Status is
+    polled as often as the person's LAB_KAGGLE_POLL_S says (default 30 s)."""
+    if plan is None:
+        from lab.machines.kaggle_data import KaggleSettings
+        plan = ProbePlan(poll_s=KaggleSettings.from_env().poll_s)
     account = get_account(name)
     c = client_for(account, retry=RetryPolicy(attempts=4, base_s=1.0, cap_s=20.0))
     say(f"{name}: {cost_line(plan)}")
