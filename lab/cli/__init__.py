@@ -23,6 +23,7 @@ COMMANDS = {
     "runs": ("lab.cli.runs:listing", "the lab's runs with their links and lineage"),
     "plot": ("lab.cli.runs:plot", "redraw a run's loss plot"),
     "accounts": ("lab.cli.accounts", "the lab's Kaggle accounts: list with quota, add, remove"),
+    "probe": ("lab.cli.probe", "test Kaggle accounts with a short session: GPUs, versions, NCCL, speed, data mount"),
     "machines": ("lab.cli.watch:machines", "this computer and the Kaggle accounts: GPU, quota, what runs there"),
     "watch": ("lab.cli.watch", "drive or follow a run to its end; resumes it after a crash, a fix or a cancel"),
     "cancel": ("lab.cli.watch:cancel", "stop a run: no further link; say how to stop its Kaggle session"),

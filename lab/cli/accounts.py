@@ -1,6 +1,6 @@
 """`lab accounts`: the lab's Kaggle accounts.
 
-    lab accounts                      list them: user, GPU quota left, refresh time, what runs
+    lab accounts                      list them: user, GPU quota left, refresh time, what runs, the last probe
     lab accounts add NAME --kaggle-json PATH | --token-file PATH [--username U] [--no-check]
     lab accounts remove NAME
     lab accounts checkpoints [NAME] [--remove RUN ... | --remove-finished]
@@ -86,26 +86,33 @@ def _list(offline: bool) -> int:
         kc.check_no_global_token()
     from lab.machines.control import active_runs  # the registry: what runs where
     active = active_runs()
-    rows, failed = [("NAME", "KAGGLE USER", "GPU LEFT / TOTAL", "REFRESH (UTC)", "RUNS")], 0
+    rows, failed = [("NAME", "KAGGLE USER", "GPU LEFT / TOTAL", "REFRESH (UTC)", "PROBE", "RUNS")], 0
     for a in accounts:
-        runs = ", ".join(active.get(a.name, [])) or "-"
+        runs = (_probe(a.name), ", ".join(active.get(a.name, [])) or "-")
         if a.auth == "broken":
-            rows.append((a.name, "?", "damaged: remove and add it again", "", runs))
+            rows.append((a.name, "?", "damaged: remove and add it again", "", *runs))
             failed += 1
             continue
         if offline:
-            rows.append((a.name, a.username, "-", "-", runs))
+            rows.append((a.name, a.username, "-", "-", *runs))
             continue
         try:
             q = kc.client_for(a, retry=_LIST_RETRY, timeout_s=20.0).quota()
         except UserError as e:  # KaggleError included: one account's trouble does not hide the rest
-            rows.append((a.name, a.username, f"error: {getattr(e, 'what', e)}", "", runs))
+            rows.append((a.name, a.username, f"error: {getattr(e, 'what', e)}", "", *runs))
             failed += 1
             continue
         refresh = q.refresh_time.strftime("%Y-%m-%d %H:%M") if q.refresh_time else "?"
-        rows.append((a.name, a.username, f"{_hours(q.left_s)} / {_hours(q.total_s)}", refresh, runs))
+        rows.append((a.name, a.username, f"{_hours(q.left_s)} / {_hours(q.total_s)}", refresh, *runs))
     _print_table(rows)
     return 1 if failed else 0
+
+
+def _probe(name: str) -> str:
+    """The account's last probe (`lab probe NAME`): its verdict, figures and age."""
+    from lab.machines.probe_record import age, read_probe, summary
+    record = read_probe(name)
+    return summary(record) + (f" ({age(record)} ago)" if record else "")
 
 
 def _hours(seconds: float) -> str:

@@ -21,7 +21,7 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterable, TypeVar
+from typing import Any, Callable, Iterable, Iterator, TypeVar
 
 import requests
 
@@ -268,6 +268,13 @@ class AccountClient:
         owner, name = self._ref(slug)
         ref = f"{owner}/{name}"
         return log_text(self._call(f"reading the log of {ref}", lambda: self._api.kernels_logs(ref)) or "")
+
+    def kernel_log_events(self, slug: str, version: int | None = None) -> Iterator[dict]:
+        """The session's log as the real client streams it (`kernels_logs_stream`): events
+        {"stream_name", "time", "data"}, live while it runs, the stored log after; replayed from
+        the beginning on every call. Raises what the client raises (lab.kaggle.logs sorts it)."""
+        owner, name = self._ref(slug)
+        return self._api.kernels_logs_stream(f"{owner}/{name}" + (f"/{int(version)}" if version else ""))
 
     # -- datasets -------------------------------------------------------------------------
 

@@ -51,3 +51,51 @@ def metrics_lines(path: str | os.PathLike, upto: int | None = None, after: int |
 
 def write_metrics_lines(path: str | os.PathLike, lines: list[str]) -> None:
     atomic_write(Path(path), lambda f: f.write("".join(line + "\n" for line in lines).encode("utf-8")))
+
+
+# ---------------------------------------------------------------------------------------------
+# Metrics lines in the session's log: the live curve of a session still running elsewhere
+#
+# A Kaggle session's files come back only when it ends, but its log can be read while it runs.
+# So the loop also prints rows into the log, in one stable form the control side parses:
+#     @lab-metrics {"step": 120, "loss": 5.31, ...}
+# Every row would flood a 12-hour log (a row per step), so a training row is echoed at most
+# every ECHO_EVERY_S seconds of the session's clock; evaluation rows always are.
+
+METRICS_MARK = "@lab-metrics "
+ECHO_EVERY_S = 10.0
+_ECHO_KEYS = ("step", "tokens", "loss", "val_loss", "val_set", "lr", "tok_s", "elapsed_s", "session")
+_echoed: dict = {}  # session -> elapsed_s of the last echoed row (one training process per session)
+
+
+def metrics_line(row: dict) -> str:
+    """A metrics row as one log line (without the sample text, which may be long)."""
+    return METRICS_MARK + json.dumps({k: row[k] for k in _ECHO_KEYS if k in row}, ensure_ascii=False,
+                                     separators=(",", ":"))
+
+
+def parse_metrics_line(line: str) -> dict | None:
+    """The row in a log line written by `metrics_line`, or None for any other line."""
+    at = line.find(METRICS_MARK)
+    if at < 0:
+        return None
+    try:
+        row = json.loads(line[at + len(METRICS_MARK):].strip())
+    except ValueError:
+        return None
+    return row if isinstance(row, dict) and isinstance(row.get("step"), int) else None
+
+
+def echo_metrics(row: dict, every_s: float = ECHO_EVERY_S) -> bool:
+    """Prints the row as a metrics line when it is due (an evaluation, or `every_s` after the
+    last echoed row of its session); returns whether it printed."""
+    elapsed, session = row.get("elapsed_s"), row.get("session")
+    last = _echoed.get(session)
+    due = ("val_loss" in row or last is None or not isinstance(elapsed, (int, float))
+           or not 0 <= elapsed - last < every_s)  # a clock that went back: another run in this process
+    if not due:
+        return False
+    if isinstance(elapsed, (int, float)):
+        _echoed[session] = elapsed
+    print(metrics_line(row), flush=True)
+    return True

@@ -28,7 +28,7 @@ from lab.config import (RunConfig, card_set, check, check_against_data, check_re
                         raise_on_errors, resumed_config)
 from lab.kernel.data import Prefetcher, TokenData
 from lab.kernel.launch import COLLECTIVE_TIMEOUT_MIN
-from lab.kernel.metrics import metrics_lines, write_metrics_lines
+from lab.kernel.metrics import echo_metrics, metrics_lines, write_metrics_lines
 from lab.kernel.model import GPT
 from lab.kernel.schedule import lr_for_config
 from lab.kernel.speed import (Readings, compile_choice, compile_or_eager, next_sync_steps, trial_context,
@@ -482,6 +482,7 @@ class Trainer:
                         for record in rows:
                             if self.on_metrics:
                                 self.on_metrics(record)
+                            echo_metrics(record)  # into the log: the live curve of a session running elsewhere
                     if reason or save_due:
                         t_save = time.monotonic()
                         path = self.save(guard.elapsed()) or path

@@ -35,6 +35,7 @@ from lab.machines.base import Follow, Host, LinkRefused
 from lab.machines.control import (DriverLock, active_link, active_runs, cancel_flag, cancel_requested,  # noqa: F401
                                   driver_alive, logged, read_control, set_control, spawn_driver, spawned, tail)
 from lab.machines.kaggle_data import KaggleSettings
+from lab.machines.live import live_curve
 from lab.machines.needs import data_id, need_hours, pin_data, prepared_data  # noqa: F401 - re-exported
 from lab.machines.local import NAME as LOCAL
 from lab.machines.local import LocalHost, local_cards, local_gpu  # noqa: F401 - the API
@@ -442,6 +443,7 @@ def status(run_id: str) -> dict:
             "message": message, "message_ru": message_ru,
             "waiting_until": control.get("waiting_until"), "cancel_requested": cancel_requested(run.id),
             "links": [asdict(link) for link in run.links], "log_tail": _log_tail(run, current),
+            "live": live_curve(run),  # the running session's curve from its log, until its outputs come
             "control_tail": tail(run.folder / "control.log", 12),
             "plot": str(run.folder / "loss.png") if (run.folder / "loss.png").is_file() else None,
             "folder": str(run.folder)}

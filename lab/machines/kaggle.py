@@ -45,7 +45,9 @@ from lab.machines.control import spawn_driver
 from lab.machines.kaggle_data import (POLL_ENV, KaggleSettings, LinkContext, ckpt_slug, data_slug,  # noqa: F401
                                       ensure_checkpoint, ensure_data, forget_dataset, get_link, held, holds,
                                       kernel_slug, set_link, source_checkpoint, stage_data)
+from lab.machines.kaggle_live import LiveWatch
 from lab.machines.kaggle_outputs import download, finish
+from lab.machines.probe_record import cannot_run, read_probe
 from lab.runs import Link, Run, now, updating
 
 MAX_POLL_FACTOR = 4  # status polls back off to 4 × the poll interval while nothing changes
@@ -260,12 +262,24 @@ def _record_push(run_id: str, n: int, kernel: dict, say) -> dict:
 
 
 def _watch(run_id: str, n: int, ctx: LinkContext, cancelled: Callable[[], bool]) -> tuple[str, str]:
-    """Polls the session until it ends; returns (status, failure message)."""
-    c, say = ctx.c, ctx.say
+    """Polls the session until it ends, following its log for the live curve meanwhile;
+    returns (status, failure message)."""
     run, link = get_link(run_id, n)
     d = link.detail
     if d.get("kaggle_status") in TERMINAL:
         return d["kaggle_status"], d.get("failure", "")
+    curve = LiveWatch(ctx.c, d["kernel"], run.folder / d["folder"], n, run.cfg.steps_until, ctx.say,
+                      grace_s=ctx.settings.log_grace_s, retry_s=ctx.settings.poll_s)
+    try:
+        return _poll(run_id, n, ctx, cancelled, curve)
+    finally:
+        curve.close()
+
+
+def _poll(run_id: str, n: int, ctx: LinkContext, cancelled: Callable[[], bool], curve: LiveWatch) -> tuple[str, str]:
+    c, say = ctx.c, ctx.say
+    run, link = get_link(run_id, n)
+    d = link.detail
     kernel = d["kernel"]
     base = ctx.settings.poll_s
     interval, last, polls, failing_since, told = base, d.get("kaggle_status"), 0, None, False
@@ -278,6 +292,7 @@ def _watch(run_id: str, n: int, ctx: LinkContext, cancelled: Callable[[], bool])
             set_link(run_id, n, cancel_requested=now())
             told = True
         try:
+            asked = time.monotonic()
             status, failure = c.kernel_status(kernel["slug"], kernel.get("version"))
             failing_since = None
         except KaggleError as e:
@@ -291,6 +306,7 @@ def _watch(run_id: str, n: int, ctx: LinkContext, cancelled: Callable[[], bool])
             time.sleep(interval)
             continue
         polls += 1
+        curve.poll(status, asked)
         if status != last:
             set_link(run_id, n, kaggle_status=status, failure=failure, status_at=now())
             say(f"link {n}: {kernel['slug']} {status}" + (f": {failure}" if failure else ""))
@@ -363,6 +379,8 @@ class KaggleHost(Host):
             else:
                 m.quota_left_h, m.quota_total_h = q.left_s / 3600, q.total_s / 3600
                 m.refresh = q.refresh_time.isoformat() if q.refresh_time else None
+        if m.error is None:  # the Auto rule skips an account its probe found unable to run (`lab probe NAME`)
+            m.error = cannot_run(read_probe(self.name))
         m.free = m.free and m.error is None
         return m
 

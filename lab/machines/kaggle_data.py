@@ -57,6 +57,7 @@ class KaggleSettings:
     dataset_wait_s: float = 3600.0
     overdue_s: float = 1800.0  # a session still running this long past its timeout: Kaggle lost it
     input_wait_s: float = 60.0  # before pushing again a session that found its inputs not mounted yet
+    log_grace_s: float = 300.0  # running this long with no line in its log: Kaggle keeps the log until the end
 
     @classmethod
     def from_env(cls) -> "KaggleSettings":

@@ -13,7 +13,7 @@ from typing import Any, Iterable
 
 from lab.config import RunConfig, card_set
 from lab.corpus.manifests import read_json_cached, stat_key
-from lab.home import runs_dir
+from lab.home import accounts_dir, runs_dir
 from lab.sizing.cards import CARDS, REFERENCE, Card, flops_per_token, reference_tok_s
 from lab.sizing.figures import Figure
 from lab.sizing.inputs import find_manifest, resolve_vocab
@@ -177,13 +177,12 @@ def _run_info(folder: str) -> tuple | None:
 
 
 def measured_runs(gpu: str | None = None, root: Path | None = None) -> list[Measured]:
-    """The lab's runs in `root` (default `$LAB_HOME/runs`), on `gpu` or all, whose
-    metrics give a steady speed."""
-    root = runs_dir() if root is None else root
-    try:
-        folders = [(e.name, e.path) for e in os.scandir(root) if e.is_dir()]
-    except OSError:
-        return []
+    """The lab's runs in `root` (default `$LAB_HOME/runs`, and each account's probe burst,
+    `lab probe`), on `gpu` or all, whose metrics give a steady speed."""
+    folders = _scan(runs_dir() if root is None else root)
+    if root is None:  # a probe's burst is a run folder too (lab.machines.probe_record)
+        folders += [(f"probe:{name}", os.path.join(path, "probe")) for name, path in _scan(accounts_dir())
+                    if os.path.isdir(os.path.join(path, "probe"))]
     out = []
     for name, folder in folders:
         info = _run_info(folder)
@@ -195,6 +194,13 @@ def measured_runs(gpu: str | None = None, root: Path | None = None) -> list[Meas
         if tok_s is not None:
             out.append(Measured(name, *info, tok_s))
     return out
+
+
+def _scan(root: Path) -> list[tuple[str, str]]:
+    try:
+        return [(e.name, e.path) for e in os.scandir(root) if e.is_dir()]
+    except OSError:
+        return []
 
 
 def speed_figure(card: Card, cfg: RunConfig, vocab: int, precision: str, runs: list[Measured]) -> Figure:

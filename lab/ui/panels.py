@@ -12,6 +12,7 @@ from lab.config import UserError
 from lab.home import lab_home
 from lab.kernel.metrics import read_metrics
 from lab.kernel.plots import figure_png, loss_figure
+from lab.machines.live import curve_rows
 from lab.ui.text import Panel, esc, hours, lang, language_switch, on_language, status_word, tr
 
 LIVE = ("new", "starting", "running", "waiting")
@@ -120,8 +121,23 @@ class MachinesPanel(Panel):
                 reset = f" · {tr('resets', 'сброс')} {m.refresh[:16].replace('T', ' ')} UTC" if m.refresh else ""
                 text = widgets.HTML(f"{esc(hours(left))} {esc(tr('of', 'из'))} {esc(hours(total))}{esc(reset)}")
                 quota = widgets.HBox([bar, text])
-        return widgets.HBox([widgets.HTML(name, layout=widgets.Layout(width="22em")), quota,
-                             widgets.HTML(f"&nbsp;· {esc(busy)}")], layout=widgets.Layout(align_items="center"))
+        row = widgets.HBox([widgets.HTML(name, layout=widgets.Layout(width="22em")), quota,
+                            widgets.HTML(f"&nbsp;· {esc(busy)}")], layout=widgets.Layout(align_items="center"))
+        return row if m.kind == "local" else widgets.VBox([row, _probe_line(m.name)])
+
+
+def _probe_line(account: str) -> widgets.HTML:
+    """The account's last probe (`lab probe NAME`): its verdict and figures, and how old it is."""
+    from lab.machines.probe_record import age, read_probe, summary
+    record = read_probe(account)
+    ru = lang() == "ru"
+    text = f"{tr('probe', 'проба')}: {summary(record, ru=ru)}"
+    if record is not None:
+        text += f" · {age(record, ru=ru)} {tr('ago', 'назад')}"
+    color = "#666" if record is None or record.get("can_run", True) is True else "#d32f2f"
+    line = widgets.HTML(f"<span style='color:{color};font-size:90%;margin-left:2em'>{esc(text)}</span>")
+    line.add_class(f"lab-probe-{account}")
+    return line
 
 
 # ---------------------------------------------------------------------------------------
@@ -240,6 +256,9 @@ class Monitor(Panel):
         from lab.runs import load_run
         run = load_run(self.run_id)
         message = tr(self.status.get("message") or "", self.status.get("message_ru") or self.status.get("message") or "")
+        live = self.status.get("live") or {}
+        if live.get("note_en"):  # Kaggle keeps this session's log until it ends: no curve moves meanwhile
+            message = f"{message} {tr(live['note_en'], live['note_ru'])}".strip()
         self.state.value = (f"<b>{esc(self.run_id)}</b>: <span class='lab-run-status'>"
                             f"{esc(status_word(self.status['status']))}</span> · {esc(tr('step', 'шаг'))} "
                             f"{run.step:,} / {run.cfg.steps_until:,}"
@@ -261,11 +280,14 @@ class Monitor(Panel):
         try:
             st = metrics.stat()
         except OSError:
+            st = None
+        live = self.status.get("live") or {}  # a session elsewhere: the rows its log showed so far
+        if st is None and not live.get("rows"):
             return
-        key = (st.st_mtime_ns, st.st_size, self.x.value, self.run_id)
+        key = (st and st.st_mtime_ns, st and st.st_size, live.get("last_step"), self.x.value, self.run_id)
         if key == self._plotted:
             return
-        rows = read_metrics(metrics)
+        rows = curve_rows(run, live or None)
         if sum("loss" in r for r in rows) < 2:  # one point draws an empty frame
             return
         self.plot.value = _png({run.id: rows}, self.x.value, title=run.id)

@@ -42,16 +42,22 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dataset-ready-s", type=float, default=2.0)
     p.add_argument("--grace-s", type=float, default=10.0, help="SIGTERM to SIGKILL, wall seconds")
     p.add_argument("--old-input-layout", action="store_true", help="mount inputs at input/<slug>")
+    p.add_argument("--log-at-end", action="store_true",
+                   help="a running session's log is readable only once it ends (Kaggle's cadence is unknown)")
+    p.add_argument("--no-gpu", action="append", default=[], metavar="NAME",
+                   help="an account Kaggle offers no GPU (not phone-verified); repeatable")
     args = p.parse_args(argv)
     accounts = [_parse_account(s, False) for s in args.account] + [_parse_account(s, True) for s in args.token_account]
     if not accounts:
         accounts = [_parse_account("lab-user", False)]
     for a in accounts:
         a.gpu_total_s = args.quota_hours * 3600
+        a.gpu_allowed = a.username not in args.no_gpu
     state = Path(args.state).resolve()
     emu = KaggleEmulator(state, accounts=accounts, time_scale=args.time_scale, dataset_ready_s=args.dataset_ready_s,
                          grace_s=args.grace_s, input_layout="old" if args.old_input_layout else "new",
                          host=args.host, port=args.port)
+    emu.log_while_running = not args.log_at_end
     emu.start()
     print(f"Kaggle emulator at {emu.url} (state in {state})", flush=True)
     print(f"  export LAB_KAGGLE_API_URL={emu.url}")

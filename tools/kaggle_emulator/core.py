@@ -34,6 +34,7 @@ from typing import Any, Callable
 
 from tools.kaggle_emulator.datasets import Datasets
 from tools.kaggle_emulator.kernels import Kernels
+from tools.kaggle_emulator.logs import Logs
 from tools.kaggle_emulator.files import _kill_tree
 from tools.kaggle_emulator.model import (ACTIVE, TERMINAL, EmulatedAccount, SessionInfo, _Blob, _Dataset, _Fault,
                                          _HttpError, _Kernel, _Session, _duration, _timestamp)
@@ -41,7 +42,7 @@ from tools.kaggle_emulator.server import _Handler
 from tools.kaggle_emulator.sessions import Sessions
 
 
-class KaggleEmulator(Datasets, Kernels, Sessions):
+class KaggleEmulator(Datasets, Kernels, Sessions, Logs):
     """The emulated Kaggle: `start()`, `url`, `stop()`; a context manager.
 
     time_scale: emulated seconds per wall second (quota use, session timeouts, and the pushed

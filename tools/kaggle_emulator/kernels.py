@@ -24,6 +24,9 @@ class Kernels:
         if error:
             return {"error": error}
         gpu = bool(body.get("enableGpu")) or body.get("machineShape") in GPU_SHAPES
+        if gpu and not user.gpu_allowed:  # *(assumed)* wording: Kaggle's own is not documented
+            return {"error": "Accelerators are available only to phone-verified accounts: verify your phone "
+                             "number in your Kaggle settings."}
         with self._lock:
             if gpu and self._active_gpu_sessions(user.username) >= self.max_gpu_sessions:
                 return {"error": f"Maximum batch GPU session count of {self.max_gpu_sessions} reached."}
@@ -178,7 +181,7 @@ class Kernels:
             s = self._visible_session(user, body)
             # *(assumed)* Files appear once the session has ended; the log grows while it runs.
             names = _list_files(s.working) if s.status in TERMINAL and not s.outputs_lost else []
-            log = json.dumps(s.log) if s.log else ""
+            log = json.dumps(s.log) if s.log and self.log_readable(s.status) else ""
         start = int(token)
         page = names[start:start + size]
         now = time.monotonic()

@@ -49,6 +49,7 @@ class EmulatedAccount:
     gpu_used_s: float = 0.0
     gpu_reserved_s: float = 0.0
     refresh_time: datetime = field(default_factory=lambda: _utcnow() + timedelta(days=7))
+    gpu_allowed: bool = True  # False: not phone-verified, Kaggle offers it no GPU
 
 
 @dataclass

@@ -7,13 +7,14 @@ import re
 import shutil
 from http.server import BaseHTTPRequestHandler
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 from tools.kaggle_emulator.files import _drain
 from tools.kaggle_emulator.model import MAX_RPC_BODY_BYTES, _CHUNK
 
 
 _RPC_PATH = re.compile(r"/(?:api/)?v1/([A-Za-z0-9_.]+)/([A-Za-z0-9_]+)")
+_LOG_PATH = re.compile(r"/(?:api/)?v1/kernels/logs/stream/([A-Za-z0-9_-]+)/([A-Za-z0-9_-]+)")
 
 if TYPE_CHECKING:
     from tools.kaggle_emulator.core import KaggleEmulator
@@ -65,6 +66,26 @@ class _Handler(BaseHTTPRequestHandler):
                                                    self.headers.get("Authorization"), body)
         self._send_json(status, reply, headers)
 
+    def _send_log(self, owner: str, slug: str) -> None:
+        """The log stream: a whole body, or server-sent events written as they come."""
+        query = parse_qs(urlsplit(self.path).query)
+        version = (query.get("versionLabel") or [None])[0]
+        status, content_type, body = self.emulator.log_stream(owner, slug, version, self.headers.get("Authorization"))
+        if isinstance(body, bytes):
+            self._send(status, body, content_type)
+            return
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("Connection", "close")  # HTTP/1.0: the body ends when the connection does
+        self.end_headers()
+        try:
+            for chunk in body:
+                self.wfile.write(chunk)
+                self.wfile.flush()
+        except OSError:
+            pass  # the reader went away
+
     def do_PUT(self) -> None:  # noqa: N802
         match = re.fullmatch(r"/upload/([0-9a-f]+)", self._path())
         chunked = "chunked" in (self.headers.get("Transfer-Encoding") or "").lower()
@@ -81,6 +102,10 @@ class _Handler(BaseHTTPRequestHandler):
         path = self._path()
         if path in ("/", "/health"):
             self._send(200, b"kaggle emulator\n", "text/plain")
+            return
+        logs = _LOG_PATH.fullmatch(path)
+        if logs:
+            self._send_log(*logs.groups())
             return
         match = re.fullmatch(r"/download/([A-Za-z0-9_-]+)", path)
         status, file = self.emulator.download(match.group(1)) if match else (404, None)

@@ -1,0 +1,286 @@
+"""`lab probe ACCOUNT`: a short Kaggle session that tests an account before a run depends on it.
+
+What it finds out (lab.machines.probe_kernel runs there, lab.machines.probe_worker under
+torchrun): whether Kaggle gives the account a GPU session at all (it offers GPUs only to
+phone-verified accounts), the GPUs, driver, CUDA, torch and NCCL versions, an all-reduce
+across the cards, a short training burst at the reference size (fp16 on T4s) giving measured
+tokens/s, where /kaggle/input mounts the lab's data (a small private dataset `lab-probe-input`
+with a marker file, uploaded as a new version each time), free disk; and, from this side,
+whether Kaggle shows a running session's log (lab.kaggle.logs).
+
+The verdict and facts are stored in `$LAB_HOME/accounts/<name>/probe.json`, the burst as a run
+folder in `probe/` beside it (lab.machines.probe_record), where the calculator finds it as a
+measurement. On the emulator the same code runs on its CPU at tiny sizes, and the stored
+figures say "cpu".
+"""
+from __future__ import annotations
+
+import json
+import secrets
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable
+
+from lab.config import UserError, card_set
+from lab.kaggle.client import AccountClient, KaggleError, RetryPolicy, client_for, get_account
+from lab.kaggle.logs import LiveLog
+from lab.kernel.checkpoint import atomic_write
+from lab.machines.probe_record import MEASURED_FOLDER, probe_path
+
+KERNEL_SLUG = "lab-probe"
+DATASET_SLUG = "lab-probe-input"
+MARKER = "lab-probe-marker.json"
+TERMINAL = ("COMPLETE", "ERROR", "CANCEL_ACKNOWLEDGED")
+GPU_SIZE = {"context": 1024, "width": 512, "heads": 8, "layers": 8, "vocab": 4000, "batch_per_card": 6}
+CPU_SIZE = {"context": 32, "width": 32, "heads": 2, "layers": 2, "vocab": 512, "batch_per_card": 4}
+
+
+@dataclass(frozen=True)
+class ProbePlan:
+    """How the probe runs. `steps`: the burst (the calculator counts a speed after 20 steps of
+    warm-up, from 5 steps on); `hold_s`: the session lasts at least this long, so a log that
+    Kaggle flushes now and then shows something while it runs; `log_grace_s`: running this long
+    with no line read means the log is kept until the end; `worker_timeout_s`: a hung NCCL costs
+    this much at most; `session_timeout_s`: Kaggle stops the session then, whatever happens."""
+    steps: int = 30
+    hold_s: float = 150.0
+    log_grace_s: float = 120.0
+    worker_timeout_s: float = 420.0
+    session_timeout_s: int = 1200
+    poll_s: float = 30.0
+    dataset_wait_s: float = 900.0
+    gpu_size: dict = field(default_factory=lambda: dict(GPU_SIZE))
+    cpu_size: dict = field(default_factory=lambda: dict(CPU_SIZE))
+
+    def cost_min(self) -> tuple[float, float]:
+        """(about, at most) minutes of GPU quota: Kaggle's start-up (~2 min), the work, the hold;
+        at most the session timeout."""
+        return round(2 + max(self.hold_s, 60) / 60 + 1, 0), self.session_timeout_s / 60
+
+
+def cost_line(plan: ProbePlan, ru: bool = False) -> str:
+    about, most = plan.cost_min()
+    if ru:
+        return (f"Проба займёт около {about:.0f} мин квоты GPU аккаунта (не больше {most:.0f} мин: тайм-аут "
+                f"сессии), один раз на аккаунт.")
+    return (f"The probe uses about {about:.0f} min of the account's GPU quota (at most {most:.0f} min: its "
+            f"session timeout), once per account.")
+
+
+# ---------------------------------------------------------------------------------------------
+# The notebook that is pushed
+
+
+def probe_notebook(plan: ProbePlan) -> dict:
+    """The probe notebook: its parameters, the worker script (the lab's GPT and the burst) as a
+    file for torchrun, the session code, and the call."""
+    import nbformat
+
+    from lab.notebooks import kernel_source
+    here = Path(__file__).resolve().parent
+    worker = kernel_source("model") + "\n\n" + _pasted(here / "probe_worker.py")
+    md, code = nbformat.v4.new_markdown_cell, nbformat.v4.new_code_cell
+    params = (f"marker = {MARKER!r}\ngpu_size = {plan.gpu_size!r}\ncpu_size = {plan.cpu_size!r}\n"
+              f"steps = {plan.steps!r}\nhold_s = {plan.hold_s!r}\nworker_timeout_s = {plan.worker_timeout_s!r}\n")
+    cells = [md("# Probe this account's machine\n`lab probe ACCOUNT` pushes this notebook: it records what the "
+                "session has (GPUs, versions, an all-reduce, a short training burst, the input mount, free disk) "
+                "in `probe/probe.json`."),
+             code(params, metadata={"tags": ["parameters"]}),
+             code("%%writefile lab_probe_worker.py\n" + worker),
+             code(_pasted(here / "probe_kernel.py")),
+             code("facts = probe_main(marker, gpu_size, cpu_size, steps, hold_s, worker_timeout_s)\n"
+                  "Path('lab_probe_worker.py').unlink(missing_ok=True)")]
+    nb = nbformat.v4.new_notebook(cells=cells)
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    for i, cell in enumerate(nb.cells):
+        cell["id"] = f"probe-{i:02d}"
+    return json.loads(nbformat.writes(nb))
+
+
+def _pasted(path: Path) -> str:
+    """A module's code without its lab imports (the notebook pastes what they would bring)."""
+    lines = [line for line in path.read_text(encoding="utf-8").splitlines()
+             if not line.startswith(("from lab", "import lab", "from __future__"))]
+    return "\n".join(lines).strip() + "\n"
+
+
+# ---------------------------------------------------------------------------------------------
+# One probe
+
+
+def probe_account(name: str, plan: ProbePlan | None = None, say: Callable[[str], None] = print) -> dict:
+    """Probes the account: pushes the probe, follows it, stores and returns the record. Status is
+    polled as often as the person's LAB_KAGGLE_POLL_S says (default 30 s)."""
+    if plan is None:
+        from lab.machines.kaggle_data import KaggleSettings
+        plan = ProbePlan(poll_s=KaggleSettings.from_env().poll_s)
+    account = get_account(name)
+    c = client_for(account, retry=RetryPolicy(attempts=4, base_s=1.0, cap_s=20.0))
+    say(f"{name}: {cost_line(plan)}")
+    nonce = secrets.token_hex(8)
+    source = _upload_marker(c, account.folder, nonce, plan, say)
+    slug = f"{c.username}/{KERNEL_SLUG}"
+    started = datetime.now(timezone.utc)
+    try:
+        pushed = c.push_kernel(slug, KERNEL_SLUG, probe_notebook(plan), dataset_sources=[source],
+                               timeout_s=plan.session_timeout_s, gpu=True, internet=False, private=True)
+    except KaggleError as e:
+        if e.push is None:
+            return _refused(name, c, e, started)
+        pushed = e.push  # it runs without the marker: the mount check says so
+    say(f"{name}: pushed {slug} version {pushed.version}; waiting for it to end")
+    status, failure, log_mode = _follow(c, slug, pushed.version, account.folder / "probe-log", plan, say)
+    return _collect(name, c, slug, pushed.version, status, failure, log_mode, nonce, started, account.folder)
+
+
+def _upload_marker(c: AccountClient, folder: Path, nonce: str, plan: ProbePlan, say) -> str:
+    """A new version of the probe's private dataset, holding one marker file with a fresh nonce,
+    so the session tells whether it saw this very version."""
+    stage = Path(tempfile.mkdtemp(prefix="lab-probe-", dir=folder))
+    try:
+        (stage / MARKER).write_text(json.dumps({"nonce": nonce}), encoding="utf-8")
+        slug = f"{c.username}/{DATASET_SLUG}"
+        c.upload_dataset(slug, stage, DATASET_SLUG, notes=f"probe {nonce}")
+        say(f"{c.account.name}: uploaded the probe's input {slug}; waiting until Kaggle has it ready")
+        c.wait_dataset_ready(slug, plan.dataset_wait_s, poll_s=min(10.0, plan.poll_s))
+        return slug
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+
+
+def _follow(c: AccountClient, slug: str, version: int | None, log_folder: Path, plan: ProbePlan,
+            say) -> tuple[str, str, str]:
+    """Polls the session to its end while reading its log; (status, failure, log mode)."""
+    live = LiveLog(c, slug, version, log_folder, grace_s=plan.log_grace_s, retry_s=min(plan.poll_s, 10.0)).start()
+    deadline = time.monotonic() + plan.session_timeout_s + 1800
+    last = None
+    try:
+        while True:
+            try:
+                asked = time.monotonic()
+                status, failure = c.kernel_status(slug, version)
+            except KaggleError as e:
+                if not e.retryable or time.monotonic() > deadline:
+                    raise
+                time.sleep(plan.poll_s)
+                continue
+            mode = live.seen_status(status, asked)
+            if status != last:
+                say(f"{c.account.name}: {slug} {status}" + (f": {failure}" if failure else ""))
+                last = status
+            if status in TERMINAL:
+                return status, failure, mode
+            if time.monotonic() > deadline:
+                raise UserError(f"the probe {slug} still reads {status} long past its timeout: open it on Kaggle "
+                                "and press Stop session, then probe again")
+            time.sleep(plan.poll_s)
+    finally:
+        live.stop()
+        shutil.rmtree(log_folder, ignore_errors=True)
+
+
+def _collect(name: str, c: AccountClient, slug: str, version: int | None, status: str, failure: str,
+             log_mode: str, nonce: str, started: datetime, folder: Path) -> dict:
+    """Downloads the probe's outputs and stores the verdict."""
+    out = Path(tempfile.mkdtemp(prefix="lab-probe-out-", dir=folder))
+    try:
+        facts = None
+        try:
+            c.kernel_output(slug, out)
+            facts = json.loads((out / "probe" / "probe.json").read_text(encoding="utf-8"))
+        except (UserError, OSError, ValueError):
+            pass
+        record = _verdict(name, slug, version, status, failure, log_mode, nonce, started, facts)
+        if facts is not None and (facts.get("worker") or {}).get("burst"):
+            _store_measurement(folder / MEASURED_FOLDER, out / "probe" / "metrics.jsonl", facts, record["gpu"])
+        store(name, record)
+        return record
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+
+
+def _verdict(name: str, slug: str, version: int | None, status: str, failure: str, log_mode: str, nonce: str,
+             started: datetime, facts: dict | None) -> dict:
+    record = {"format": 1, "account": name, "at": started.isoformat(timespec="seconds"), "kernel": slug,
+              "version": version, "status": status, "can_run": True, "why": None, "why_ru": None,
+              "log_while_running": {"live": True, "at_end": False}.get(log_mode), "facts": facts}
+    if facts is None:  # the probe failed, which says nothing sure of the account: Auto still tries it
+        record.update(can_run=None, why=f"the probe session ended {status} without its results"
+                      + (f" ({failure})" if failure else ""),
+                      why_ru=f"сессия пробы кончилась ({status}) без результатов"
+                      + (f" ({failure})" if failure else ""))
+        return record
+    gpus = facts.get("gpus") or []
+    worker = facts.get("worker") or {}
+    record["gpu"] = card_set(gpus[0]["name"], len(gpus)) if gpus else "cpu"
+    record["all_reduce"] = worker.get("all_reduce")
+    record["tok_s"] = (worker.get("burst") or {}).get("tok_s")
+    marker = facts.get("input_marker") or ""
+    record["input"] = {"mount": facts.get("input_mount"), "this_version": nonce in marker}
+    if worker.get("error"):
+        record.update(can_run=False, why=f"the cards' check failed: {worker['error']}",
+                      why_ru=f"проверка карт не прошла: {worker['error']}")
+    elif not (worker.get("all_reduce") or {}).get("ok"):
+        record.update(can_run=False, why="the all-reduce across the cards gave a wrong result",
+                      why_ru="all-reduce между картами дал неверный результат")
+    if not gpus:
+        record.update(warning="the session had no GPU: a run there trains on the CPU",
+                      warning_ru="в сессии не было GPU: прогон там учился бы на CPU")
+    elif not record["input"]["mount"]:
+        record.update(warning="the session did not find the probe's input under /kaggle/input",
+                      warning_ru="сессия не нашла вход пробы в /kaggle/input")
+    return record
+
+
+def _refused(name: str, c: AccountClient, e: KaggleError, started: datetime) -> dict:
+    """Kaggle refused the GPU session: busy or out of quota say nothing of the account, so no
+    verdict is stored; any other refusal is the verdict (e.g. an account without phone
+    verification is offered no GPU)."""
+    if "GPU session count" in e.what:
+        raise UserError(f"{e} The probe needs a free GPU session: try again when one ends.") from None
+    try:
+        out_of_quota = c.quota().left_s < 60
+    except UserError:
+        out_of_quota = False
+    if out_of_quota:
+        raise UserError(f"{e} The probe needs a few minutes of GPU quota: try again after the weekly "
+                        "refresh.") from None
+    record = {"format": 1, "account": name, "at": started.isoformat(timespec="seconds"), "kernel": None,
+              "version": None, "status": "refused", "can_run": False,
+              "why": f"Kaggle refused a GPU session: {e.what}. {e.todo}",
+              "why_ru": f"Kaggle отказал в сессии GPU: {e.what}. Kaggle даёт GPU только аккаунтам с подтверждённым "
+                        "телефоном.",
+              "log_while_running": None, "facts": None}
+    store(name, record)
+    return record
+
+
+def store(name: str, record: dict) -> Path:
+    """Writes the account's probe record (no secret inside)."""
+    path = probe_path(name)
+    atomic_write(path, lambda f: f.write(json.dumps(record, indent=1, ensure_ascii=False).encode("utf-8")))
+    return path
+
+
+def _store_measurement(folder: Path, metrics: Path, facts: dict, gpu: str) -> None:
+    """The burst as a run folder the calculator reads (lab.sizing.measured_runs)."""
+    if not metrics.is_file():
+        return
+    burst = facts["worker"]["burst"]
+    tmp = folder.with_name(folder.name + ".new")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    shutil.copy2(metrics, tmp / "metrics.jsonl")
+    (tmp / "config.json").write_text(json.dumps({**burst["size"], "gpu": gpu, "precision": burst["precision"]}),
+                                     encoding="utf-8")
+    (tmp / "device.json").write_text(json.dumps({"gpu": gpu, "device": "cuda" if facts.get("gpus") else "cpu",
+                                                 "cards": max(1, len(facts.get("gpus") or [])),
+                                                 "world": facts.get("procs"), "precision": burst["precision"],
+                                                 "vocab": burst["size"]["vocab"], "torch": facts.get("torch")}),
+                                     encoding="utf-8")
+    shutil.rmtree(folder, ignore_errors=True)
+    tmp.rename(folder)

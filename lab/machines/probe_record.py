@@ -1,0 +1,79 @@
+"""What `lab probe ACCOUNT` found, as stored per account: read by `lab accounts`, the machines
+panel, the Auto rule's machine states and the calculator. Stdlib only, no call to Kaggle.
+
+`$LAB_HOME/accounts/<name>/probe.json` holds the verdict and the facts; `probe/` beside it the
+short training burst as a run folder (config.json, device.json, metrics.jsonl), which the
+calculator reads as it reads the lab's runs: a measured speed on that account's cards.
+"""
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from pathlib import Path
+
+from lab.home import accounts_dir
+
+PROBE_FILE = "probe.json"
+MEASURED_FOLDER = "probe"
+
+
+def probe_path(account: str) -> Path:
+    return accounts_dir() / account / PROBE_FILE
+
+
+def read_probe(account: str) -> dict | None:
+    """The account's last probe, or None when it was never probed (or the file is damaged)."""
+    try:
+        record = json.loads(probe_path(account).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def cannot_run(record: dict | None) -> str | None:
+    """Why the probe says the account cannot run the lab's sessions, or None (it can, or it was
+    never probed: an unprobed account is tried as before)."""
+    if not record or record.get("can_run", True) is not False:
+        return None
+    name = record.get("account", "NAME")
+    return (f"the probe of {str(record.get('at', '?'))[:16].replace('T', ' ')} UTC says it cannot run: "
+            f"{str(record.get('why')).rstrip('. ')}. Once that is fixed, `lab probe {name}` again.")
+
+
+def age(record: dict, now: datetime | None = None, ru: bool = False) -> str:
+    """How long ago the probe ran, in words a table fits ("3 h", "12 d"; in Russian "3 ч")."""
+    try:
+        then = datetime.fromisoformat(record["at"])
+    except (KeyError, TypeError, ValueError):
+        return "?"
+    s = max(0.0, ((now or datetime.now(timezone.utc)) - then).total_seconds())
+    minutes, hours, days = ("мин", "ч", "д") if ru else ("min", "h", "d")
+    if s < 3600:
+        return f"{s / 60:.0f} {minutes}"
+    return f"{s / 3600:.0f} {hours}" if s < 86400 else f"{s / 86400:.0f} {days}"
+
+
+def summary(record: dict | None, ru: bool = False) -> str:
+    """One line: the verdict and the main figures."""
+    if record is None:
+        return "не проверен (lab probe ИМЯ)" if ru else "not probed (lab probe NAME)"
+    if record.get("can_run", True) is None:
+        return ("проба не удалась: " + str(record.get("why_ru") or record.get("why"))) if ru else \
+            "the probe failed: " + str(record.get("why"))
+    if not record.get("can_run", True):
+        return ("не может: " + str(record.get("why_ru") or record.get("why"))) if ru else \
+            "cannot run: " + str(record.get("why"))
+    parts = [str(record.get("gpu") or "?")]
+    if record.get("tok_s"):
+        parts.append(f"{record['tok_s']:,.0f} " + ("ток/с" if ru else "tok/s"))
+    reduce = record.get("all_reduce")
+    if reduce:
+        parts.append(("all-reduce ок" if ru else "all-reduce ok") if reduce.get("ok") else "all-reduce ✖")
+    log = record.get("log_while_running")
+    if log is not None:
+        parts.append(("журнал виден сразу" if ru else "live log") if log else
+                     ("журнал только в конце" if ru else "log only at the end"))
+    if record.get("warning"):
+        parts.append("внимание: " + str(record.get("warning_ru") or record["warning"]) if ru else
+                     "warning: " + str(record["warning"]))
+    return ", ".join(parts)

@@ -1,0 +1,89 @@
+"""A Kaggle run's live curve while its session runs (the emulator, the real client, the real
+training notebook): the driver reads the session's log as it polls, `lab watch` prints the rows,
+the monitor's status carries them, and the session's own metrics.jsonl replaces them."""
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from kaggle_fixtures import kaggle_emulator, kaggle_lab, lab_for, make_kaggle_emulator  # noqa: F401
+from lab.config import RunConfig
+from lab.kernel.metrics import read_metrics
+from lab.machines import control
+from lab.machines import driver as machines
+from lab.machines import kaggle as km
+from lab.machines.live import curve_rows
+
+TINY = dict(context=32, width=32, heads=2, layers=2, batch_per_card=4, eval_every=20, eval_batches=2, lr=3e-3,
+            warmup_steps=2, steps_until=120)
+
+
+@pytest.fixture
+def paced(pydoc_data, make_kaggle_emulator, tmp_path, monkeypatch):
+    def make(**options):
+        lab = lab_for(make_kaggle_emulator(min_step_s=0.04, **options), tmp_path, monkeypatch)
+        monkeypatch.setenv("OMP_NUM_THREADS", "1")
+        lab.data = pydoc_data
+        return lab
+    yield make
+    control.spawned.clear()
+
+
+def _start(lab, grace_s: float = 300.0):
+    cfg = RunConfig(**TINY, data_dir=str(lab.data), constellations=["pydoc"])
+    run = machines.register_run(cfg, "alice")
+    lines: list[str] = []
+    settings = km.KaggleSettings(poll_s=0.2, retry_base_s=0.01, dataset_wait_s=20, log_grace_s=grace_s)
+    t = threading.Thread(target=machines.drive, args=(run.id,),
+                         kwargs=dict(say=lines.append, progress=False, settings=settings), daemon=True)
+    t.start()
+    return run.id, lines, t
+
+
+def _while_running(run_id: str, predicate, timeout_s: float = 120.0):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        state = machines.status(run_id)
+        got = predicate(state)
+        if got:
+            return state
+        if state["status"] not in ("new", "running", "waiting"):
+            raise AssertionError(f"the run ended ({state['status']}) before: {state.get('message')} {state['links']}")
+        time.sleep(0.05)
+    raise AssertionError("timed out")
+
+
+def test_the_monitor_and_watch_see_a_kaggle_runs_curve_while_its_session_runs(paced):
+    lab = paced()
+    run_id, lines, t = _start(lab)
+    state = _while_running(run_id, lambda s: s["live"] and len(s["live"]["rows"]) >= 2
+                           and s["links"][-1]["status"] == "running")
+    assert state["live"]["mode"] in ("waiting", "live") and state["live"]["note_en"] is None
+    from lab.runs import load_run
+    run = load_run(run_id)
+    assert not read_metrics(run.folder)  # nothing came back yet: the curve is the log's
+    assert [r["step"] for r in curve_rows(run)] == [r["step"] for r in state["live"]["rows"]]
+    t.join(180)
+    assert not t.is_alive()
+    assert any("(live, from the session's log)" in line for line in lines), lines
+    final = machines.status(run_id)
+    assert final["status"] == "done" and final["live"] is None
+    authoritative = read_metrics(load_run(run_id).folder)
+    assert curve_rows(load_run(run_id)) == authoritative and authoritative[-1]["step"] == 120
+    live_steps = {r["step"] for r in state["live"]["rows"]}
+    assert live_steps <= {r["step"] for r in authoritative}  # the preview was the same curve
+
+
+def test_an_account_whose_probe_found_the_log_kept_until_the_end_is_said_so_at_once(paced):
+    from lab.machines.probe import store
+    lab = paced()
+    lab.emu.log_while_running = False
+    store("alice", {"account": "alice", "at": "2026-11-30T10:00:00+00:00", "can_run": True, "gpu": "2xT4",
+                    "log_while_running": False})
+    run_id, lines, t = _start(lab, grace_s=3600)  # no waiting an hour: the probe already knows
+    state = _while_running(run_id, lambda s: s["live"] and s["live"]["note_en"])
+    assert "the account's probe found so" in state["live"]["note_en"]
+    t.join(180)
+    assert machines.status(run_id)["status"] == "done"

@@ -1,0 +1,112 @@
+"""`lab probe ACCOUNT` against the emulator: the probe notebook really runs there (papermill,
+torchrun with two gloo processes, the lab's GPT at a tiny size on the CPU), pushed and read
+back with the real `kaggle` client. The figures it stores say "cpu": the emulator has no T4."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import lab
+from kaggle_fixtures import kaggle_emulator, kaggle_lab, make_kaggle_emulator  # noqa: F401
+from lab.config import RunConfig
+from lab.machines import driver as machines
+from lab.machines.probe import ProbePlan, cost_line, probe_account, probe_notebook
+from lab.machines.probe_record import cannot_run, probe_path, read_probe, summary
+
+# The emulator runs 60 emulated seconds per wall second: a 2-hour timeout is 2 wall minutes.
+FAST = ProbePlan(hold_s=4.0, poll_s=0.2, log_grace_s=60.0, worker_timeout_s=120.0, session_timeout_s=7200)
+
+
+@pytest.fixture
+def probing(kaggle_lab, monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    return kaggle_lab
+
+
+def test_a_probe_records_what_the_accounts_session_has_and_the_calculator_counts_its_speed(probing):
+    said: list[str] = []
+    record = probe_account("alice", FAST, say=said.append)
+    assert "min of the account's GPU quota" in said[0]  # the cost, before anything starts
+    assert record == read_probe("alice") and probe_path("alice").is_file()
+    assert record["can_run"] and record["status"] == "COMPLETE"
+    assert record["gpu"] == "cpu" and record["facts"]["gpus"] == []  # no fake T4 figures
+    assert "no GPU" in record["warning"]
+    assert record["all_reduce"]["ok"] and record["facts"]["worker"]["world"] == 2
+    assert record["facts"]["worker"]["backend"] == "gloo"
+    assert record["tok_s"] > 0 and record["facts"]["worker"]["burst"]["precision"] == "fp32"
+    assert record["facts"]["torch"] and record["facts"]["free_disk_gb"]["working"] > 0
+    # The lab's data mounts where the session found the marker of this very upload.
+    assert record["input"] == {"mount": "datasets/alice/lab-probe-input/lab-probe-marker.json", "this_version": True}
+    assert record["log_while_running"] is True  # the emulator's log streams while the session runs
+    # The burst is a measurement the calculator reads as it reads a run's.
+    from lab import sizing
+    measured = [m for m in sizing.measured_runs("cpu") if m.run == "probe:alice"]
+    assert len(measured) == 1 and measured[0].width == 32
+    size = record["facts"]["size"]
+    est = sizing.estimate(RunConfig(gpu="cpu", context=size["context"], width=size["width"], heads=size["heads"],
+                                    layers=size["layers"], batch_per_card=size["batch_per_card"]), vocab=size["vocab"])
+    assert est.tok_s.kind == "measured" and "probe:alice" in est.tok_s.note
+    # No secret in what is stored.
+    assert probing.emu.account("alice").key not in probe_path("alice").read_text()
+    # lab accounts and lab probe --show print it.
+    listed = lab("accounts", "--offline").stdout
+    assert "PROBE" in listed and "cpu" in listed and "not probed" in listed  # bob was not probed
+    shown = lab("probe", "--show", "alice").stdout
+    assert "all-reduce" in shown and "/kaggle/input/datasets/alice/lab-probe-input" in shown
+
+
+def test_an_account_kaggle_gives_no_gpu_is_recorded_and_auto_skips_it(probing):
+    probing.emu.account("bob").gpu_allowed = False  # not phone-verified
+    record = probe_account("bob", FAST, say=lambda s: None)
+    assert not record["can_run"] and record["status"] == "refused" and "phone" in record["why"]
+    assert not probing.emu.recorded("GetKernelSessionStatus")  # no session ran, no quota spent
+    assert "cannot run" in summary(record) and "не может" in summary(record, ru=True)
+    assert "lab probe bob" in cannot_run(record)
+    found = {m.name: m for m in machines.overview()}
+    assert found["bob"].error and "cannot run" in found["bob"].error and found["alice"].error is None
+    choice = machines.choose(RunConfig(), 1.0, list(found.values()))
+    assert choice.machine == "alice"
+    proc = lab("probe", "--show", "bob", check=False)
+    assert proc.returncode == 1 and "cannot run" in proc.stdout
+
+
+def test_a_probe_finds_out_when_kaggle_keeps_a_running_sessions_log_until_the_end(probing):
+    probing.emu.log_while_running = False
+    record = probe_account("alice", ProbePlan(hold_s=4.0, poll_s=0.2, log_grace_s=1.0, worker_timeout_s=120.0,
+                                              session_timeout_s=7200),
+                           say=lambda s: None)
+    assert record["can_run"] and record["log_while_running"] is False
+    assert "log only at the end" in summary(record)
+
+
+def test_the_probe_notebook_fits_kaggle_and_needs_only_torch_and_the_stdlib():
+    import ast
+    nb = probe_notebook(ProbePlan())
+    text = json.dumps(nb)
+    assert len(text.encode()) < 1_000_000
+    modules = set()
+    for cell in nb["cells"]:
+        if cell["cell_type"] != "code":
+            continue
+        source = "".join(cell["source"])
+        source = "\n".join(line for line in source.splitlines() if not line.startswith("%%"))
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.Import):
+                modules |= {a.name.split(".")[0] for a in node.names}
+            elif isinstance(node, ast.ImportFrom):
+                modules.add((node.module or "").split(".")[0])
+    import sys
+    assert modules - set(sys.stdlib_module_names) == {"torch"}
+    assert "min" in cost_line(ProbePlan()) and "мин" in cost_line(ProbePlan(), ru=True)
+
+
+def test_a_probe_that_failed_on_its_own_does_not_bar_the_account():
+    from datetime import datetime, timezone
+
+    from lab.machines.probe import _verdict
+    record = _verdict("alice", "alice/lab-probe", 3, "ERROR", "The notebook failed", "waiting", "n0nce",
+                      datetime.now(timezone.utc), None)
+    assert record["can_run"] is None and cannot_run(record) is None  # Auto still tries the account
+    assert summary(record).startswith("the probe failed: ") and "ERROR" in summary(record)
+    assert summary(record, ru=True).startswith("проба не удалась: ")
