@@ -114,6 +114,9 @@ def worker_main(argv: list[str]) -> None:
         if rank == 0:
             print(f"burst: {result['burst']['tok_s']:,.0f} tokens/s ({result['burst']['precision']})", flush=True)
             out.write_text(json.dumps(result), encoding="utf-8")
+        # Rank 0 hosts the rendezvous store: it leaves only once every rank is done with it, else a
+        # rank still tearing down gloo finds the store gone and aborts (seen under load).
+        dist.barrier()
     finally:
         dist.destroy_process_group()
 

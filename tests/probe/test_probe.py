@@ -76,7 +76,7 @@ def test_a_probe_finds_out_when_kaggle_keeps_a_running_sessions_log_until_the_en
     record = probe_account("alice", ProbePlan(hold_s=4.0, poll_s=0.2, log_grace_s=1.0, worker_timeout_s=120.0,
                                               session_timeout_s=7200),
                            say=lambda s: None)
-    assert record["can_run"] and record["log_while_running"] is False
+    assert record["can_run"] and record["log_while_running"] is False, {k: record.get(k) for k in ("status", "why")}
     assert "log only at the end" in summary(record)
 
 
