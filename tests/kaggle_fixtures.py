@@ -65,6 +65,22 @@ def kaggle_lab(kaggle_emulator, tmp_path, monkeypatch) -> KaggleLab:
     return lab_for(kaggle_emulator, tmp_path, monkeypatch)
 
 
+@pytest.fixture
+def lab_env(pydoc_data, kaggle_lab, monkeypatch):
+    """`kaggle_lab` with the pydoc data (`lab_env.data`). Background drivers (`machines.start`)
+    poll every 0.2 s through the person's own setting; a failed test leaves none behind."""
+    from lab.machines import control
+    monkeypatch.setenv("LAB_KAGGLE_POLL_S", "0.2")
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # sessions train on one thread: fast and bitwise repeatable
+    kaggle_lab.data = pydoc_data
+    yield kaggle_lab
+    for proc in control.spawned.values():
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
+    control.spawned.clear()
+
+
 def lab_for(emu: KaggleEmulator, tmp_path: Path, monkeypatch) -> KaggleLab:
     from lab.kaggle import client as kc
     home, files, user_home = tmp_path / "lab-home", tmp_path / "creds", tmp_path / "user-home"
@@ -103,5 +119,5 @@ signal.signal(signal.SIGTERM, on_term)
 """
 SLEEP_CELL = "for _ in range(1200):\n    time.sleep(0.05)  # at most a minute\n"
 
-__all__ = ["make_kaggle_emulator", "kaggle_emulator", "kaggle_lab", "KaggleLab", "lab_for", "make_notebook",
+__all__ = ["make_kaggle_emulator", "kaggle_emulator", "kaggle_lab", "lab_env", "KaggleLab", "lab_for", "make_notebook",
            "SAVER_CELL", "SLEEP_CELL", "TEST_EMULATOR"]

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT
-from kaggle_fixtures import kaggle_emulator, kaggle_lab, make_kaggle_emulator, make_notebook  # noqa: F401
+from kaggle_fixtures import kaggle_emulator, kaggle_lab, lab_env, make_kaggle_emulator, make_notebook  # noqa: F401
 from lab.corpus.manifests import data_id_of
 from lab.machines import control
 from lab.machines import driver as machines
@@ -38,21 +38,6 @@ TINY = dict(context=32, width=32, heads=2, layers=2, batch_per_card=4, eval_ever
             warmup_steps=2)
 ALICE_QUOTA_S = 26 * 60  # a 16-minute link (16 wall seconds) after the 10-minute start-up: not the whole run
 SETTINGS = km.KaggleSettings(poll_s=0.2, retry_base_s=0.01, dataset_wait_s=20, input_wait_s=0.5)
-
-
-@pytest.fixture
-def lab_env(pydoc_data, kaggle_lab, monkeypatch):
-    """The emulator's lab; `lab_env.data` is the pydoc data. Background drivers (`machines.start`)
-    poll every 0.2 s through the person's own setting."""
-    monkeypatch.setenv("LAB_KAGGLE_POLL_S", "0.2")
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # sessions train on one thread: fast and bitwise repeatable
-    kaggle_lab.data = pydoc_data
-    yield kaggle_lab
-    for proc in control.spawned.values():  # a failed test leaves no background driver behind
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=30)
-    control.spawned.clear()
 
 
 def tiny(data: Path, **kw) -> RunConfig:
