@@ -2,7 +2,6 @@
 Auto places it; the real `kaggle` client talks to the emulator, which executes the notebook."""
 from __future__ import annotations
 
-
 from kaggle_fixtures import kaggle_emulator, kaggle_lab, lab_env, make_kaggle_emulator  # noqa: F401
 from lab.config import RunConfig
 
