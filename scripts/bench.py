@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 
 import torch
+import torch.distributed as dist
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from lab.config import RunConfig, flops_per_token  # noqa: E402
@@ -185,6 +186,9 @@ def main() -> None:
         leans.append(lean_loop(cfg, real["vocab"], real["device"], real["precision"], real["compiled"], real["world"],
                                a.warmup, a.steps))
         reals.append(real)
+    if dist.is_initialized():  # every rank done before rank 0, the rendezvous store's host, may leave
+        dist.barrier()
+        dist.destroy_process_group()
     if int(os.environ.get("RANK", "0")) != 0:
         return
     real, lean = reals[-1], leans[-1]

@@ -192,7 +192,8 @@ def test_continuing_locks_the_model_fields_and_fills_them_from_the_checkpoint():
     assert form.config().resume_from == ""
 
 
-def test_auto_says_which_machine_it_picks_and_why(monkeypatch):
+def test_auto_says_which_machine_it_picks_and_why(monkeypatch, tmp_path):
+    monkeypatch.setenv("LAB_HOME", str(tmp_path))  # no other test's runs calibrate the speeds meanwhile
     seen = []
 
     def choose(cfg, need_hours):
