@@ -126,13 +126,12 @@ def api_for(account: Account, base_url: str, timeout_s: float, pause_s: float = 
     # A replaced credentials file (another inode or mtime) makes a new object: an account removed
     # and added again never signs in with its old key.
     cache_key = (str(account.folder), base_url, timeout_s, pause_s, (st.st_ino, st.st_mtime_ns) if st else None)
-    with _API_LOCK:
+    api_class = lab_api_class()
+    with _API_LOCK:  # KaggleApi's constructor makes folders and imports lazily: one at a time
         api = _APIS.get(cache_key)
-    if api is None:
-        key, token = secrets_of(account)
-        api = lab_api_class()(account.username, key, token, base_url, timeout_s, pause_s)
-        with _API_LOCK:
-            api = _APIS.setdefault(cache_key, api)
+        if api is None:
+            key, token = secrets_of(account)
+            api = _APIS.setdefault(cache_key, api_class(account.username, key, token, base_url, timeout_s, pause_s))
     return api
 
 

@@ -220,9 +220,9 @@ def test_model_too_big_for_the_card_at_any_batch_says_so():
 
 
 def test_memory_formula_matches_what_autograd_saves():
-    """The activation term counts exactly the tensors backward keeps for lab.model.GPT."""
+    """The activation term counts exactly the tensors backward keeps for lab.kernel.model.GPT."""
     torch = pytest.importorskip("torch")
-    model_mod = pytest.importorskip("lab.model")
+    model_mod = pytest.importorskip("lab.kernel.model")
     import contextlib
 
     def saved_bytes(layers, c):
