@@ -9,6 +9,7 @@ HOME set; no global Kaggle token) with two key accounts added: `alice` and `bob`
 from __future__ import annotations
 
 import json
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
@@ -67,18 +68,27 @@ def kaggle_lab(kaggle_emulator, tmp_path, monkeypatch) -> KaggleLab:
 
 @pytest.fixture
 def lab_env(pydoc_data, kaggle_lab, monkeypatch):
-    """`kaggle_lab` with the pydoc data (`lab_env.data`). Background drivers (`machines.start`)
-    poll every 0.2 s through the person's own setting; a failed test leaves none behind."""
+    """`kaggle_lab` with the pydoc data (`lab_env.data`), ready to drive runs (`driving`)."""
+    with driving(kaggle_lab, pydoc_data, monkeypatch) as lab:
+        yield lab
+
+
+@contextmanager
+def driving(lab: KaggleLab, data: Path, monkeypatch) -> Iterator[KaggleLab]:
+    """Background drivers (`machines.start`) poll every 0.2 s through the person's own setting,
+    sessions train on one thread (fast and bitwise repeatable); none is left behind after."""
     from lab.machines import control
     monkeypatch.setenv("LAB_KAGGLE_POLL_S", "0.2")
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # sessions train on one thread: fast and bitwise repeatable
-    kaggle_lab.data = pydoc_data
-    yield kaggle_lab
-    for proc in control.spawned.values():
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=30)
-    control.spawned.clear()
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    lab.data = data
+    try:
+        yield lab
+    finally:
+        for proc in control.spawned.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=30)
+        control.spawned.clear()
 
 
 def lab_for(emu: KaggleEmulator, tmp_path: Path, monkeypatch) -> KaggleLab:
@@ -119,5 +129,5 @@ signal.signal(signal.SIGTERM, on_term)
 """
 SLEEP_CELL = "for _ in range(1200):\n    time.sleep(0.05)  # at most a minute\n"
 
-__all__ = ["make_kaggle_emulator", "kaggle_emulator", "kaggle_lab", "lab_env", "KaggleLab", "lab_for", "make_notebook",
+__all__ = ["make_kaggle_emulator", "kaggle_emulator", "kaggle_lab", "lab_env", "driving", "KaggleLab", "lab_for", "make_notebook",
            "SAVER_CELL", "SLEEP_CELL", "TEST_EMULATOR"]

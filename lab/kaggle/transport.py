@@ -10,6 +10,7 @@ import io
 import os
 import random
 import re
+import sys
 import threading
 import time
 from typing import Any
@@ -51,9 +52,21 @@ def lab_api_class() -> Any:
         return _API_CLASS
 
 
+def _make_config_dir() -> None:
+    """The folder `kaggle` makes at import time, made here first: its own `os.makedirs` has no
+    exist_ok, so two drivers importing it at once fail in one of them (a FileExistsError, then
+    an ImportError of the half-imported module). Found as `kaggle` 2.2.5 finds it."""
+    folder = os.environ.get("KAGGLE_CONFIG_DIR") or os.path.join(os.path.expanduser("~"), ".kaggle")
+    if not os.environ.get("KAGGLE_CONFIG_DIR") and sys.platform.startswith("linux") and not os.path.exists(folder):
+        folder = os.path.join(os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config"),
+                              "kaggle")
+    os.makedirs(folder, exist_ok=True)
+
+
 def _define_lab_api() -> Any:
     # `import kaggle` authenticates a global client at import time and prints help text when
     # this machine has no credentials of its own: keep that off the person's screen.
+    _make_config_dir()
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
         from kaggle.api.kaggle_api_extended import KaggleApi
     from kagglesdk import KaggleClient, KaggleEnv

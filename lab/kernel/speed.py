@@ -131,14 +131,14 @@ class Readings:
         loss_t = torch.stack(self.losses).double() if self.losses else torch.zeros(0, dtype=torch.float64,
                                                                                     device=device)
         both = torch.cat([loss_t.to(device), torch.tensor(extra, dtype=torch.float64, device=device)])
-        reduce(both)
-        values = both.tolist()  # the one host sync of this window
-        norms = torch.stack(self.norms).float().tolist() if self.norms else []
-        rows, n = self.rows, len(self.rows)
-        for row, loss, norm in zip(rows, values[:n], norms):
+        reduce(both)  # the norms are not reduced: every rank has the same, after DDP's all-reduce
+        norms = torch.stack(self.norms).double().to(device) if self.norms else both.new_zeros(0)
+        values = torch.cat([both, norms]).tolist()  # the one host sync of this window
+        rows, n, k = self.rows, len(self.rows), len(both)
+        for row, loss, norm in zip(rows, values[:n], values[k:]):
             row["loss"], row["grad_norm"] = loss, norm
         self.rows, self.losses, self.norms = [], [], []
-        return rows, values[n:]
+        return rows, values[n:k]
 
 
 def next_sync_steps(step_s: float, within_s: float = SYNC_TARGET_S) -> int:

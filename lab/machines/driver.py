@@ -84,13 +84,8 @@ def overview(kaggle: bool = True, patient: bool = False, settings: KaggleSetting
     hosts = [host_for(n, settings) for n in names]
     if not hosts:
         return []
-    state = lambda h: h.state(active.get(h.name, []), patient)  # noqa: E731
-    # This computer and the first account alone, the others at once: the kaggle client imports
-    # its modules lazily on first use, and two threads importing them together can see a module
-    # half made (an ImportError under load).
-    first = [state(h) for h in hosts[:2]]
-    with ThreadPoolExecutor(max_workers=min(8, max(1, len(hosts) - 2))) as pool:
-        return first + list(pool.map(state, hosts[2:]))
+    with ThreadPoolExecutor(max_workers=min(8, len(hosts))) as pool:
+        return list(pool.map(lambda h: h.state(active.get(h.name, []), patient), hosts))
 
 
 # ---------------------------------------------------------------------------------------------

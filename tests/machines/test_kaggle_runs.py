@@ -99,17 +99,9 @@ def secrets_of(emu) -> list[str]:
 def paced_lab(pydoc_data, make_kaggle_emulator, tmp_path, monkeypatch):
     """`lab_env` on an emulator whose card takes at least 0.05 s a step: 300 steps cannot fit a
     link of a few wall seconds, however fast this machine is."""
-    from kaggle_fixtures import lab_for
-    lab = lab_for(make_kaggle_emulator(min_step_s=0.05), tmp_path, monkeypatch)
-    monkeypatch.setenv("LAB_KAGGLE_POLL_S", "0.2")
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    lab.data = pydoc_data
-    yield lab
-    for proc in control.spawned.values():
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=30)
-    control.spawned.clear()
+    from kaggle_fixtures import driving, lab_for
+    with driving(lab_for(make_kaggle_emulator(min_step_s=0.05), tmp_path, monkeypatch), pydoc_data, monkeypatch) as lab:
+        yield lab
 
 
 def test_a_run_longer_than_alices_quota_continues_on_bob_as_one_curve(paced_lab, tmp_path):
