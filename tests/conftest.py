@@ -11,6 +11,9 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ["--context", "32", "--width", "32", "--heads", "2", "--layers", "2", "--batch-per-card", "4",
         "--eval-every", "10", "--eval-batches", "2", "--lr", "3e-3", "--warmup-steps", "2"]
+# For tests that compare arithmetic across batch splits, processes or compilation: under bf16
+# autocast (what auto picks on a CPU with bf16 instructions) other shapes round differently.
+FP32 = ["--precision", "fp32"]
 
 
 @pytest.fixture(scope="session")

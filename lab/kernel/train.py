@@ -24,8 +24,8 @@ import torch.nn as nn
 
 from lab.kernel.checkpoint import (FORMAT, CheckpointError, CheckpointSaveError, StopGuard, checkpoint_step,
                                    load_checkpoint, newest_whole_checkpoint, resolve_checkpoint, save_checkpoint)
-from lab.config import (RunConfig, card_set, check, check_against_data, check_resume, fields_off_defaults, flops_per_token,
-                        raise_on_errors, resumed_config)
+from lab.config import (RunConfig, card_set, check, check_against_data, check_resume, cpu_precision, fields_off_defaults,
+                        flops_per_token, raise_on_errors, resumed_config)
 from lab.kernel.data import Prefetcher, TokenData
 from lab.kernel.launch import COLLECTIVE_TIMEOUT_MIN
 from lab.kernel.metrics import echo_metrics, metrics_lines, write_metrics_lines
@@ -51,7 +51,8 @@ class Runtime:
 
 
 def pick_precision(device: torch.device, requested: str = "auto") -> str:
-    """fp32 on CPU; on CUDA, bf16 from compute capability 8.0 (Ampere) on, else fp16.
+    """On CUDA, bf16 from compute capability 8.0 (Ampere) on, else fp16; on a CPU, bf16 where
+    it multiplies bf16 in hardware, else fp32 (`config.cpu_precision`).
 
     `torch.cuda.is_bf16_supported()` says True on a T4 (7.5), where bf16 is emulated and
     slow, so the capability decides.
@@ -59,7 +60,7 @@ def pick_precision(device: torch.device, requested: str = "auto") -> str:
     if requested != "auto":
         return requested
     if device.type != "cuda":
-        return "fp32"
+        return cpu_precision()
     major, _ = torch.cuda.get_device_capability(device)
     return "bf16" if major >= 8 else "fp16"
 

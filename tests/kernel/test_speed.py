@@ -8,7 +8,7 @@ import sys
 import pytest
 import torch
 
-from conftest import ROOT, TINY, lab
+from conftest import FP32, ROOT, TINY, lab
 from lab.config import RunConfig
 from lab.kernel.data import Prefetcher, TokenData
 from lab.kernel.speed import (COMPILE_MIN_FLOPS_CPU, Readings, compile_choice, compile_or_eager, cxx_compiler,
@@ -80,9 +80,10 @@ def test_a_compiler_failing_on_another_rank_leaves_every_rank_uncompiled():
 
 @pytest.mark.skipif(cxx_compiler() is None, reason="torch.compile on CPU needs a C++ compiler")
 def test_compiled_training_gives_the_uncompiled_losses_up_to_float_noise(pydoc_data, tmp_path):
-    compiled = lab("train", "-c", "pydoc", *TINY, "--steps-until", "8", "--torch-compile", "on",
+    compiled = lab("train", "-c", "pydoc", *TINY, *FP32, "--steps-until", "8", "--torch-compile", "on",
                    "--out", str(tmp_path / "compiled"))
-    lab("train", "-c", "pydoc", *TINY, "--steps-until", "8", "--torch-compile", "off", "--out", str(tmp_path / "eager"))
+    lab("train", "-c", "pydoc", *TINY, *FP32, "--steps-until", "8", "--torch-compile", "off",
+        "--out", str(tmp_path / "eager"))
     assert "compiled the model in" in compiled.stdout
     a = [r["loss"] for r in rows(tmp_path / "compiled") if "loss" in r]
     b = [r["loss"] for r in rows(tmp_path / "eager") if "loss" in r]

@@ -6,7 +6,8 @@ import shutil
 import pytest
 import torch
 
-from conftest import TINY, lab, lab_here
+from conftest import FP32, TINY, lab, lab_here
+from lab.config import cpu_precision
 from lab.kernel.train import pick_precision
 
 
@@ -55,7 +56,7 @@ def test_a_trained_checkpoint_loads_with_weights_only(trained):
 
 
 def test_ddp_in_two_gloo_processes_matches_one_process_with_the_doubled_batch(pydoc_data, tmp_path):
-    flags = [f for f in TINY]
+    flags = [*TINY, *FP32]
     flags[flags.index("--batch-per-card") + 1] = "3"
     ddp = lab("train", "-c", "pydoc", *flags, "--steps-until", "6", "--nproc", "2", "--out", str(tmp_path / "ddp"))
     flags[flags.index("--batch-per-card") + 1] = "6"
@@ -182,8 +183,25 @@ def test_precision_follows_compute_capability_not_is_bf16_supported(monkeypatch,
     assert pick_precision(torch.device("cuda", 0)) == expected
 
 
-def test_cpu_trains_in_fp32():
-    assert pick_precision(torch.device("cpu")) == "fp32"
+@pytest.mark.parametrize("flags,expected", [("fpu avx2 avx512f avx512_bf16 avx512_vnni", "bf16"),
+                                            ("fpu avx2 amx_bf16 amx_tile", "bf16"),
+                                            ("fpu avx2 avx512f avx512_vnni", "fp32")])
+def test_a_cpu_trains_in_bf16_only_where_it_multiplies_bf16_itself(tmp_path, flags, expected):
+    info = tmp_path / "cpuinfo"
+    info.write_text(f"processor\t: 0\nmodel name\t: Some CPU\nflags\t\t: {flags}\n\nprocessor\t: 1\n")
+    assert cpu_precision(str(info)) == expected
+    assert cpu_precision(str(tmp_path / "none")) == "fp32", "no flags to read: no claim of bf16"
+    assert pick_precision(torch.device("cpu")) == cpu_precision()
+
+
+def test_bf16_autocast_trains_on_any_cpu(pydoc_data, tmp_path):
+    """What auto picks on a CPU with bf16 instructions, forced here (slower where emulated)."""
+    train_here("-c", "pydoc", *TINY, "--precision", "bf16", "--steps-until", "12", "--out", str(tmp_path / "bf16"))
+    rows = metrics(tmp_path / "bf16")
+    assert json.loads((tmp_path / "bf16" / "device.json").read_text())["precision"] == "bf16"
+    logged = [r["loss"] for r in rows if "loss" in r]
+    assert len(logged) == 12 and logged[-1] < logged[0] - 0.5
+    assert all(0 < r["val_loss"] < 10 for r in rows if "val_loss" in r)
 
 
 # --- out of memory ----------------------------------------------------------------------------
@@ -213,10 +231,10 @@ def test_cuda_out_of_memory_says_to_lower_the_batch_and_which_batch_fits(pydoc_d
 
 
 def test_gradient_accumulation_matches_the_bigger_batch(pydoc_data, tmp_path):
-    flags = list(TINY)
+    flags = [*TINY, *FP32]
     flags[flags.index("--batch-per-card") + 1] = "2"
     train_here("-c", "pydoc", *flags, "--grad-accum", "2", "--steps-until", "5", "--out", str(tmp_path / "accum"))
-    train_here("-c", "pydoc", *TINY, "--steps-until", "5", "--out", str(tmp_path / "big"))
+    train_here("-c", "pydoc", *TINY, *FP32, "--steps-until", "5", "--out", str(tmp_path / "big"))
     accum, big = losses(tmp_path / "accum"), losses(tmp_path / "big")
     assert sorted(accum) == list(range(1, 6))
     assert all(accum[s] == pytest.approx(big[s], abs=1e-5) for s in big)

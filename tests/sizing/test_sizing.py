@@ -11,7 +11,7 @@ import pytest
 from lab import sizing
 from conftest import lab
 from lab.cli import main as lab_main
-from lab.config import RunConfig
+from lab.config import RunConfig, cpu_precision
 
 GB = 1e9
 
@@ -198,7 +198,7 @@ def test_rtx3050_has_8_gb_and_room_for_half_the_batch():
 def test_cpu_memory_is_host_memory(monkeypatch):
     monkeypatch.setattr(sizing.memory, "_host_bytes", 16e9)
     e = est(gpu="cpu")
-    assert e.precision == "fp32"
+    assert e.precision == cpu_precision()  # what the loop trains in on this CPU
     assert e.memory_per_card_gb.extra["usable_gb"] == 12  # 75% of 16 GB
     assert e.memory_per_card_gb.extra["parts"]["cuda_context"] == 0
 
