@@ -3,7 +3,7 @@
 It checks that the cards talk (one all-reduce, its result checked and timed: NCCL on GPUs, gloo
 on CPU), then trains the lab's GPT (lab.kernel.model, pasted before this in the probe notebook)
 for a short burst with the training loop's step: DDP, fp16 with a GradScaler below compute
-capability 8.0 (a T4), bf16 above, fp32 on CPU, fused AdamW, gradient clipping. Random tokens:
+capability 8.0 (a T4), bf16 above, fp32 on CPU (tests only), fused AdamW, gradient clipping. Random tokens:
 speed does not depend on what is read. Rank 0 writes the figures as JSON to argv[1] and the
 burst's rows as metrics.jsonl beside it, as a run would, so the calculator reads the measured
 speed the way it reads a run's.
@@ -26,7 +26,8 @@ from lab.kernel.model import GPT
 
 
 def precision_for(device: torch.device) -> str:
-    """As the training loop picks it (lab.kernel.train.pick_precision)."""
+    """As the training loop picks it on a GPU (lab.kernel.train.pick_precision). On CPU, where the
+    probe only runs in tests, fp32: the loop's CPU rule lives in lab.config, not pasted here."""
     if device.type != "cuda":
         return "fp32"
     return "bf16" if torch.cuda.get_device_capability(device)[0] >= 8 else "fp16"

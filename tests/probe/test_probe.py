@@ -44,8 +44,10 @@ def test_a_probe_records_what_the_accounts_session_has_and_the_calculator_counts
     measured = [m for m in sizing.measured_runs("cpu") if m.run == "probe:alice"]
     assert len(measured) == 1 and measured[0].width == 32
     size = record["facts"]["size"]
-    est = sizing.estimate(RunConfig(gpu="cpu", context=size["context"], width=size["width"], heads=size["heads"],
-                                    layers=size["layers"], batch_per_card=size["batch_per_card"]), vocab=size["vocab"])
+    # In the precision the burst ran in (a CPU run's auto may be bf16; the probe's CPU burst is fp32).
+    est = sizing.estimate(RunConfig(gpu="cpu", precision="fp32", context=size["context"], width=size["width"],
+                                    heads=size["heads"], layers=size["layers"], batch_per_card=size["batch_per_card"]),
+                          vocab=size["vocab"])
     assert est.tok_s.kind == "measured" and "probe:alice" in est.tok_s.note
     # No secret in what is stored.
     assert probing.emu.account("alice").key not in probe_path("alice").read_text()
