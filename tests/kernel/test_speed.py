@@ -152,3 +152,15 @@ def test_gpu_check_runs_its_reduced_mode_on_cpu_and_prints_json(pydoc_data):
         assert run["real_tok_s"]["median"] > 0 and run["lean_tok_s"]["median"] > 0 and run["real_over_lean"] > 0
         assert 0 < run["eval"]["share_of_session"] < 1
     assert report["runs"]["cpu fp32 ddp x2 eager"]["world"] == 2
+
+
+def test_the_train_a_b_bench_runs_both_sides_and_prints_json(lab_home, tmp_path):
+    """Against its own commit: both sides are the same code, so their losses are the same."""
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_train_ab.py"), "--before", "HEAD",
+                           "--size", "tiny", "--rounds", "1", "--warmup", "5", "--home", str(tmp_path / "home")],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    before, after = report["before"][0], report["after"][0]
+    assert before["tok_s"] > 0 and after["tok_s"] > 0 and report["after_over_before"] > 0
+    assert before["val_loss"] == after["val_loss"] and before["precision"] == after["precision"]
