@@ -168,8 +168,12 @@ def test_accounts_are_isolated_in_one_process(make_kaggle_emulator, tmp_path, mo
     with pytest.raises(kc.KaggleError, match="HTTP 403") as e:
         bob.dataset_status("alice/alice-private-data")
     assert e.value.account == "bob"
-    with pytest.raises(kc.KaggleError, match="HTTP 403"):
+    with pytest.raises(kc.KaggleError, match="HTTP 403") as e:
         bob.kernel_status("alice/shared-name")
+    assert "Check the slug" in str(e.value)  # another account's kernel: the slug may be wrong
+    with pytest.raises(kc.KaggleError) as e:  # the account's own kernel, not there (yet): the slug is right
+        alice.kernel_status("never-pushed")
+    assert "may not be there yet" in str(e.value) and "slug" not in str(e.value).lower()
     with pytest.raises(UserError, match="belongs to alice"):
         bob.push_kernel("alice/shared-name", "shared-name", make_notebook("print(3)"))
 
