@@ -45,10 +45,17 @@ CARDS = {
 }
 
 
-def reference_tok_s(card: Card) -> float:
+def reference_tok_s(card: Card, precision: str | None = None) -> float:
+    """tokens/s at REFERENCE; on the CPU, in `precision` where its rate is known (fp32, bf16)."""
     if card.name == "cpu":  # scales roughly with cores; calibrate with a short run
-        return CPU_TOK_S_PER_CORE[card.precision] * (os.cpu_count() or 1)
+        rate = CPU_TOK_S_PER_CORE.get(precision or card.precision, CPU_TOK_S_PER_CORE[card.precision])
+        return rate * (os.cpu_count() or 1)
     return card.ref_tok_s
+
+
+def rate_known(card: Card, precision: str) -> bool:
+    """Whether reference_tok_s speaks for `precision` (else it is the card's own precision's)."""
+    return precision == card.precision or (card.name == "cpu" and precision in CPU_TOK_S_PER_CORE)
 
 
 def next_size(cfg: RunConfig) -> RunConfig:

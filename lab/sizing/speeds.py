@@ -14,7 +14,7 @@ from typing import Any, Iterable
 from lab.config import RunConfig, card_set
 from lab.corpus.manifests import read_json_cached, stat_key
 from lab.home import accounts_dir, runs_dir
-from lab.sizing.cards import CARDS, REFERENCE, Card, flops_per_token, reference_tok_s
+from lab.sizing.cards import CARDS, REFERENCE, Card, flops_per_token, rate_known, reference_tok_s
 from lab.sizing.figures import Figure
 from lab.sizing.inputs import find_manifest, resolve_vocab
 
@@ -222,14 +222,14 @@ def speed_figure(card: Card, cfg: RunConfig, vocab: int, precision: str, runs: l
                       f"пересчитано по FLOPs на токен от прогонов лабы на {card.name}: {used}")
     ref = REFERENCE
     ref_flops = flops_per_token(ref["layers"], ref["width"], ref["vocab"], ref["context"])
-    tok_s = reference_tok_s(card) * ref_flops / flops
+    tok_s = reference_tok_s(card, precision) * ref_flops / flops
     at_ref = key == tuple(ref[k] for k in ("context", "width", "heads", "layers", "vocab", "batch_per_card"))
     if card.ref_measured and at_ref and precision == card.precision:
         return Figure(round(tok_s), "measured", "tokens/s", f"the guide's measurement on {card.name}",
                       f"замер из гайда на {card.name}")
     basis = "the guide's measurement" if card.ref_measured else "the lab's rough guess"
     basis_ru = "замера из гайда" if card.ref_measured else "грубой прикидки лабы"
-    other = precision != card.precision  # not corrected for: measure a short run instead
+    other = not rate_known(card, precision)  # not corrected for: measure a short run instead
     return Figure(round(tok_s), "estimate", "tokens/s",
                   f"scaled by FLOPs per token (6·N + 12·layers·n·d) from {basis} on {card.name} at the reference size"
                   + (f", in {card.precision}: {precision} will be slower" if other else ""),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 
 import pytest
@@ -193,6 +194,13 @@ def test_rtx3050_has_8_gb_and_room_for_half_the_batch():
     assert e.precision == "bf16"  # Ampere has native bf16
     assert e.memory_per_card_gb.extra["usable_gb"] == 8
     assert e.max_batch_per_card.value < est(gpu="T4").max_batch_per_card.value
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_cpu_speed_is_the_measured_rate_of_the_precision_asked_for(precision):
+    e = est(gpu="cpu", precision=precision)
+    assert e.tok_s.value == round(sizing.CPU_TOK_S_PER_CORE[precision] * os.cpu_count())
+    assert "slower" not in e.tok_s.note  # both rates are known: no "in bf16: fp32 will be slower"
 
 
 def test_cpu_memory_is_host_memory(monkeypatch):
