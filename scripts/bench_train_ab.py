@@ -38,8 +38,8 @@ def export_commit(rev: str, into: Path) -> Path:
     archive = into / "before.tar"
     subprocess.run(["git", "-C", str(ROOT), "archive", "--format=tar", "-o", str(archive), rev], check=True)
     tree = into / "before"
-    with tarfile.open(archive) as tar:
-        tar.extractall(tree, filter="data")
+    with tarfile.open(archive) as tar:  # our own repository's files; the filter where Python has it
+        tar.extractall(tree, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
     return tree
 
 
