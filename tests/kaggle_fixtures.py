@@ -16,7 +16,7 @@ from typing import Callable, Iterator
 
 import pytest
 
-from tools.kaggle_emulator import KaggleEmulator
+from kaggle_emulator import KaggleEmulator
 
 # Fast enough for tests: 1 wall second is 1 emulated minute of quota and session time.
 TEST_EMULATOR = dict(time_scale=60.0, dataset_ready_s=0.3, queue_s=0.05, grace_s=5.0)

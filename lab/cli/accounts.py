@@ -110,7 +110,7 @@ def _list(offline: bool) -> int:
 
 def _probe(name: str) -> str:
     """The account's last probe (`lab probe NAME`): its verdict, figures and age."""
-    from lab.machines.probe_record import age, read_probe, summary
+    from lab.probe.record import age, read_probe, summary
     record = read_probe(name)
     return summary(record) + (f" ({age(record)} ago)" if record else "")
 

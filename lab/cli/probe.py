@@ -18,7 +18,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from lab.kaggle.accounts import get_account
-    from lab.machines.probe_record import read_probe
+    from lab.probe.record import read_probe
     for name in args.accounts:
         get_account(name)  # an unknown name: the error lists the lab's accounts, before any quota is spent
     failed = 0
@@ -26,14 +26,14 @@ def run(args: argparse.Namespace) -> int:
         if args.show:
             record = read_probe(name)
         else:
-            from lab.machines.probe import probe_account
+            from lab.probe.account import probe_account
             record = probe_account(name, say=lambda s: print(s, flush=True))
         failed += _print(name, record, args.json)
     return 1 if failed else 0
 
 
 def _print(name: str, record: dict | None, as_json: bool) -> int:
-    from lab.machines.probe_record import age, summary
+    from lab.probe.record import age, summary
     if as_json:
         print(json.dumps(record, ensure_ascii=False))
         return 0 if record and record.get("can_run", True) is True else 1

@@ -47,7 +47,7 @@ from lab.machines.kaggle_data import (POLL_ENV, KaggleSettings, LinkContext, ckp
                                       kernel_slug, set_link, source_checkpoint, stage_data)
 from lab.machines.kaggle_live import LiveWatch
 from lab.machines.kaggle_outputs import download, finish
-from lab.machines.probe_record import cannot_run, read_probe
+from lab.probe.record import cannot_run, read_probe
 from lab.runs import Link, Run, now, updating
 
 MAX_POLL_FACTOR = 4  # status polls back off to 4 × the poll interval while nothing changes

@@ -15,7 +15,7 @@ from typing import Callable
 from lab.kaggle.client import AccountClient
 from lab.kaggle.logs import LiveLog
 from lab.machines.live import at_end_note
-from lab.machines.probe_record import read_probe
+from lab.probe.record import read_probe
 
 
 def progress_line(n: int, row: dict, steps_until: int) -> str:

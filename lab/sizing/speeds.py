@@ -180,7 +180,7 @@ def measured_runs(gpu: str | None = None, root: Path | None = None) -> list[Meas
     """The lab's runs in `root` (default `$LAB_HOME/runs`, and each account's probe burst,
     `lab probe`), on `gpu` or all, whose metrics give a steady speed."""
     folders = _scan(runs_dir() if root is None else root)
-    if root is None:  # a probe's burst is a run folder too (lab.machines.probe_record)
+    if root is None:  # a probe's burst is a run folder too (lab.probe.record)
         folders += [(f"probe:{name}", os.path.join(path, "probe")) for name, path in _scan(accounts_dir())
                     if os.path.isdir(os.path.join(path, "probe"))]
     out = []

@@ -128,7 +128,7 @@ class MachinesPanel(Panel):
 
 def _probe_line(account: str) -> widgets.HTML:
     """The account's last probe (`lab probe NAME`): its verdict and figures, and how old it is."""
-    from lab.machines.probe_record import age, read_probe, summary
+    from lab.probe.record import age, read_probe, summary
     record = read_probe(account)
     ru = lang() == "ru"
     text = f"{tr('probe', 'проба')}: {summary(record, ru=ru)}"

@@ -77,7 +77,7 @@ def test_the_monitor_and_watch_see_a_kaggle_runs_curve_while_its_session_runs(pa
 
 
 def test_an_account_whose_probe_found_the_log_kept_until_the_end_is_said_so_at_once(paced):
-    from lab.machines.probe import store
+    from lab.probe.account import store
     lab = paced()
     lab.emu.log_while_running = False
     store("alice", {"account": "alice", "at": "2026-11-30T10:00:00+00:00", "can_run": True, "gpu": "2xT4",

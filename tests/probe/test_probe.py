@@ -11,8 +11,8 @@ from conftest import lab
 from kaggle_fixtures import kaggle_emulator, kaggle_lab, make_kaggle_emulator  # noqa: F401
 from lab.config import RunConfig
 from lab.machines import driver as machines
-from lab.machines.probe import ProbePlan, cost_line, probe_account, probe_notebook
-from lab.machines.probe_record import cannot_run, probe_path, read_probe, summary
+from lab.probe.account import ProbePlan, cost_line, probe_account, probe_notebook
+from lab.probe.record import cannot_run, probe_path, read_probe, summary
 
 # The emulator runs 60 emulated seconds per wall second: a 2-hour timeout is 2 wall minutes.
 FAST = ProbePlan(hold_s=4.0, poll_s=0.2, log_grace_s=60.0, worker_timeout_s=120.0, session_timeout_s=7200)
@@ -106,7 +106,7 @@ def test_the_probe_notebook_fits_kaggle_and_needs_only_torch_and_the_stdlib():
 def test_a_probe_that_failed_on_its_own_does_not_bar_the_account():
     from datetime import datetime, timezone
 
-    from lab.machines.probe import _verdict
+    from lab.probe.account import _verdict
     record = _verdict("alice", "alice/lab-probe", 3, "ERROR", "The notebook failed", "waiting", "n0nce",
                       datetime.now(timezone.utc), None)
     assert record["can_run"] is None and cannot_run(record) is None  # Auto still tries the account

@@ -7,8 +7,8 @@ import shutil
 import time
 from typing import BinaryIO
 
-from tools.kaggle_emulator.files import _drain, _write_at
-from tools.kaggle_emulator.model import EmulatedAccount, _Blob, _Dataset, _DatasetVersion, _HttpError
+from kaggle_emulator.files import _drain, _write_at
+from kaggle_emulator.model import EmulatedAccount, _Blob, _Dataset, _DatasetVersion, _HttpError
 
 
 # Kaggle's dataset licence names *(docs: the dataset-metadata wiki; the service's own list is not public)*.

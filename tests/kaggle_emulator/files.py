@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from lab.procs import descendants, signal_quietly
-from tools.kaggle_emulator.model import _CHUNK
+from kaggle_emulator.model import _CHUNK
 
 
 def _kill_tree(proc: subprocess.Popen, sig: int) -> None:

@@ -7,8 +7,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tools.kaggle_emulator.files import _list_files
-from tools.kaggle_emulator.model import ACTIVE, EmulatedAccount, GPU_SHAPES, KAGGLE_SESSION_LIMIT_S, MAX_PAGE_SIZE, NOTEBOOK_LIMIT_BYTES, SIGNED_URL_TTL_S, TERMINAL, _HttpError, _Kernel, _KernelVersion, _Session, _timestamp
+from kaggle_emulator.files import _list_files
+from kaggle_emulator.model import ACTIVE, EmulatedAccount, GPU_SHAPES, KAGGLE_SESSION_LIMIT_S, MAX_PAGE_SIZE, NOTEBOOK_LIMIT_BYTES, SIGNED_URL_TTL_S, TERMINAL, _HttpError, _Kernel, _KernelVersion, _Session, _timestamp
 
 
 class Kernels:

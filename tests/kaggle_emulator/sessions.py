@@ -12,8 +12,8 @@ import time
 from datetime import timedelta
 
 from lab.procs import descendants, signal_quietly
-from tools.kaggle_emulator.files import _kill_tree
-from tools.kaggle_emulator.model import TERMINAL, _Session, _utcnow
+from kaggle_emulator.files import _kill_tree
+from kaggle_emulator.model import TERMINAL, _Session, _utcnow
 
 
 class Sessions:

@@ -1,6 +1,6 @@
 """`lab probe ACCOUNT`: a short Kaggle session that tests an account before a run depends on it.
 
-What it finds out (lab.machines.probe_kernel runs there, lab.machines.probe_worker under
+What it finds out (lab.probe.session runs there, lab.probe.worker under
 torchrun): whether Kaggle gives the account a GPU session at all (it offers GPUs only to
 phone-verified accounts), the GPUs, driver, CUDA, torch and NCCL versions, an all-reduce
 across the cards, a short training burst at the reference size (fp16 on T4s) giving measured
@@ -9,7 +9,7 @@ with a marker file, uploaded as a new version each time), free disk; and, from t
 whether Kaggle shows a running session's log (lab.kaggle.logs).
 
 The verdict and facts are stored in `$LAB_HOME/accounts/<name>/probe.json`, the burst as a run
-folder in `probe/` beside it (lab.machines.probe_record), where the calculator finds it as a
+folder in `probe/` beside it (lab.probe.record), where the calculator finds it as a
 measurement. On the emulator the same code runs on its CPU at tiny sizes, and the stored
 figures say "cpu".
 """
@@ -29,7 +29,7 @@ from lab.config import UserError, card_set
 from lab.kaggle.client import AccountClient, KaggleError, RetryPolicy, client_for, get_account
 from lab.kaggle.logs import LiveLog
 from lab.kernel.checkpoint import atomic_write
-from lab.machines.probe_record import MEASURED_FOLDER, probe_path
+from lab.probe.record import MEASURED_FOLDER, probe_path
 
 KERNEL_SLUG = "lab-probe"
 DATASET_SLUG = "lab-probe-input"
@@ -82,7 +82,7 @@ def probe_notebook(plan: ProbePlan) -> dict:
 
     from lab.notebooks import kernel_source
     here = Path(__file__).resolve().parent
-    worker = kernel_source("model") + "\n\n" + _pasted(here / "probe_worker.py")
+    worker = kernel_source("model") + "\n\n" + _pasted(here / "worker.py")
     md, code = nbformat.v4.new_markdown_cell, nbformat.v4.new_code_cell
     params = (f"marker = {MARKER!r}\ngpu_size = {plan.gpu_size!r}\ncpu_size = {plan.cpu_size!r}\n"
               f"steps = {plan.steps!r}\nhold_s = {plan.hold_s!r}\nworker_timeout_s = {plan.worker_timeout_s!r}\n")
@@ -91,7 +91,7 @@ def probe_notebook(plan: ProbePlan) -> dict:
                 "in `probe/probe.json`."),
              code(params, metadata={"tags": ["parameters"]}),
              code("%%writefile lab_probe_worker.py\n" + worker),
-             code(_pasted(here / "probe_kernel.py")),
+             code(_pasted(here / "session.py")),
              code("facts = probe_main(marker, gpu_size, cpu_size, steps, hold_s, worker_timeout_s)\n"
                   "Path('lab_probe_worker.py').unlink(missing_ok=True)")]
     nb = nbformat.v4.new_notebook(cells=cells)

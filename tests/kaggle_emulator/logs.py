@@ -15,7 +15,7 @@ import json
 import time
 from typing import Iterator
 
-from tools.kaggle_emulator.model import TERMINAL, _HttpError
+from kaggle_emulator.model import TERMINAL, _HttpError
 
 END_OF_LOG = "END_OF_LOG"
 

@@ -1,6 +1,6 @@
 """The probe session: what one short Kaggle session finds out about an account's machine.
 
-Pasted into the probe notebook (lab.machines.probe builds it) after the worker script, and run
+Pasted into the probe notebook (lab.probe.account builds it) after the worker script, and run
 on Kaggle's image: stdlib and torch only. It records whether the session has GPUs, which, the
 driver, CUDA, torch and NCCL versions, where /kaggle/input mounts the lab's probe dataset (its
 marker file), free disk, then runs the worker under torchrun (an all-reduce across the cards and

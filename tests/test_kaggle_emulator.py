@@ -16,9 +16,9 @@ import requests
 
 from kaggle_fixtures import (SAVER_CELL, SLEEP_CELL, kaggle_emulator, kaggle_lab,  # noqa: F401 (fixtures)
                              make_kaggle_emulator, make_notebook, lab_for)
-from tools.kaggle_emulator import KaggleEmulator
+from kaggle_emulator import KaggleEmulator
 
-ROOT = str(Path(__file__).resolve().parents[2])  # the repository: tools/ is a package there
+TESTS = str(Path(__file__).resolve().parent)  # kaggle_emulator is a package there
 QUOTA = "kernels.KernelsApiService/GetAcceleratorQuotaStatistics"
 
 
@@ -174,9 +174,9 @@ def test_recorded_requests_hold_no_credentials(kaggle_lab, tmp_path):
 
 
 def test_the_command_line_emulator_serves_and_writes_private_credentials(tmp_path):
-    proc = subprocess.Popen([sys.executable, "-m", "tools.kaggle_emulator", "--port", "0", "--state", str(tmp_path),
+    proc = subprocess.Popen([sys.executable, "-m", "kaggle_emulator", "--port", "0", "--state", str(tmp_path),
                              "--account", "alice", "--token-account", "tina:tok-abcdefgh"],
-                            cwd=ROOT, env={**os.environ, "PYTHONPATH": ROOT}, stdout=subprocess.PIPE, text=True)
+                            cwd=TESTS, env={**os.environ, "PYTHONPATH": TESTS}, stdout=subprocess.PIPE, text=True)
     lines: list[str] = []
     reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")), daemon=True)
     reader.start()

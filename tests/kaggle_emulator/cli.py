@@ -1,4 +1,4 @@
-"""`python -m tools.kaggle_emulator` (or `scripts/kaggle-emulator`): a local Kaggle API for trying the kit."""
+"""`python -m kaggle_emulator` (or `scripts/kaggle-emulator`): a local Kaggle API for trying the kit."""
 from __future__ import annotations
 
 import argparse
@@ -10,8 +10,8 @@ import sys
 import threading
 from pathlib import Path
 
-from tools.kaggle_emulator.core import KaggleEmulator
-from tools.kaggle_emulator.model import EmulatedAccount
+from kaggle_emulator.core import KaggleEmulator
+from kaggle_emulator.model import EmulatedAccount
 
 
 def _write_private(path: Path, text: str) -> None:

@@ -2,10 +2,10 @@
 
 `KaggleEmulator` (core) holds the state and answers the calls; datasets, kernels and sessions
 are its parts; `server` speaks HTTP; `cli` is the command people run
-(`scripts/kaggle-emulator`, or `python -m tools.kaggle_emulator`).
+(`scripts/kaggle-emulator`, or `python -m kaggle_emulator`).
 """
 
-from tools.kaggle_emulator.core import KaggleEmulator
-from tools.kaggle_emulator.model import EmulatedAccount, SessionInfo
+from kaggle_emulator.core import KaggleEmulator
+from kaggle_emulator.model import EmulatedAccount, SessionInfo
 
 __all__ = ["KaggleEmulator", "EmulatedAccount", "SessionInfo"]

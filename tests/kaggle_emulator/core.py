@@ -32,14 +32,14 @@ from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Callable
 
-from tools.kaggle_emulator.datasets import Datasets
-from tools.kaggle_emulator.kernels import Kernels
-from tools.kaggle_emulator.logs import Logs
-from tools.kaggle_emulator.files import _kill_tree
-from tools.kaggle_emulator.model import (ACTIVE, TERMINAL, EmulatedAccount, SessionInfo, _Blob, _Dataset, _Fault,
+from kaggle_emulator.datasets import Datasets
+from kaggle_emulator.kernels import Kernels
+from kaggle_emulator.logs import Logs
+from kaggle_emulator.files import _kill_tree
+from kaggle_emulator.model import (ACTIVE, TERMINAL, EmulatedAccount, SessionInfo, _Blob, _Dataset, _Fault,
                                          _HttpError, _Kernel, _Session, _duration, _timestamp)
-from tools.kaggle_emulator.server import _Handler
-from tools.kaggle_emulator.sessions import Sessions
+from kaggle_emulator.server import _Handler
+from kaggle_emulator.sessions import Sessions
 
 
 class KaggleEmulator(Datasets, Kernels, Sessions, Logs):

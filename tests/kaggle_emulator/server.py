@@ -9,15 +9,15 @@ from http.server import BaseHTTPRequestHandler
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
 
-from tools.kaggle_emulator.files import _drain
-from tools.kaggle_emulator.model import MAX_RPC_BODY_BYTES, _CHUNK
+from kaggle_emulator.files import _drain
+from kaggle_emulator.model import MAX_RPC_BODY_BYTES, _CHUNK
 
 
 _RPC_PATH = re.compile(r"/(?:api/)?v1/([A-Za-z0-9_.]+)/([A-Za-z0-9_]+)")
 _LOG_PATH = re.compile(r"/(?:api/)?v1/kernels/logs/stream/([A-Za-z0-9_-]+)/([A-Za-z0-9_-]+)")
 
 if TYPE_CHECKING:
-    from tools.kaggle_emulator.core import KaggleEmulator
+    from kaggle_emulator.core import KaggleEmulator
 
 
 class _Handler(BaseHTTPRequestHandler):
