@@ -328,6 +328,18 @@ def lineage_rows(run) -> list[dict]:
     return rows
 
 
+def _speed_cell(folder) -> str:
+    """The run's measured tokens/s beside the calculator's prediction for it, or "-"."""
+    from lab.sizing.calibration import check
+    c = check(folder)
+    if c is None:
+        return "-"
+    num = lambda x: sizing.format_number(round(x), lang())  # noqa: E731
+    pred = f"{tr('predicted', 'прогноз')} {num(c.predicted)}"
+    text = f"? ({pred})" if c.measured is None else f"{num(c.measured)} ({pred}, {c.error:+.0%})"
+    return f"<span class='lab-speed-check'>{esc(text)}</span>"
+
+
 class RunsPanel(Panel):
     """The lab's runs with lineage; an overlay of chosen runs; the "when to grow" verdict."""
 
@@ -370,10 +382,11 @@ class RunsPanel(Panel):
             c = r.cfg
             rows.append([f"<code>{esc(r.id)}</code>", esc(status_word(r.status)), esc(f"{r.step:,} / {c.steps_until:,}"),
                          esc(f"{c.layers}×{c.width}, n {c.context}"), "-" if loss is None else f"{loss:.3f}",
-                         "-" if val is None else f"{val:.3f}",
+                         "-" if val is None else f"{val:.3f}", _speed_cell(r.folder),
                          esc(", ".join(link.machine for link in r.links) or "-"), esc(" ← ".join(reversed(lineage(r)[:-1])) or "-")])
         head = [tr(*h) for h in (("run", "прогон"), ("status", "статус"), ("step", "шаг"), ("size", "размер"),
-                                 ("loss", "loss"), ("val", "val"), ("machines", "машины"), ("from", "от кого"))]
+                                 ("loss", "loss"), ("val", "val"), ("tok/s (predicted)", "ток/с (прогноз)"),
+                                 ("machines", "машины"), ("from", "от кого"))]
         self.table.value = _table([esc(h) for h in head], rows, "lab-runs") if rows else \
             f"<i>{esc(tr('No runs yet.', 'Прогонов пока нет.'))}</i>"
         chosen = tuple(i for i in self.choose.value if i in self.runs) or tuple(list(self.runs)[:1])

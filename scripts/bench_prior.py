@@ -1,0 +1,89 @@
+#!/usr/bin/env python3
+"""This CPU's prior parts for the speed model (lab.sizing.priors.CPU_PARTS): prints them.
+
+    scripts/bench_prior.py --precision fp32,bf16 --rounds 5
+
+Times the lean training step (the model, fused AdamW, gradient clipping, autocast: what
+`lab train` does per step, without its logging) on a grid of sizes chosen to tell the parts of
+`lab.sizing.steptime` apart (depth, width, context, batch each varied on their own), keeps each
+size's fastest step of the fastest round (a shared machine only ever slows a step down), and
+fits the seconds per unit of each part by non-negative least squares on relative errors.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from lab.sizing.nnls import nnls  # noqa: E402
+from lab.sizing.steptime import PARTS, Size  # noqa: E402
+
+VOCAB = 4000
+# (layers, width, context, batch_per_card)
+GRID = [(1, 64, 64, 4), (2, 64, 64, 4), (4, 64, 64, 4), (8, 64, 64, 4), (2, 64, 64, 16), (2, 128, 64, 4),
+        (2, 256, 64, 4), (2, 384, 64, 2), (2, 64, 256, 4), (2, 64, 512, 2), (4, 128, 128, 8), (4, 256, 256, 4),
+        (8, 128, 128, 4), (2, 128, 512, 4), (4, 256, 128, 16), (4, 512, 128, 4), (1, 512, 256, 4), (2, 64, 1024, 1)]
+
+
+def step_times(precision: str, rounds: int, steps: int = 16, warmup: int = 4) -> dict[tuple, float]:
+    import torch
+    from lab.config import RunConfig
+    from lab.kernel.model import GPT
+    from lab.kernel.train import Runtime, autocast, make_optimizer
+    device = torch.device("cpu")
+    rt = Runtime(0, 1, device, precision, cards=1)
+    best: dict[tuple, float] = {}
+    for r in range(rounds):
+        for (layers, width, context, batch) in GRID:
+            torch.manual_seed(0)
+            heads = max(1, width // 32)
+            model = GPT(VOCAB, context, width, heads, layers)
+            opt = make_optimizer(model, RunConfig(), device)
+            x = torch.randint(0, VOCAB, (batch, context))
+            times = []
+            for i in range(warmup + steps):
+                t0 = time.perf_counter()
+                with autocast(rt):
+                    loss = model(x, x)
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+                if i >= warmup:
+                    times.append(time.perf_counter() - t0)
+            key = (layers, width, context, batch)
+            best[key] = min(best.get(key, float("inf")), min(times))
+        print(f"  {precision}: round {r + 1} of {rounds}", file=sys.stderr, flush=True)
+    return best
+
+
+def fit_parts(times: dict[tuple, float]) -> tuple[float, ...]:
+    """Seconds per unit of each part: NNLS on relative errors, columns scaled to unit size."""
+    xs = [Size(context, width, layers, VOCAB, batch).parts() for (layers, width, context, batch) in times]
+    ts = list(times.values())
+    norms = [max(x[j] / t for x, t in zip(xs, ts)) or 1.0 for j in range(len(PARTS))]
+    rows = [[x[j] / t / norms[j] for j in range(len(PARTS))] for x, t in zip(xs, ts)]
+    z = nnls(rows, [1.0] * len(rows))
+    return tuple(v / n for v, n in zip(z, norms))
+
+
+def main(precisions: list[str], rounds: int = 5) -> None:
+    for precision in precisions:
+        times = step_times(precision, rounds)
+        parts = fit_parts(times)
+        print(f'    "{precision}": ({", ".join(f"{v:.3g}" for v in parts)}),  # {os.cpu_count()} cores')
+        worst = max(abs(sum(c * u for c, u in zip(parts, Size(n, d, L, VOCAB, b).parts())) / t - 1)
+                    for (L, d, n, b), t in times.items())
+        print(f"    # worst misfit on the grid: {worst:.0%}", flush=True)
+
+
+if __name__ == "__main__":
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--precision", default="fp32,bf16")
+    p.add_argument("--rounds", type=int, default=5)
+    a = p.parse_args()
+    main(a.precision.split(","), a.rounds)
