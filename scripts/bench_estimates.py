@@ -70,14 +70,17 @@ def train(home: Path, data: Path, name: str, cfg: RunConfig) -> float:
     return wall
 
 
-def measure(home: Path, data: Path, precisions: list[str], rounds: int, steps: int) -> None:
+def measure(home: Path, data: Path, precisions: list[str], rounds: int, steps: int, quiet: float | None) -> None:
+    from bench_prior import wait_for_quiet  # beside this script
     for r in range(rounds):
         for precision in precisions:
             for size in SIZES:
                 name = run_name(size[0], precision, r)
                 if not (home / "runs" / name / "wall.json").exists():
+                    load = wait_for_quiet(quiet)
                     wall = train(home, data, name, size_cfg(size, precision, steps))
-                    print(f"  round {r + 1}: {precision} {size[0]:<9} {wall:5.0f} s", file=sys.stderr, flush=True)
+                    print(f"  round {r + 1}: {precision} {size[0]:<9} {wall:5.0f} s (load {load:.1f} at its start)",
+                          file=sys.stderr, flush=True)
 
 
 def run_name(size: str, precision: str, r: int) -> str:
@@ -143,14 +146,23 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=160, help="steps per run (the first 20 are the warm-up)")
     p.add_argument("--keep", metavar="DIR", help="keep the lab home with the runs here (resumable)")
     p.add_argument("--from", dest="source", metavar="DIR", help="only print the table from a kept DIR")
+    p.add_argument("--threads", type=int, default=None,
+                   help="OMP_NUM_THREADS for the runs and the calculator (default: torch's own choice). On a "
+                        "machine shared with other work, 2 threads per run measure the others' load more than the "
+                        "run (one 512² matrix product here: 14 GFLOP/s on 2 threads under load, 150 on 1)")
+    p.add_argument("--quiet", type=float, metavar="LOAD",
+                   help="before each run, wait (up to 10 min) until the 1-minute load average is at most LOAD")
     a = p.parse_args()
+    if a.threads:
+        os.environ["OMP_NUM_THREADS"] = str(a.threads)  # the runs inherit it; the calculator reads it
     precisions = a.precision.split(",")
     with tempfile.TemporaryDirectory(prefix="bench-est-") as tmp:
         home = Path(a.source or a.keep or tmp)
         if not a.source:
             home.mkdir(parents=True, exist_ok=True)
-            measure(home, prepared(home), precisions, a.rounds, a.steps)
-        print(f"machine: {os.cpu_count()} CPU(s), load average {os.getloadavg()[0]:.1f} at the end")
+            measure(home, prepared(home), precisions, a.rounds, a.steps, a.quiet)
+        print(f"machine: {os.cpu_count()} CPU(s), runs on {os.environ.get('OMP_NUM_THREADS') or 'all'} thread(s), "
+              f"load average {os.getloadavg()[0]:.1f} at the end")
         print(table(home, precisions, a.rounds, a.steps))
 
 

@@ -6,12 +6,14 @@
 Times the lean training step (the model, fused AdamW, gradient clipping, autocast: what
 `lab train` does per step, without its logging) on a grid of sizes chosen to tell the parts of
 `lab.sizing.steptime` apart (depth, width, context, batch each varied on their own), keeps each
-size's fastest step of the fastest round (a shared machine only ever slows a step down), and
+size's median step of its fastest round (a shared machine only ever slows a step down), and
 fits the seconds per unit of each part by non-negative least squares on relative errors.
+Set OMP_NUM_THREADS to time on that many cores (the prior records how many it was measured on).
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
@@ -26,11 +28,23 @@ VOCAB = 4000
 # (layers, width, context, batch_per_card)
 GRID = [(1, 64, 64, 4), (2, 64, 64, 4), (4, 64, 64, 4), (8, 64, 64, 4), (2, 64, 64, 16), (2, 128, 64, 4),
         (2, 256, 64, 4), (2, 384, 64, 2), (2, 64, 256, 4), (2, 64, 512, 2), (4, 128, 128, 8), (4, 256, 256, 4),
-        (8, 128, 128, 4), (2, 128, 512, 4), (4, 256, 128, 16), (4, 512, 128, 4), (1, 512, 256, 4), (2, 64, 1024, 1)]
+        (8, 128, 128, 4), (2, 128, 512, 4), (4, 256, 128, 16), (4, 512, 128, 4), (1, 512, 256, 4), (2, 64, 1024, 1),
+        (8, 512, 512, 2), (4, 384, 256, 4)]
 
 
-def step_times(precision: str, rounds: int, steps: int = 16, warmup: int = 4) -> dict[tuple, float]:
-    import torch
+def wait_for_quiet(load: float | None, max_s: float = 600.0) -> float:
+    """On a machine shared with other work: waits (up to `max_s`) until the 1-minute load
+    average is at most `load`, so that a measurement is not mostly someone else's. Returns
+    the load average it started at."""
+    t0 = time.monotonic()
+    while load is not None and os.getloadavg()[0] > load and time.monotonic() - t0 < max_s:
+        time.sleep(5)
+    return os.getloadavg()[0]
+
+
+def step_times(precision: str, rounds: int, steps: int = 8, warmup: int = 2,
+               quiet: float | None = None) -> dict[tuple, float]:
+    import torch  # its threads: OMP_NUM_THREADS, as `lab train` would take it
     from lab.config import RunConfig
     from lab.kernel.model import GPT
     from lab.kernel.train import Runtime, autocast, make_optimizer
@@ -39,6 +53,7 @@ def step_times(precision: str, rounds: int, steps: int = 16, warmup: int = 4) ->
     best: dict[tuple, float] = {}
     for r in range(rounds):
         for (layers, width, context, batch) in GRID:
+            wait_for_quiet(quiet)
             torch.manual_seed(0)
             heads = max(1, width // 32)
             model = GPT(VOCAB, context, width, heads, layers)
@@ -56,7 +71,9 @@ def step_times(precision: str, rounds: int, steps: int = 16, warmup: int = 4) ->
                 if i >= warmup:
                     times.append(time.perf_counter() - t0)
             key = (layers, width, context, batch)
-            best[key] = min(best.get(key, float("inf")), min(times))
+            # The median step of a round, the fastest round: other work slices a long step as much as
+            # a short one (a fastest single step would favour the short ones, which slip between slices).
+            best[key] = min(best.get(key, float("inf")), sorted(times)[len(times) // 2])
         print(f"  {precision}: round {r + 1} of {rounds}", file=sys.stderr, flush=True)
     return best
 
@@ -71,11 +88,15 @@ def fit_parts(times: dict[tuple, float]) -> tuple[float, ...]:
     return tuple(v / n for v, n in zip(z, norms))
 
 
-def main(precisions: list[str], rounds: int = 5) -> None:
+def main(precisions: list[str], rounds: int = 5, save: str | None = None, quiet: float | None = None) -> None:
     for precision in precisions:
-        times = step_times(precision, rounds)
+        times = step_times(precision, rounds, quiet=quiet)
+        if save:
+            with open(f"{save}-{precision}.json", "w") as f:
+                json.dump({",".join(map(str, k)): v for k, v in times.items()}, f, indent=1)
         parts = fit_parts(times)
-        print(f'    "{precision}": ({", ".join(f"{v:.3g}" for v in parts)}),  # {os.cpu_count()} cores')
+        from lab.sizing.priors import cpu_cores
+        print(f'    "{precision}": ({", ".join(f"{v:.3g}" for v in parts)}),  # {cpu_cores()} core(s)')
         worst = max(abs(sum(c * u for c, u in zip(parts, Size(n, d, L, VOCAB, b).parts())) / t - 1)
                     for (L, d, n, b), t in times.items())
         print(f"    # worst misfit on the grid: {worst:.0%}", flush=True)
@@ -85,5 +106,8 @@ if __name__ == "__main__":
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--precision", default="fp32,bf16")
     p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--save", metavar="PREFIX", help="also write each size's step time to PREFIX-<precision>.json")
+    p.add_argument("--quiet", type=float, metavar="LOAD",
+                   help="before each size, wait (up to 10 min) until the 1-minute load average is at most LOAD")
     a = p.parse_args()
-    main(a.precision.split(","), a.rounds)
+    main(a.precision.split(","), a.rounds, a.save, a.quiet)

@@ -114,7 +114,7 @@ def _time_figures(est: Estimate, cfg: RunConfig, card: Card, runs: list[Measured
     est.tok_s = speed = speed_figure(model, cfg, est.vocab)
     kaggle = on_kaggle(cfg.machine)
     costs = kaggle_session_costs(None if cfg.machine == "auto" else cfg.machine) if kaggle else local_session_costs()
-    t = run_time(model, cfg, est.vocab, steps, costs, compiled)
+    t = run_time(model, cfg, est.vocab, steps, costs, compiled, speed.value)
     lo, hi = _hours_interval(t, speed)
     parts = {"steps": t.train_s, "evaluations": t.evals_s, "saves": t.saves_s, "compiling": t.compile_s,
              "session_starts": t.sessions_s}

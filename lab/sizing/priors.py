@@ -90,9 +90,22 @@ def prior(card: Card, precision: str) -> Prior:
                  f"{basis[1]} на {card.name} для эталонного размера")
 
 
+def cpu_cores() -> int:
+    """The cores torch trains on here: OMP_NUM_THREADS when set (torch's threads), else the
+    cores this process may run on."""
+    try:
+        return max(1, int(os.environ.get("OMP_NUM_THREADS", "")))
+    except ValueError:
+        pass
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):  # not Linux
+        return os.cpu_count() or 1
+
+
 def _cpu_prior(card: Card, precision: str) -> Prior:
-    """This CPU's parts from the 2-core machine's, the parallel ones scaled by the cores."""
-    cores = os.cpu_count() or 1
+    """This CPU's parts from the measured machine's, the parallel ones scaled by the cores."""
+    cores = cpu_cores()
     factor = CPU_CORES_MEASURED / cores
     parts = tuple(c * factor if i < CPU_PARALLEL_PARTS else c for i, c in enumerate(CPU_PARTS[precision]))
     size = reference_size(card)

@@ -86,10 +86,12 @@ class RunTime:
 
 
 def run_time(model: SpeedModel, cfg: RunConfig, vocab: int, steps: int, costs: SessionCosts,
-             compiled: bool) -> RunTime:
-    """The run's `steps` remaining steps, in sessions of at most `limit_min` each."""
+             compiled: bool, tok_s: float | None = None) -> RunTime:
+    """The run's `steps` remaining steps, in sessions of at most `limit_min` each; `tok_s`: the
+    speed the calculator shows (a measurement at this size), else the model's."""
     card = model.card
-    step_s = model.step_s(size_of(cfg, vocab, card))
+    size = size_of(cfg, vocab, card)
+    step_s = size.tokens_per_step / tok_s if tok_s else model.step_s(size)
     train_s = steps * step_s
     evals = steps // cfg.eval_every + 1 if steps and cfg.eval_every >= 1 else 0
     eval_s = cfg.eval_batches * EVAL_FORWARD_SHARE * model.step_s(size_of(cfg, vocab, card, grad_accum=1))

@@ -171,3 +171,27 @@ def test_lab_runs_shows_the_measured_speed_beside_the_prediction(home, capsys):
     assert lab_main(["runs"]) == 0
     out = capsys.readouterr().out
     assert f"(pred. {pred['tok_s']:,.0f}, +100%)" in out
+
+
+def test_the_cpu_prior_scales_its_parallel_parts_by_the_cores_torch_uses(monkeypatch):
+    from lab.sizing import priors
+    cpu = sizing.CARDS["cpu"]
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    one = priors.prior(cpu, "fp32").parts
+    monkeypatch.setenv("OMP_NUM_THREADS", "4")
+    four = priors.prior(cpu, "fp32").parts
+    k = priors.CPU_PARALLEL_PARTS
+    assert [a / b for a, b in zip(one[:k], four[:k])] == pytest.approx([4.0] * k)
+    assert one[k:] == four[k:]  # launches and Python run on one core however many there are
+
+
+def test_a_cpu_run_compiles_only_when_long_enough_and_its_time_counts_it(monkeypatch):
+    monkeypatch.setattr(runtime.shutil, "which", lambda name: "/usr/bin/g++")  # a C++ compiler is there
+    def parts(steps):
+        cfg = RunConfig(gpu="cpu", machine="local", steps_until=steps, limit_min=0, **DEMO)
+        return sizing.estimate(cfg, manifest={}, runs=[]).run_hours.extra["parts"]
+    flops_per_step = sizing.flops_per_token(4, 128, 4000, 128) * 8 * 128
+    few = int(runtime.CPU_COMPILE_MIN_FLOPS / flops_per_step) - 10
+    assert parts(few)["compiling"] == 0
+    assert parts(few + 20)["compiling"] == pytest.approx(runtime.COMPILE_S["cpu"] / 3600, abs=1e-3)
+    assert parts(few + 20)["session_starts"] == pytest.approx(runtime.LOCAL_START_S / 3600, abs=1e-3)
