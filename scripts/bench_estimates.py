@@ -6,14 +6,14 @@
     scripts/bench_estimates.py --from /tmp/bench-est   # the table again from kept runs
 
 Each round trains every size below with `lab train` in its own process on the embedded pydoc
-data, one after another (so a drifting, shared machine weighs on all of them). A run's speed
-is the kit's own: the median tok_s of its metrics after the warm-up (lab.sizing.speeds). Then,
-within each round, the calculator (lab.sizing.estimate, on the cpu card in that precision)
-predicts every other size from the base run alone, and from the base run and the second one,
-as a lab's form would after one and after two measured runs; the table shows the medians
-over rounds, each error with its spread. The old rule (one run's FLOP rate carried over by
-FLOPs per token) is shown beside them, as is the whole run's predicted time against the
-process's wall time.
+data, one after another, each round starting one size further on. A run's speed is the kit's
+own: the median tok_s of its metrics after the warm-up (lab.sizing.speeds). The calculator
+(lab.sizing.estimate, on the cpu card in that precision) then predicts every size from the base
+size's runs alone, and from the base's and the second size's, as a lab's form would after one
+and after two measured runs; each size's measured speed is its median over the rounds, and the
+per-round range shows what each round's runs alone would have said. Beside them: the old rule
+(one run's FLOP rate carried over by FLOPs per token), and the whole run's predicted time
+against each process's wall time.
 """
 from __future__ import annotations
 
@@ -52,32 +52,54 @@ def prepared(home: Path) -> Path:
     return Path(out.strip().splitlines()[-1])
 
 
+# `lab train`'s own call (lab.cli.train.run -> lab.kernel.train.train), in its own process, with
+# one addition: each metrics row also notes the process's CPU seconds, a clock that other work on
+# a shared machine does not move (with one thread, CPU seconds are what an idle core's would be).
+RUNNER = """
+import json, sys, time
+from lab.config import RunConfig
+from lab.kernel.train import train
+cfg, out, data = RunConfig.from_dict(json.loads(sys.argv[1])), sys.argv[2], sys.argv[3]
+cpu = []
+print(json.dumps(train(cfg, out, data, given=set(), log=lambda s: None,
+                       on_metrics=lambda row: cpu.append([row.get("step"), time.process_time()]))))
+open(out + "/cpu.json", "w").write(json.dumps(cpu))
+"""
+
+
 def train(home: Path, data: Path, name: str, cfg: RunConfig) -> float:
-    """One `lab train` into home/runs/<name>; returns its wall seconds."""
+    """One training run into home/runs/<name>; returns its wall seconds."""
     out = home / "runs" / name
-    flags = []
-    for field in ("layers", "width", "heads", "context", "batch_per_card", "steps_until", "precision",
-                  "eval_every", "warmup_steps", "limit_min", "torch_compile"):
-        flags += [f"--{field.replace('_', '-')}", str(getattr(cfg, field))]
     env = {**os.environ, "LAB_HOME": str(home), "PYTHONPATH": str(ROOT)}
     t0 = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "lab.cli", "train", "--data-dir", str(data), "--out", str(out),
-                           "--gpu", "cpu", *flags], env=env, capture_output=True, text=True, cwd=ROOT)
+    proc = subprocess.run([sys.executable, "-c", RUNNER, cfg.to_json(), str(out), str(data)], env=env,
+                          capture_output=True, text=True, cwd=ROOT)
     if proc.returncode != 0:
-        raise SystemExit(f"lab train failed for {name}:\n{proc.stderr[-2000:]}")
+        raise SystemExit(f"training failed for {name}:\n{proc.stderr[-2000:]}")
     wall = time.monotonic() - t0
     (out / "wall.json").write_text(json.dumps({"wall_s": wall}))
     return wall
 
 
+def cpu_tok_s(home: Path, run: str, tokens_per_step: int, warmup: int = 20) -> float:
+    """Tokens per CPU second over the run's steps after the warm-up."""
+    rows = [(s, t) for s, t in json.loads((home / "runs" / run / "cpu.json").read_text()) if s is not None]
+    last = max(t for _, t in rows)  # the last sync point's rows wait for the final evaluation: left out
+    rows = [r for r in rows if r[1] < last - 0.01]
+    (s0, t0), (s1, t1) = next(r for r in rows if r[0] >= warmup), rows[-1]
+    return (s1 - s0) * tokens_per_step / (t1 - t0)
+
+
 def measure(home: Path, data: Path, precisions: list[str], rounds: int, steps: int, quiet: float | None) -> None:
+    """Every size in every round; each round starts one size further on, so that no size is
+    always the one measured right after a quiet (or a busy) spell."""
     from bench_prior import wait_for_quiet  # beside this script
     for r in range(rounds):
         for precision in precisions:
-            for size in SIZES:
+            for size in SIZES[r % len(SIZES):] + SIZES[:r % len(SIZES)]:
                 name = run_name(size[0], precision, r)
                 if not (home / "runs" / name / "wall.json").exists():
-                    load = wait_for_quiet(quiet)
+                    load = wait_for_quiet(quiet, max_s=180)
                     wall = train(home, data, name, size_cfg(size, precision, steps))
                     print(f"  round {r + 1}: {precision} {size[0]:<9} {wall:5.0f} s (load {load:.1f} at its start)",
                           file=sys.stderr, flush=True)
@@ -87,47 +109,70 @@ def run_name(size: str, precision: str, r: int) -> str:
     return f"{size.replace(' ', '-')}-{precision}-r{r}"
 
 
-def predictions(home: Path, precision: str, r: int, steps: int) -> list[dict]:
-    """For each size: measured tokens/s, and predicted from one and from two measured runs."""
+def measured(home: Path, precision: str, rounds: int, clock: str) -> dict[str, list]:
+    """Each size's Measured runs, one per round: the kit's median tok/s ("wall"), or the same
+    runs' tokens per CPU second ("cpu")."""
+    from dataclasses import replace
     os.environ["LAB_HOME"] = str(home)
     from lab import sizing
     runs = {m.run: m for m in sizing.measured_runs("cpu", root=home / "runs")}
-    first, second = runs[run_name(FIRST, precision, r)], runs[run_name(SECOND, precision, r)]
-    out = []
-    for size in SIZES:
-        cfg = size_cfg(size, precision, steps)
-        m = runs[run_name(size[0], precision, r)]
-        one = sizing.estimate(cfg, manifest={}, runs=[first])
-        two = sizing.estimate(cfg, manifest={}, runs=[first, second])
-        rule = first.tok_s * first.flops_per_token() / flops_per_token(cfg.layers, cfg.width, m.vocab, cfg.context)
-        wall = json.loads((home / "runs" / m.run / "wall.json").read_text())["wall_s"]
-        out.append({"size": size[0], "measured": m.tok_s, "one": one.tok_s.value, "two": two.tok_s.value,
-                    "one_interval": one.tok_s.extra.get("interval"), "rule": rule,
-                    "time_pred_s": two.run_hours.value * 3600, "wall_s": wall})
-    return out
+    if clock == "cpu":
+        runs = {k: replace(m, tok_s=cpu_tok_s(home, k, m.batch_per_card * m.context)) for k, m in runs.items()}
+    return {size[0]: [runs[run_name(size[0], precision, r)] for r in range(rounds)] for size in SIZES}
 
 
-def table(home: Path, precisions: list[str], rounds: int, steps: int) -> str:
+def with_median(runs: list):
+    """One of `runs` carrying the median tokens/s of all of them."""
+    from dataclasses import replace
+    return replace(runs[0], run=runs[0].run.rsplit("-r", 1)[0], tok_s=statistics.median(r.tok_s for r in runs))
+
+
+def predict(cfg: RunConfig, runs: list) -> tuple[float, list]:
+    from lab import sizing
+    e = sizing.estimate(cfg, manifest={}, runs=runs)
+    return e.tok_s.value, e.tok_s.extra.get("interval")
+
+
+def table(home: Path, precisions: list[str], rounds: int, steps: int, clock: str) -> str:
+    """Per size: the median measured over rounds (± half its range), and the calculator's
+    prediction from the base's median alone and from the base's and the second's, with the
+    error against the median; the per-round errors' range (each round's runs alone) beside."""
     lines = []
     for precision in precisions:
-        per_round = [predictions(home, precision, r, steps) for r in range(rounds)]
-        lines += [f"\n{precision} ({rounds} rounds; medians, errors as predicted/measured − 1, [min, max] over rounds)",
-                  f"{'size':<10} {'measured tok/s':>16} {'from one':>9} {'err':>5} {'[spread]':>13} "
-                  f"{'from two':>9} {'err':>5} {'[spread]':>13} {'old rule':>6} {'time pred/wall':>15}"]
-        for i, size in enumerate(SIZES):
-            rows = [pr[i] for pr in per_round]
-            meas = [x["measured"] for x in rows]
-            e1 = [x["one"] / x["measured"] - 1 for x in rows]
-            e2 = [x["two"] / x["measured"] - 1 for x in rows]
-            er = [x["rule"] / x["measured"] - 1 for x in rows]
-            tt = [x["time_pred_s"] / x["wall_s"] - 1 for x in rows]
-            two = "measured" if size[0] in (FIRST, SECOND) else f"{statistics.median(x['two'] for x in rows):9,.0f}"
-            lines.append(
-                f"{size[0]:<10} {statistics.median(meas):8,.0f} ±{_spread(meas):3.0%}  "
-                f"{statistics.median(x['one'] for x in rows):9,.0f} {statistics.median(e1):+5.0%} {_range(e1):>13} "
-                f"{two:>9} {statistics.median(e2):+5.0%} {_range(e2):>13} {statistics.median(er):+6.0%} "
-                f"{statistics.median(tt):+15.0%}")
+        m = measured(home, precision, rounds, clock)
+        one, two = [with_median(m[FIRST])], [with_median(m[FIRST]), with_median(m[SECOND])]
+        what = "the kit's median tok/s" if clock == "wall" else "tokens per CPU second"
+        lines += [f"\n{precision}, {what}: {rounds} rounds; error = predicted / measured - 1; [per-round range]",
+                  f"{'size':<9} {'measured tok/s':>15} {'from one':>9} {'err':>5} {'[per round]':>13} "
+                  f"{'from two':>9} {'err':>5} {'[per round]':>13} {'old rule':>8}"]
+        for size in SIZES:
+            name, cfg = size[0], size_cfg(size, precision, steps)
+            meas = [r.tok_s for r in m[name]]
+            mid = statistics.median(meas)
+            p1, p2 = predict(cfg, one)[0], predict(cfg, two)[0]
+            r1 = [predict(cfg, [m[FIRST][r]])[0] / meas[r] - 1 for r in range(rounds)]
+            r2 = [predict(cfg, [m[FIRST][r], m[SECOND][r]])[0] / meas[r] - 1 for r in range(rounds)]
+            base = one[0]
+            rule = base.tok_s * base.flops_per_token() / flops_per_token(cfg.layers, cfg.width, base.vocab, cfg.context)
+            two_text = f"{'measured':>9} {'':>5} {'':>13}" if name in (FIRST, SECOND) else \
+                f"{p2:9,.0f} {p2 / mid - 1:+5.0%} {_range(r2):>13}"
+            lines.append(f"{name:<9} {mid:8,.0f} ±{_spread(meas):4.0%} {p1:9,.0f} {p1 / mid - 1:+5.0%} {_range(r1):>13} "
+                         f"{two_text} {rule / mid - 1:+8.0%}")
+        if clock == "wall":
+            lines.append(_time_line(home, m, precision, steps))
     return "\n".join(lines)
+
+
+def _time_line(home: Path, m: dict, precision: str, steps: int) -> str:
+    """The whole run's predicted time (from two measured runs) against the process's wall time."""
+    from lab import sizing
+    two = [with_median(m[FIRST]), with_median(m[SECOND])]
+    errs = []
+    for size in SIZES:
+        pred = sizing.estimate(size_cfg(size, precision, steps), manifest={}, runs=two).run_hours.value * 3600
+        walls = [json.loads((home / "runs" / r.run / "wall.json").read_text())["wall_s"] for r in m[size[0]]]
+        errs.append(f"{size[0]} {pred:.0f}/{statistics.median(walls):.0f} s")
+    return "time, predicted / wall (median): " + ", ".join(errs)
 
 
 def _spread(values: list[float]) -> float:
@@ -151,7 +196,7 @@ def main() -> None:
                         "machine shared with other work, 2 threads per run measure the others' load more than the "
                         "run (one 512² matrix product here: 14 GFLOP/s on 2 threads under load, 150 on 1)")
     p.add_argument("--quiet", type=float, metavar="LOAD",
-                   help="before each run, wait (up to 10 min) until the 1-minute load average is at most LOAD")
+                   help="before each run, wait (up to 3 min) until the 1-minute load average is at most LOAD")
     a = p.parse_args()
     if a.threads:
         os.environ["OMP_NUM_THREADS"] = str(a.threads)  # the runs inherit it; the calculator reads it
@@ -163,7 +208,8 @@ def main() -> None:
             measure(home, prepared(home), precisions, a.rounds, a.steps, a.quiet)
         print(f"machine: {os.cpu_count()} CPU(s), runs on {os.environ.get('OMP_NUM_THREADS') or 'all'} thread(s), "
               f"load average {os.getloadavg()[0]:.1f} at the end")
-        print(table(home, precisions, a.rounds, a.steps))
+        print(table(home, precisions, a.rounds, a.steps, "wall"))
+        print(table(home, precisions, a.rounds, a.steps, "cpu"))
 
 
 if __name__ == "__main__":

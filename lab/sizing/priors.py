@@ -15,15 +15,17 @@ from dataclasses import dataclass
 from lab.sizing.cards import REFERENCE, Card
 from lab.sizing.steptime import Point, Size
 
-# This CPU's parts, fitted by `scripts/bench_prior.py` to the lean step (model,
-# fused AdamW, clipping, autocast) on a grid of 18 sizes, on a 2-core AMD EPYC (Zen 5,
-# AVX512-BF16), torch 2.13 CPU build, shared with other work (the fastest of 5 rounds).
-# Seconds per unit of (matmul FLOP, attention FLOP, activation element, logit, weight, layer,
-# micro-step). The first five run on every core; per layer and per step they do not.
+# This CPU's parts, fitted by `scripts/bench_prior.py` to the lean step (model, fused AdamW,
+# clipping, autocast) on a grid of 18 sizes: a 2-core AMD EPYC (Zen 5, AVX512-BF16), torch 2.13
+# CPU build, 2 threads, shared with other work (each size's median step in the fastest of 3
+# rounds; the fit's worst misfit on the grid 4% in fp32, 5% in bf16). Seconds per unit of
+# (matmul FLOP, attention FLOP, activation element, logit, weight, layer, micro-step); the
+# first five run on every core, per layer and per step they do not. bf16 autocast is the
+# slower of the two here at these sizes: its casts cost more than its products save.
 CPU_CORES_MEASURED = 2
 CPU_PARTS = {
-    "fp32": (1 / 120e9, 1 / 60e9, 2.0e-9, 1.0e-9, 6.0e-9, 4.0e-4, 1.5e-3),
-    "bf16": (1 / 240e9, 1 / 80e9, 3.0e-9, 1.0e-9, 8.0e-9, 6.0e-4, 1.5e-3),
+    "fp32": (2.69e-12, 2.51e-12, 3.15e-08, 1.56e-09, 1.28e-09, 5.18e-04, 4.22e-04),
+    "bf16": (4.90e-12, 3.00e-12, 6.51e-08, 1.55e-09, 1.85e-09, 9.06e-04, 7.07e-04),
 }
 CPU_PARALLEL_PARTS = 5  # the first five parts scale with the cores
 CPU_ANCHOR_NOISE = 0.5  # another CPU: ×/÷ e^(1.96·0.5) ≈ 2.7 either way until a run here measures it

@@ -209,19 +209,23 @@ def test_rtx3050_has_8_gb_and_room_for_half_the_batch():
     assert e.max_batch_per_card.value < est(gpu="T4").max_batch_per_card.value
 
 
+# Runs on this 2-core machine before any was measured by the lab. (Not the README's earlier bf16
+# figure at the reference size, 2,506: bf16 ran 1.5-2.3x slower than fp32 at every size of
+# scripts/bench_prior.py's grids on this machine since, so that figure no longer describes it.)
 @pytest.mark.parametrize("precision, layers, width, context, batch, measured", [
     ("bf16", 2, 64, 64, 4, 18_154),  # issue 25: the form guessed 240,984 here
-    ("bf16", 8, 512, 1024, 6, 2_506),  # README, Speed: model and AdamW alone
-    ("fp32", 8, 512, 1024, 6, 850),
-    ("bf16", 4, 128, 128, 8, 18_602),  # README: lab train at the demo's size
-    ("fp32", 4, 256, 256, 4, 5_952)])
+    ("bf16", 4, 128, 128, 8, 18_602),  # README, Speed: lab train at the demo's size
+    ("bf16", 4, 256, 256, 4, 11_481),
+    ("fp32", 4, 128, 128, 8, 15_750),
+    ("fp32", 4, 256, 256, 4, 5_952),
+    ("fp32", 8, 512, 1024, 6, 850)])  # README: model and AdamW alone at the reference size
 def test_an_unmeasured_cpu_guess_is_of_the_right_order(monkeypatch, precision, layers, width, context, batch, measured):
-    """What 2-core runs here measured, against the guess before any run: within 2× either way,
+    """What 2-core runs here measured, against the guess before any run: within 3× either way,
     and inside the interval the calculator gives."""
     monkeypatch.setenv("OMP_NUM_THREADS", "2")  # the runs here were 2-core ones
     e = est(gpu="cpu", precision=precision, layers=layers, width=width, heads=2, context=context, batch_per_card=batch)
     assert e.tok_s.kind == "estimate" and "guess" in e.tok_s.note
-    assert measured / 2 < e.tok_s.value < measured * 2
+    assert measured / 3 < e.tok_s.value < measured * 3
     lo, hi = e.tok_s.extra["interval"]
     assert lo < measured < hi
     assert "slower" not in e.tok_s.note  # both rates are known: no "in bf16: fp32 will be slower"
