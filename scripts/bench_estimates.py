@@ -115,7 +115,8 @@ def measured(home: Path, precision: str, rounds: int, clock: str) -> dict[str, l
     from dataclasses import replace
     os.environ["LAB_HOME"] = str(home)
     from lab import sizing
-    runs = {m.run: m for m in sizing.measured_runs("cpu", root=home / "runs")}
+    runs = {m.run: m for m in sizing.measured_runs("cpu", root=home / "runs")
+            if (home / "runs" / m.run / "wall.json").exists()}  # finished runs only
     if clock == "cpu":
         runs = {k: replace(m, tok_s=cpu_tok_s(home, k, m.batch_per_card * m.context)) for k, m in runs.items()}
     return {size[0]: [runs[run_name(size[0], precision, r)] for r in range(rounds)] for size in SIZES}

@@ -29,7 +29,9 @@ VOCAB = 4000
 GRID = [(1, 64, 64, 4), (2, 64, 64, 4), (4, 64, 64, 4), (8, 64, 64, 4), (2, 64, 64, 16), (2, 128, 64, 4),
         (2, 256, 64, 4), (2, 384, 64, 2), (2, 64, 256, 4), (2, 64, 512, 2), (4, 128, 128, 8), (4, 256, 256, 4),
         (8, 128, 128, 4), (2, 128, 512, 4), (4, 256, 128, 16), (4, 512, 128, 4), (1, 512, 256, 4), (2, 64, 1024, 1),
-        (8, 512, 512, 2), (4, 384, 256, 4)]
+        (8, 512, 512, 2), (4, 384, 256, 4),
+        # many tokens per step: per-token work outgrows the caches
+        (2, 128, 128, 32), (4, 64, 256, 16), (2, 256, 256, 8), (1, 128, 1024, 4)]
 
 
 def wait_for_quiet(load: float | None, max_s: float = 600.0) -> float:
@@ -43,7 +45,7 @@ def wait_for_quiet(load: float | None, max_s: float = 600.0) -> float:
 
 
 def step_times(precision: str, rounds: int, steps: int = 8, warmup: int = 2,
-               quiet: float | None = None) -> dict[tuple, float]:
+               quiet: float | None = None, clock=time.perf_counter) -> dict[tuple, float]:
     import torch  # its threads: OMP_NUM_THREADS, as `lab train` would take it
     from lab.config import RunConfig
     from lab.kernel.model import GPT
@@ -61,7 +63,7 @@ def step_times(precision: str, rounds: int, steps: int = 8, warmup: int = 2,
             x = torch.randint(0, VOCAB, (batch, context))
             times = []
             for i in range(warmup + steps):
-                t0 = time.perf_counter()
+                t0 = clock()
                 with autocast(rt):
                     loss = model(x, x)
                 loss.backward()
@@ -69,7 +71,7 @@ def step_times(precision: str, rounds: int, steps: int = 8, warmup: int = 2,
                 opt.step()
                 opt.zero_grad(set_to_none=True)
                 if i >= warmup:
-                    times.append(time.perf_counter() - t0)
+                    times.append(clock() - t0)
             key = (layers, width, context, batch)
             # The median step of a round, the fastest round: other work slices a long step as much as
             # a short one (a fastest single step would favour the short ones, which slip between slices).
@@ -88,9 +90,10 @@ def fit_parts(times: dict[tuple, float]) -> tuple[float, ...]:
     return tuple(v / n for v, n in zip(z, norms))
 
 
-def main(precisions: list[str], rounds: int = 5, save: str | None = None, quiet: float | None = None) -> None:
+def main(precisions: list[str], rounds: int = 5, save: str | None = None, quiet: float | None = None,
+         cpu_clock: bool = False) -> None:
     for precision in precisions:
-        times = step_times(precision, rounds, quiet=quiet)
+        times = step_times(precision, rounds, quiet=quiet, clock=time.process_time if cpu_clock else time.perf_counter)
         if save:
             with open(f"{save}-{precision}.json", "w") as f:
                 json.dump({",".join(map(str, k)): v for k, v in times.items()}, f, indent=1)
@@ -109,5 +112,10 @@ if __name__ == "__main__":
     p.add_argument("--save", metavar="PREFIX", help="also write each size's step time to PREFIX-<precision>.json")
     p.add_argument("--quiet", type=float, metavar="LOAD",
                    help="before each size, wait (up to 10 min) until the 1-minute load average is at most LOAD")
+    p.add_argument("--cpu-clock", action="store_true",
+                   help="time steps in the process's CPU seconds, which other work does not move (meaningful "
+                        "with OMP_NUM_THREADS=1: one thread's CPU seconds are an idle core's wall seconds)")
     a = p.parse_args()
-    main(a.precision.split(","), a.rounds, a.save, a.quiet)
+    if a.cpu_clock and os.environ.get("OMP_NUM_THREADS") != "1":
+        p.error("--cpu-clock needs OMP_NUM_THREADS=1")
+    main(a.precision.split(","), a.rounds, a.save, a.quiet, a.cpu_clock)

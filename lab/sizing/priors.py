@@ -15,17 +15,18 @@ from dataclasses import dataclass
 from lab.sizing.cards import REFERENCE, Card
 from lab.sizing.steptime import Point, Size
 
-# This CPU's parts, fitted by `scripts/bench_prior.py` to the lean step (model, fused AdamW,
-# clipping, autocast) on a grid of 18 sizes: a 2-core AMD EPYC (Zen 5, AVX512-BF16), torch 2.13
-# CPU build, 2 threads, shared with other work (each size's median step in the fastest of 3
-# rounds; the fit's worst misfit on the grid 4% in fp32, 5% in bf16). Seconds per unit of
-# (matmul FLOP, attention FLOP, activation element, logit, weight, layer, micro-step); the
-# first five run on every core, per layer and per step they do not. bf16 autocast is the
-# slower of the two here at these sizes: its casts cost more than its products save.
-CPU_CORES_MEASURED = 2
+# This CPU's parts, fitted by `scripts/bench_prior.py --cpu-clock` to the lean step (model, fused
+# AdamW, clipping, autocast) on a grid of 20 sizes: one core (OMP_NUM_THREADS=1) of a 2-core AMD
+# EPYC (Zen 5, AVX512-BF16), torch 2.13 CPU build, timed in CPU seconds so that the other work on
+# the shared machine does not move them (each size's median step in the fastest of 3 rounds; the
+# fit's worst misfit on the grid 17% in fp32, 6% in bf16). Seconds per unit of (matmul FLOP,
+# attention FLOP, activation element, logit, weight, layer, micro-step); the first five run on
+# every core, per layer and per step they do not. bf16 autocast is the slower of the two here at
+# these sizes (1.05-1.8x): its casts cost more than its products save.
+CPU_CORES_MEASURED = 1
 CPU_PARTS = {
-    "fp32": (2.69e-12, 2.51e-12, 3.15e-08, 1.56e-09, 1.28e-09, 5.18e-04, 4.22e-04),
-    "bf16": (4.90e-12, 3.00e-12, 6.51e-08, 1.55e-09, 1.85e-09, 9.06e-04, 7.07e-04),
+    "fp32": (7.76e-12, 3.44e-12, 2.66e-08, 5.95e-09, 2.51e-09, 9.52e-04, 0.0),
+    "bf16": (9.82e-12, 6.56e-12, 1.15e-07, 3.76e-09, 4.98e-09, 1.17e-03, 0.0),
 }
 CPU_PARALLEL_PARTS = 5  # the first five parts scale with the cores
 CPU_ANCHOR_NOISE = 0.5  # another CPU: ×/÷ e^(1.96·0.5) ≈ 2.7 either way until a run here measures it
