@@ -113,3 +113,11 @@ def test_the_kernel_imports_only_lab_config_and_lab_kernel():
     outside = {m: sorted(i for i in imports if i != "lab.config" and not (i == "lab.kernel" or i.startswith("lab.kernel.")))
                for m, imports in g.items() if m == "lab.kernel" or m.startswith("lab.kernel.")}
     assert not {m: i for m, i in outside.items() if i}, outside
+
+
+def test_nothing_outside_lab_cli_imports_lab_cli():
+    def in_cli(name: str) -> bool:
+        return name == "lab.cli" or name.startswith("lab.cli.")
+    inward = {m: sorted(i for i in imports if in_cli(i)) for m, imports in graph().items() if not in_cli(m)}
+    inward = {m: i for m, i in inward.items() if i}
+    assert not inward, f"the `lab` command is thin over the rest, not a library: {inward}"

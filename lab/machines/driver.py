@@ -2,10 +2,12 @@
 
     overview()                  the machines: this computer, then each Kaggle account with its quota
     choose(cfg, need, machines) the guide's Auto rule (lab.machines.auto), its reason in English and Russian
-    start(cfg, machine, resume) registers the run and starts `drive` in a background process
     status(run_id)              where a run is: its links, the control side's message, the log tail
     cancel(run_id)              no further link; the running session stops, or the person is told how
     drive(run_id)               the continuation loop (`lab watch RUN` runs it)
+
+A run is registered first, its fields settled once (`lab.settle.register_run`); then it is driven
+here, in this process, or by a background driver (`lab.machines.control.spawn_driver`).
 
 A run is driven in links (`lab.runs.Link`). Each machine answers for itself through one
 interface (lab.machines.base.Host: its state, start a link, follow it to its end, cancel it):
@@ -24,11 +26,9 @@ import traceback
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import Callable
 
-from lab.config import (MODEL_FIELDS, RunConfig, UserError, check, check_resume, fields_off_defaults, raise_on_errors,
-                        resumed_config)
+from lab.config import RunConfig, UserError
 from lab.machines.auto import (FOREIGN, Choice, Machine, choose, pick, usable,  # noqa: F401 - re-exported
                                worth_waiting)
 from lab.machines.base import Follow, Host, LinkRefused
@@ -36,10 +36,10 @@ from lab.machines.control import (DriverLock, active_link, active_runs, cancel_f
                                   driver_alive, logged, read_control, set_control, spawn_driver, spawned, tail)
 from lab.machines.kaggle_data import KaggleSettings
 from lab.machines.live import live_curve
-from lab.machines.needs import data_id, need_hours, pin_data, prepared_data  # noqa: F401 - re-exported
+from lab.machines.needs import data_id, need_hours, pin_data
 from lab.machines.local import NAME as LOCAL
 from lab.machines.local import LocalHost, local_cards, local_gpu  # noqa: F401 - the API
-from lab.runs import Run, create_run, load_run, now, updating
+from lab.runs import Run, load_run, now, updating
 
 HALTED = ("done", "failed", "stopped", "cancelled")
 RECHECK_POLLS = 10  # a waiting driver looks at the machines again every 10 polls (5 minutes)
@@ -86,88 +86,6 @@ def overview(kaggle: bool = True, patient: bool = False, settings: KaggleSetting
         return []
     with ThreadPoolExecutor(max_workers=min(8, len(hosts))) as pool:
         return list(pool.map(lambda h: h.state(active.get(h.name, []), patient), hosts))
-
-
-# ---------------------------------------------------------------------------------------------
-# Registering and starting runs
-
-
-def start_point(resume: str | None) -> tuple[Run | None, Path | None, dict | None]:
-    """(the run being continued or None, the checkpoint, the checkpoint's sidecar) of a resume
-    given as a run id, a run folder or a checkpoint file."""
-    if not resume:
-        return None, None, None
-    from lab.kernel.checkpoint import CheckpointError, checkpoint_meta, resolve_checkpoint
-    path = Path(resume).expanduser()
-    run = None
-    if not path.exists():
-        run = load_run(resume)
-        path = run.folder
-    elif (path / "run.json").is_file():
-        run = load_run(str(path))
-    try:
-        ckpt = resolve_checkpoint(path)
-    except CheckpointError as e:
-        raise UserError(str(e)) from None
-    return run, ckpt, checkpoint_meta(ckpt)
-
-
-def settle_config(cfg: RunConfig, meta: dict | None, given: set[str] | frozenset = frozenset()) -> list:
-    """Readies `cfg` (in place) to run from `meta`, the checkpoint's sidecar (None: from scratch),
-    and checks it as it will run: a model field `given` now with another value than the
-    checkpoint's is an error; then the model fields are the checkpoint's (locked when
-    continuing), and every field is checked against that model. Returns the warnings."""
-    cfg.resume_from = ""
-    if meta is not None:
-        raise_on_errors(check_resume(cfg, meta["config"], meta["step"], set(given) & set(MODEL_FIELDS)))
-        for name in MODEL_FIELDS:
-            setattr(cfg, name, meta["config"][name])
-    return raise_on_errors(check(cfg))
-
-
-def check_machine(machine: str | None) -> str:
-    """"auto", or a machine of the lab that can be used now (a Kaggle account answers with its
-    credentials)."""
-    name = (machine or "auto").strip()
-    if name != "auto":
-        host_for(name).check()
-    return name
-
-
-def register_run(cfg: RunConfig, machine: str, cont: Run | None = None, ckpt: Path | None = None,
-                 meta: dict | None = None) -> Run:
-    """Creates the run (or readies `cont` to be continued) for `machine`; nothing runs yet.
-    A person asked to go on, so an earlier cancel is forgotten here, before any driver starts:
-    a cancel given after this, even before the driver holds the run, is kept."""
-    machine = check_machine(machine)
-    cfg = RunConfig.from_dict({**cfg.to_dict(), "resume_from": "", "machine": machine})
-    if cont is None:
-        parent = None
-        if meta:
-            owner = ckpt.parent.parent if ckpt.parent.name == "checkpoints" else ckpt.parent
-            parent = {"run": owner.name if (owner / "run.json").is_file() else None,
-                      "checkpoint": str(ckpt), "step": meta["step"]}
-        return create_run(cfg, parent=parent)
-    if driver_alive(cont.id):
-        raise UserError(f"run {cont.id} is running now: wait for it to end, or `lab cancel {cont.id}` first")
-    cancel_flag(cont.id).unlink(missing_ok=True)
-    with updating(cont.id) as r:
-        r.config = cfg.to_dict()
-    return load_run(cont.id)
-
-
-def start(cfg: RunConfig, machine: str = "auto", resume: str | None = None) -> str:
-    """Registers the run and returns its id at once; a background process drives it (and
-    outlives the notebook). `resume`: a run id (continued as the same run) or a checkpoint
-    (a new run from it; the model fields are the checkpoint's)."""
-    cfg = RunConfig.from_dict(cfg.to_dict())
-    cont, ckpt, meta = start_point(resume or cfg.resume_from or None)
-    if cont is None and meta is not None:  # a new run from a checkpoint continues it as it was
-        cfg = resumed_config(meta.get("config") or {}, {n: getattr(cfg, n) for n in fields_off_defaults(cfg)})
-    settle_config(cfg, meta)
-    run = register_run(cfg, machine, cont, ckpt, meta)
-    spawn_driver(run.id)
-    return run.id
 
 
 # ---------------------------------------------------------------------------------------------
@@ -236,7 +154,7 @@ class _Driving:
 
 def _drive(run_id: str, state: _Driving, say: Callable[[str], None]) -> Run:
     try:
-        pin_data(run_id, say)
+        pin_data(run_id, say, state.progress)
     except UserError as e:
         return _halt(run_id, "failed", _then_watch(str(e), run_id), say=say)
     while True:

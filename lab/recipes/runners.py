@@ -36,9 +36,10 @@ class InlineRunner:
     def launch(self, run_id: str) -> None:
         from lab.kernel.checkpoint import list_checkpoints
         from lab.kernel.train import train
+        from lab.machines.needs import pin_data
+        pin_data(run_id, self.say)  # as a driver does: found (or prepared) once, then kept in the config
         run = load_run(run_id)
-        cfg = run.cfg
-        data = _data_dir(run_id)
+        cfg, data = run.cfg, Path(run.cfg.data_dir)
         resume = run.folder if list_checkpoints(run.folder / "checkpoints") else None
         with updating(run_id) as r:
             r.links.append(Link(n=len(r.links) + 1, machine="inline", status="running", from_step=r.step))
@@ -72,9 +73,9 @@ class InlineRunner:
 
 
 class LocalRunner:
-    """The training notebook here, through the driver, one run at a time. A thread watches
-    the run's metrics and stops a diverging run the way Ctrl-C does: SIGTERM to the kernel,
-    which saves and stops."""
+    """The training notebook here, through the driver, one run at a time (`lab sweep` registers
+    its runs for "local" then). A thread watches the run's metrics and stops a diverging run the
+    way Ctrl-C does: SIGTERM to the kernel, which saves and stops."""
     blocking = True
 
     def __init__(self, say: Callable[[str], None] = print, poll_s: float = 2.0,
@@ -83,8 +84,6 @@ class LocalRunner:
 
     def launch(self, run_id: str) -> None:
         from lab.machines import driver
-        with updating(run_id) as r:
-            r.config = {**r.config, "machine": "local"}
         stop = threading.Event()
         watcher = threading.Thread(target=self._watch, args=(run_id, stop), daemon=True)
         watcher.start()
@@ -158,15 +157,3 @@ def _new_rows(folder: Path, seen: int) -> tuple[list[dict], int]:
     from lab.kernel.metrics import read_metrics
     rows = read_metrics(folder)
     return rows[seen:], len(rows)
-
-
-def _data_dir(run_id: str) -> Path:
-    """The run's prepared data, found once and kept in its config (as the driver does)."""
-    run = load_run(run_id)
-    if run.cfg.data_dir:
-        return Path(run.cfg.data_dir)
-    from lab.cli.train import resolve_data_dir
-    found = resolve_data_dir(run.cfg)
-    with updating(run_id) as r:
-        r.config = {**r.config, "data_dir": str(found)}
-    return found

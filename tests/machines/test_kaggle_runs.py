@@ -28,6 +28,7 @@ from conftest import ROOT
 from kaggle_fixtures import kaggle_emulator, kaggle_lab, lab_env, make_kaggle_emulator, make_notebook  # noqa: F401
 from lab.corpus.manifests import data_id_of
 from lab.machines import control
+from lab import settle
 from lab.machines import driver as machines
 from lab.machines import kaggle as km
 from lab.kernel.checkpoint import sha256_file
@@ -109,7 +110,8 @@ def test_a_run_longer_than_alices_quota_continues_on_bob_as_one_curve(paced_lab,
     emu, data = lab_env.emu, lab_env.data
     emu.set_quota("alice", total_s=ALICE_QUOTA_S)
     cfg = tiny(data, steps_until=400)
-    run = machines.register_run(cfg, "alice")  # the first link where the person asked; then the Auto rule
+    # The first link where the person asked; then the Auto rule.
+    run = settle.register_run(cfg.to_dict(), machine="alice")
     # A burst of 429s and 5xx on every call the run makes; one push whose reply is lost.
     for method, status, count in [("GetKernelSessionStatus", 429, 3), ("ListKernelSessionOutput", 503, 2),
                                   ("download", 500, 2), ("upload", 502, 2), ("StartBlobUpload", 429, 2),
@@ -183,7 +185,8 @@ class Crash(BaseException):
 def test_killing_the_control_side_anywhere_neither_loses_nor_repeats_anything(paced_lab):
     emu, data = paced_lab.emu, paced_lab.data
     emu.set_quota("alice", total_s=22 * 60)  # a short first link: this test is about the hand-off
-    run_id = machines.start(tiny(data, steps_until=300), machine="alice")  # a background process drives it
+    run_id = settle.register_run(tiny(data, steps_until=300).to_dict(), machine="alice").id
+    control.spawn_driver(run_id)  # a background process drives it
     wait_for(lambda: load_run(run_id).links and load_run(run_id).links[0].detail.get("kernel", {}).get("pushed_at"),
              what="the first push")
     driver = control.spawned[run_id]
@@ -227,7 +230,7 @@ def test_killing_the_control_side_anywhere_neither_loses_nor_repeats_anything(pa
 
 def test_credentials_refused_mid_run_stop_it_before_any_push(lab_env):
     emu = lab_env.emu
-    run = machines.register_run(tiny(lab_env.data, steps_until=5), "alice")
+    run = settle.register_run(tiny(lab_env.data, steps_until=5).to_dict(), machine="alice")
     emu.inject_faults("StartBlobUpload", 401, 1)  # the key was revoked after the run was checked
     final = drive(run.id)
     message = machines.status(run.id)["message"]
@@ -241,7 +244,7 @@ def test_a_push_refused_at_the_session_limit_waits_for_a_picked_account_or_moves
     emu, data = lab_env.emu, lab_env.data
     busy = "Maximum batch GPU session count of 2 reached."
     emu.fail_next_push("alice", busy)
-    run = machines.register_run(tiny(data, steps_until=5), "alice")
+    run = settle.register_run(tiny(data, steps_until=5).to_dict(), machine="alice")
     lines: list[str] = []
     final = drive(run.id, lines)  # the picked account: the lab waits for it and asks again, not fails
     assert final.status == "done", lines
@@ -255,7 +258,7 @@ def test_a_push_refused_at_the_session_limit_waits_for_a_picked_account_or_moves
     # With Auto, the lab moves on to the next free account.
     emu.set_quota("bob", total_s=30 * 3600, used_s=29 * 3600)  # so Auto tries alice (most quota) first
     emu.fail_next_push("alice", busy)
-    run = machines.register_run(tiny(data, steps_until=5), "auto")
+    run = settle.register_run(tiny(data, steps_until=5).to_dict(), machine="auto")
     lines: list[str] = []
     final = drive(run.id, lines)
     assert final.status == "done", lines
@@ -266,7 +269,7 @@ def test_a_push_refused_at_the_session_limit_waits_for_a_picked_account_or_moves
 def test_a_push_with_no_clear_answer_is_not_pushed_again_until_kaggle_is_asked(lab_env):
     emu, data = lab_env.emu, lab_env.data
     emu.inject_faults("SaveKernel", 500, 1)  # no answer, and Kaggle did not take it
-    run = machines.register_run(tiny(data, steps_until=5), "alice")
+    run = settle.register_run(tiny(data, steps_until=5).to_dict(), machine="alice")
     slug = km.kernel_slug(run.id, 1)
     final = drive(run.id)
     message = machines.status(run.id)["message"]
@@ -281,7 +284,7 @@ def test_a_push_with_no_clear_answer_is_not_pushed_again_until_kaggle_is_asked(l
 def test_a_session_kaggle_ran_without_its_data_trains_nothing_and_the_data_goes_up_again(lab_env):
     emu, data = lab_env.emu, lab_env.data
     emu.drop_sources_next_push("alice")
-    run = machines.register_run(tiny(data, steps_until=5), "alice")
+    run = settle.register_run(tiny(data, steps_until=5).to_dict(), machine="alice")
     lines: list[str] = []
     final = drive(run.id, lines)
     slug = f"alice/{km.data_slug(data_id_of(data))}"
@@ -299,7 +302,7 @@ def test_quota_exhausted_everywhere_waits_for_the_earliest_refresh_and_says_so(l
     refresh = datetime.now(timezone.utc) + timedelta(seconds=4)
     emu.set_quota("alice", used_s=30 * 3600, refresh_time=refresh)
     emu.set_quota("bob", used_s=30 * 3600)
-    run = machines.register_run(tiny(lab_env.data, steps_until=5), "auto")
+    run = settle.register_run(tiny(lab_env.data, steps_until=5).to_dict(), machine="auto")
     result: dict = {}
     driver = threading.Thread(target=lambda: result.update(final=drive(run.id)))
     driver.start()
@@ -317,7 +320,7 @@ def test_a_dataset_that_never_gets_ready_stops_the_run_and_the_retry_uploads_not
     emu, data = lab_env.emu, lab_env.data
     slug = km.data_slug(data_id_of(data))
     emu.set_dataset_behaviour("alice", slug, "stuck")
-    run = machines.register_run(tiny(data, steps_until=5), "alice")
+    run = settle.register_run(tiny(data, steps_until=5).to_dict(), machine="alice")
     final = drive(run.id, settings=km.KaggleSettings(poll_s=0.2, retry_base_s=0.01, dataset_wait_s=1))
     message = machines.status(run.id)["message"]
     assert final.status == "failed" and pushes(emu) == []
@@ -333,7 +336,7 @@ def test_a_dataset_that_never_gets_ready_stops_the_run_and_the_retry_uploads_not
 def test_a_kernel_ending_in_error_twice_stops_the_run_with_its_log(lab_env, monkeypatch):
     failing = make_notebook("raise RuntimeError('CUDA out of memory. Tried to allocate 2.00 GiB')")
     monkeypatch.setattr(km, "kernel_notebook", lambda cfg, resume_name, limit_min, **expected: failing)
-    run = machines.register_run(tiny(lab_env.data, steps_until=5), "alice")
+    run = settle.register_run(tiny(lab_env.data, steps_until=5).to_dict(), machine="alice")
     lines: list[str] = []
     final = drive(run.id, lines)
     message = machines.status(run.id)["message"]
@@ -348,7 +351,8 @@ def test_a_kernel_ending_in_error_twice_stops_the_run_with_its_log(lab_env, monk
 
 def test_cancel_starts_no_further_link_and_says_where_to_stop_the_session(lab_env):
     emu = lab_env.emu
-    run_id = machines.start(tiny(lab_env.data, steps_until=100_000), machine="alice")
+    run_id = settle.register_run(tiny(lab_env.data, steps_until=100_000).to_dict(), machine="alice").id
+    control.spawn_driver(run_id)
     wait_for(lambda: (load_run(run_id).links or [None])[0] is not None
              and load_run(run_id).links[0].detail.get("kaggle_status") == "RUNNING", what="the session to run")
     slug = km.kernel_slug(run_id, 1)
@@ -382,7 +386,7 @@ def continues_on_bob(lab, steps_until: int = 200, links: int | None = 2, lines: 
     under any behaviour of the service, and returns the final run."""
     emu, data = lab.emu, lab.data
     emu.set_quota("alice", total_s=22 * 60)  # a 12-minute link (12 wall seconds): not the whole run
-    run = machines.register_run(tiny(data, steps_until=steps_until), "alice")
+    run = settle.register_run(tiny(data, steps_until=steps_until).to_dict(), machine="alice")
     lines = [] if lines is None else lines
     final = drive(run.id, lines)
     assert final.status == "done" and final.step == steps_until, lines
@@ -428,13 +432,13 @@ def test_ready_before_mounted_is_waited_out_and_never_resumes_from_another_check
                                                                                      pydoc_data, tmp_path,
                                                                                      monkeypatch):
     lab = unfriendly_lab(make_kaggle_emulator, pydoc_data, tmp_path, monkeypatch)
-    real_register = machines.register_run
+    real_register = settle.register_run
 
-    def register(cfg, machine, *args):  # bob's hand-off is READY two seconds before it can be mounted
-        run = real_register(cfg, machine, *args)
+    def register(given, *args, **kwargs):  # bob's hand-off is READY two seconds before it can be mounted
+        run = real_register(given, *args, **kwargs)
         lab.emu.set_dataset_behaviour("bob", km.ckpt_slug(run.id), "mount-lag")
         return run
-    monkeypatch.setattr(machines, "register_run", register)
+    monkeypatch.setattr(settle, "register_run", register)
     final = continues_on_bob(lab, links=None)
     alice, waited, bob = final.links[0], final.links[1], final.links[-1]
     assert alice.status == "stopped" and alice.to_step > 0
@@ -450,7 +454,7 @@ def test_a_session_refused_for_quota_at_its_start_moves_the_run_to_the_next_acco
                                                                                    monkeypatch):
     lab = unfriendly_lab(make_kaggle_emulator, pydoc_data, tmp_path, monkeypatch, quota_at_push=False, queue_s=1.0)
     emu = lab.emu
-    run = machines.register_run(tiny(lab.data, steps_until=20), "auto")
+    run = settle.register_run(tiny(lab.data, steps_until=20).to_dict(), machine="auto")
     emu.set_quota("bob", total_s=30 * 3600, used_s=20 * 3600)  # Auto tries alice (most quota) first
     spent = threading.Thread(target=lambda: (wait_for(lambda: pushes(emu, "alice"), 60, "alice's push"),
                                              emu.set_quota("alice", used_s=30 * 3600)))
@@ -468,7 +472,7 @@ def test_a_kernel_still_running_long_past_its_timeout_is_given_up_on(make_kaggle
                                                                     monkeypatch):
     from lab.runs import updating
     lab = unfriendly_lab(make_kaggle_emulator, pydoc_data, tmp_path, monkeypatch, enforce_timeout=False)
-    run = machines.register_run(tiny(lab.data, steps_until=100_000), "alice")
+    run = settle.register_run(tiny(lab.data, steps_until=100_000).to_dict(), machine="alice")
     km.plan_link(run.id, "alice", 30 * 3600, None, "test")
     with updating(run.id) as r:  # a timeout the emulator's clock passes at once; Kaggle never ends it
         r.links[0].detail["session_timeout_s"] = 1
@@ -483,7 +487,7 @@ def test_a_session_ending_in_error_after_a_save_is_a_link_that_ended_and_the_run
                                                                                         monkeypatch):
     lab = unfriendly_lab(make_kaggle_emulator, pydoc_data, tmp_path, monkeypatch)
     lab.emu.kill_next_session("alice", after_s=15 * 60, lose_outputs=False)  # killed after its first saves
-    run = machines.register_run(tiny(lab.data, steps_until=400, checkpoint_every_min=1.0), "alice")
+    run = settle.register_run(tiny(lab.data, steps_until=400, checkpoint_every_min=1.0).to_dict(), machine="alice")
     lines: list[str] = []
     final = drive(run.id, lines)
     assert final.status == "done", lines

@@ -13,6 +13,7 @@ from lab.config import RunConfig, UserError
 from lab.corpus.manifests import data_id_of
 from lab.kaggle import client as kc
 from lab.machines import control
+from lab import settle
 from lab.machines import driver as machines
 from lab.machines import kaggle as km
 from lab.machines import kaggle_data, kaggle_outputs
@@ -141,17 +142,17 @@ def test_wrong_or_missing_credentials_make_an_account_unusable_and_say_what_to_d
     assert choice.machine is None and "alice:" in choice.reason_en and "bob:" in choice.reason_en
     cfg = RunConfig(data_dir=str(pydoc_data), steps_until=5)
     with pytest.raises(kc.KaggleError) as e:
-        machines.start(cfg, machine="alice")
+        settle.register_run(cfg.to_dict(), machine="alice")
     assert e.value.account == "alice" and "lab accounts remove alice" in str(e.value)
     with pytest.raises(UserError, match="No Kaggle account 'carol'"):
-        machines.start(cfg, machine="carol")
+        settle.register_run(cfg.to_dict(), machine="carol")
     assert not (kaggle_lab.home / "runs").exists() or not any((kaggle_lab.home / "runs").iterdir()), \
         "a refused start leaves no run behind"
     assert kaggle_lab.emu.account("alice").key not in json.dumps([m.__dict__ for m in found.values()])
 
 
 def test_lab_accounts_and_overview_show_what_runs_on_an_account(kaggle_lab, pydoc_data):
-    run = machines.register_run(RunConfig(data_dir=str(pydoc_data), steps_until=5), "alice")
+    run = settle.register_run(RunConfig(data_dir=str(pydoc_data), steps_until=5).to_dict(), machine="alice")
     km.plan_link(run.id, "alice", 3600, None, "test")
     assert control.active_runs_on("alice") == [run.id] and control.active_runs_on("bob") == []
     assert {m.name: m.running for m in machines.overview()}["alice"] == [run.id]
@@ -169,7 +170,8 @@ def test_a_run_started_on_this_computer_goes_on_in_the_background_and_cancel_sav
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     cfg = RunConfig(context=32, width=32, heads=2, layers=2, batch_per_card=4, eval_every=1000, eval_batches=2,
                     warmup_steps=2, steps_until=1_000_000, data_dir=str(pydoc_data))
-    run_id = machines.start(cfg, machine="local")
+    run_id = settle.register_run(cfg.to_dict(), machine="local").id
+    control.spawn_driver(run_id)
     driver = control.spawned[run_id]
     try:
         metrics = tmp_path / "home" / "runs" / run_id / "metrics.jsonl"
@@ -197,7 +199,7 @@ def test_a_run_started_on_this_computer_goes_on_in_the_background_and_cancel_sav
 
 def _local_run(pydoc_data, tmp_path, monkeypatch):
     monkeypatch.setenv("LAB_HOME", str(tmp_path / "home"))
-    return machines.register_run(RunConfig(data_dir=str(pydoc_data), steps_until=5), "local")
+    return settle.register_run(RunConfig(data_dir=str(pydoc_data), steps_until=5).to_dict(), machine="local")
 
 
 def test_a_cancel_before_the_driver_holds_the_run_sticks_and_a_probe_does_not_turn_the_driver_away(
@@ -223,7 +225,7 @@ def test_a_cancel_before_the_driver_holds_the_run_sticks_and_a_probe_does_not_tu
         holder.release()
     # Asking to go on (a new start of the same run) forgets the cancel before any driver starts.
     assert machines.cancel_requested(run.id)
-    machines.register_run(run.cfg, "local", cont=run)
+    settle.register_run({}, run.id, "local")
     assert not machines.cancel_requested(run.id)
 
 
@@ -258,7 +260,7 @@ def test_one_accounts_surprise_shows_as_its_error_only(kaggle_lab, monkeypatch):
 
 
 def test_a_cancel_before_the_push_uploads_nothing(kaggle_lab, pydoc_data):
-    run = machines.register_run(RunConfig(data_dir=str(pydoc_data), steps_until=5), "alice")
+    run = settle.register_run(RunConfig(data_dir=str(pydoc_data), steps_until=5).to_dict(), machine="alice")
     link = km.plan_link(run.id, "alice", 3600, None, "test")
     link = km.KaggleHost("alice").follow(machines.load_run(run.id), link, Follow(lambda s: None, lambda: True))
     assert link.status == "cancelled" and link.reason == "cancelled before its push"
@@ -318,7 +320,7 @@ def test_the_driver_chains_links_on_any_machine_that_answers_the_interface(pydoc
     card = _Card()
     monkeypatch.setattr(machines, "host_for", lambda name, settings=None, events=None: card)
     monkeypatch.setattr(machines, "machine_names", lambda: ["card"])
-    run = machines.register_run(RunConfig(data_dir=str(pydoc_data), steps_until=100), "card")
+    run = settle.register_run(RunConfig(data_dir=str(pydoc_data), steps_until=100).to_dict(), machine="card")
     lines: list[str] = []
     final = machines.drive(run.id, say=lines.append, progress=False)
     assert final.status == "done" and final.step == 100, lines
@@ -359,7 +361,7 @@ def test_an_unexpected_error_fails_the_run_with_its_traceback_and_lab_watch_goes
     card.follow = follow
     monkeypatch.setattr(machines, "host_for", lambda name, settings=None, events=None: card)
     monkeypatch.setattr(machines, "machine_names", lambda: ["card"])
-    run = machines.register_run(RunConfig(data_dir=str(pydoc_data), steps_until=40), "card")
+    run = settle.register_run(RunConfig(data_dir=str(pydoc_data), steps_until=40).to_dict(), machine="card")
     final = machines.drive(run.id, say=lambda s: None, progress=False)
     state = machines.status(run.id)
     assert final.status == "failed" and "unexpected KeyError" in state["message"]

@@ -12,6 +12,7 @@ from kaggle_fixtures import kaggle_emulator, kaggle_lab, lab_for, make_kaggle_em
 from lab.config import RunConfig
 from lab.kernel.metrics import read_metrics
 from lab.machines import control
+from lab import settle
 from lab.machines import driver as machines
 from lab.machines import kaggle as km
 from lab.machines.live import curve_rows
@@ -33,7 +34,7 @@ def paced(pydoc_data, make_kaggle_emulator, tmp_path, monkeypatch):
 
 def _start(lab, grace_s: float = 300.0):
     cfg = RunConfig(**TINY, data_dir=str(lab.data), constellations=["pydoc"])
-    run = machines.register_run(cfg, "alice")
+    run = settle.register_run(cfg.to_dict(), machine="alice")
     lines: list[str] = []
     settings = km.KaggleSettings(poll_s=0.2, retry_base_s=0.01, dataset_wait_s=20, log_grace_s=grace_s)
     t = threading.Thread(target=machines.drive, args=(run.id,),
