@@ -16,8 +16,10 @@ from lab.machines import control
 from lab.machines import driver as machines
 from lab.machines import kaggle as km
 from lab.machines import kaggle_data, kaggle_outputs
+from lab.machines import registry
 from lab.machines.auto import choose
-from lab.machines.base import Follow
+from lab.machines.base import Follow, Host
+from lab.machines.outcome import End, Outcome
 
 CFG = RunConfig()
 
@@ -143,7 +145,7 @@ def test_wrong_or_missing_credentials_make_an_account_unusable_and_say_what_to_d
     with pytest.raises(kc.KaggleError) as e:
         machines.start(cfg, machine="alice")
     assert e.value.account == "alice" and "lab accounts remove alice" in str(e.value)
-    with pytest.raises(UserError, match="No Kaggle account 'carol'"):
+    with pytest.raises(UserError, match="no machine 'carol' in the lab; its machines: local, alice, bob"):
         machines.start(cfg, machine="carol")
     assert not (kaggle_lab.home / "runs").exists() or not any((kaggle_lab.home / "runs").iterdir()), \
         "a refused start leaves no run behind"
@@ -179,7 +181,7 @@ def test_a_run_started_on_this_computer_goes_on_in_the_background_and_cancel_sav
             time.sleep(0.1)
         state = machines.status(run_id)
         assert (state["status"], state["machine"], state["driver"]) == ("running", "local", True)
-        assert machines.overview(kaggle=False)[0].running == [run_id]
+        assert machines.overview(only="local")[0].running == [run_id]
         assert "saves a checkpoint and stops" in machines.cancel(run_id)
         driver.wait(timeout=120)
     finally:
@@ -237,11 +239,13 @@ def test_a_notebook_that_dies_unexpectedly_fails_its_link_and_says_lab_watch(pyd
         raise RuntimeError("Kernel died before replying to kernel_info")
     monkeypatch.setattr(papermill, "execute_notebook", dead_kernel)
     link = local_machine.LocalHost().start(run, local_machine.LocalHost().state([]), "test")
-    with pytest.raises(UserError) as e:
-        local_machine.execute_link(run, link, run.cfg, pydoc_data, None, progress=False)
-    assert "RuntimeError: Kernel died" in str(e.value) and f"lab watch {run.id}" in str(e.value)
+    ended = local_machine.execute_link(run, link, run.cfg, pydoc_data, None, progress=False)
+    assert ended.outcome.kind is End.FAILED, "a failed session on this computer fails the run"
+    assert "RuntimeError: Kernel died" in ended.outcome.reason and f"lab watch {run.id}" in ended.outcome.reason
     link = load_run(run.id).links[-1]
-    assert link.status == "failed" and "RuntimeError" in link.reason
+    assert link.status == "failed" and "RuntimeError" in link.reason and link.outcome == ended.outcome
+    final = machines.drive(run.id, say=lambda s: None, progress=False)  # the driver stops it with that reason
+    assert final.status == "failed" and "RuntimeError: Kernel died" in machines.status(run.id)["message"]
 
 
 def test_one_accounts_surprise_shows_as_its_error_only(kaggle_lab, monkeypatch):
@@ -270,63 +274,111 @@ def test_a_cancel_before_the_push_uploads_nothing(kaggle_lab, pydoc_data):
 # The driver speaks to machines through one interface only
 
 
-class _Card:
-    """A machine the driver has never heard of: it answers the interface and nothing else. Each
-    link trains 40 steps, and it runs at most one session at a time."""
+def card_kind(monkeypatch) -> list[str]:
+    """Registers the kind "card" with the lab: one machine the driver has never heard of, named
+    "card", that answers the interface and nothing else. Each link trains 40 steps, and it runs at
+    most one session at a time. Returns the calls it got."""
+    calls: list[str] = []
 
-    name, one_link_per_start = "card", False
+    class Card(Host):
+        kind = "card"
 
-    def __init__(self):
-        self.calls: list[str] = []
+        @classmethod
+        def names(cls):
+            return ["card"]
 
-    def check(self) -> None:
-        self.calls.append("check")
+        def check(self) -> None:
+            calls.append("check")
 
-    def state(self, running, patient=False):
-        from lab.machines.auto import Machine
-        return Machine("card", "card", "cpu", running=list(running), free=not running)
+        def state(self, running, patient=False):
+            from lab.machines.auto import Machine
+            return Machine("card", "card", "cpu", running=list(running), free=not running)
 
-    def holds(self, data_id, ckpt_sha256, run_id):
-        return set()
+        def start(self, run, machine, why):
+            from lab.runs import Link, updating
+            with updating(run.id) as r:
+                link = Link(n=len(r.links) + 1, machine="card", kind=self.kind, status="running", from_step=r.step)
+                r.links.append(link)
+            calls.append(f"start {link.n}")
+            return link
 
-    def start(self, run, machine, why):
-        from lab.runs import Link, updating
-        with updating(run.id) as r:
-            link = Link(n=len(r.links) + 1, machine="card", status="running", from_step=r.step)
-            r.links.append(link)
-        self.calls.append(f"start {link.n}")
-        return link
+        def follow(self, run, link, how):
+            from lab.runs import updating
+            with updating(run.id) as r:
+                ended = r.links[link.n - 1]
+                ended.to_step = min(ended.from_step + 40, r.cfg.steps_until)
+                ended.status, ended.reason = "stopped", "time limit"
+                ended.outcome = Outcome(End.CONTINUE, "time limit")
+            calls.append(f"follow {link.n} {'fresh' if how.fresh else 'found'}")
+            return ended
 
-    def follow(self, run, link, how):
-        from lab.runs import updating
-        with updating(run.id) as r:
-            ended = r.links[link.n - 1]
-            ended.to_step = min(ended.from_step + 40, r.cfg.steps_until)
-            ended.status, ended.reason = "stopped", "time limit"
-        self.calls.append(f"follow {link.n} {'fresh' if how.fresh else 'found'}")
-        return ended
+        def cancel(self, run, link, driver_pid):
+            return "stopped"
 
-    def cancel(self, run, link, driver_pid):
-        return "stopped"
+        def log_tail(self, run, link, lines):
+            return f"card log of link {link.n}"
 
-    def log_tail(self, run, link, lines):
-        return f"card log of link {link.n}"
+    monkeypatch.setitem(registry.KINDS, "card", Card)
+    return calls
 
 
 def test_the_driver_chains_links_on_any_machine_that_answers_the_interface(pydoc_data, tmp_path, monkeypatch):
     monkeypatch.setenv("LAB_HOME", str(tmp_path / "home"))
-    card = _Card()
-    monkeypatch.setattr(machines, "host_for", lambda name, settings=None, events=None: card)
-    monkeypatch.setattr(machines, "machine_names", lambda: ["card"])
+    calls = card_kind(monkeypatch)
+    assert registry.machine_names() == ["local", "card"] and registry.kind_of("card") == "card"
     run = machines.register_run(RunConfig(data_dir=str(pydoc_data), steps_until=100), "card")
     lines: list[str] = []
     final = machines.drive(run.id, say=lines.append, progress=False)
     assert final.status == "done" and final.step == 100, lines
     assert [(link.from_step, link.to_step) for link in final.links] == [(0, 40), (40, 80), (80, 100)]
-    assert card.calls == ["check", "start 1", "follow 1 fresh", "start 2", "follow 2 fresh", "start 3",
-                          "follow 3 fresh"]
+    assert calls == ["check", "start 1", "follow 1 fresh", "start 2", "follow 2 fresh", "start 3", "follow 3 fresh"]
     assert any("card: you picked it" in line for line in lines)
     assert machines.status(run.id)["log_tail"] == "card log of link 3"
+
+
+def test_the_driver_decides_from_each_outcome_alone(pydoc_data, tmp_path, monkeypatch):
+    """A machine that ends links with a scripted outcome each: a lost session costs only itself, a
+    second in a row stops the run; a refusal is waited out; inputs not mounted are pushed again,
+    three times at most; a failure stops the run with the machine's reason, in Russian too."""
+    monkeypatch.setenv("LAB_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("LAB_DRIVER_POLL_S", "0.05")
+    card_kind(monkeypatch)
+    script: list[Outcome] = []
+    host = registry.host_class("card")
+    real_follow = host.follow
+
+    def follow(self, run, link, how):
+        ended = real_follow(self, run, link, how)
+        from lab.runs import updating
+        with updating(run.id) as r:  # the scripted end: no progress, and the outcome says how
+            ended = r.links[link.n - 1]
+            ended.to_step, ended.status, ended.outcome = None, "failed", script.pop(0)
+        return ended
+    monkeypatch.setattr(host, "follow", follow)
+
+    def run_with(*outcomes: Outcome):
+        script[:] = list(outcomes)
+        run = machines.register_run(RunConfig(data_dir=str(pydoc_data), steps_until=100), "card")
+        lines: list[str] = []
+        return machines.drive(run.id, say=lines.append, progress=False), lines
+
+    lost = Outcome(End.LOST, "the session ended ERROR")
+    final, lines = run_with(lost, lost)
+    assert final.status == "failed" and len(final.links) == 2
+    assert any("only that session is lost" in line for line in lines)
+    assert "the session ended ERROR" in machines.status(final.id)["message"]
+
+    busy, again = Outcome(End.BUSY, "card: busy.", session=False), Outcome(End.PUSH_AGAIN, "inputs not mounted")
+    final, lines = run_with(busy, lost, again, again, again)
+    assert final.status == "failed" and len(final.links) == 5
+    assert any("card: busy. The lab waits for it and asks again." in line for line in lines)
+    assert "3 sessions in a row found their inputs not mounted" in machines.status(final.id)["message"]
+
+    failed = Outcome(End.FAILED, "card: the disk is full.", "card: диск заполнен.", session=False)
+    final, _ = run_with(again, lost, failed)
+    state = machines.status(final.id)
+    assert final.status == "failed" and len(final.links) == 3 and state["message"].startswith("card: the disk is full.")
+    assert state["message_ru"].startswith("card: диск заполнен.") and f"lab watch {final.id}" in state["message_ru"]
 
 
 def test_a_datasets_licence_is_the_constellations_where_kaggle_knows_it():
@@ -349,16 +401,15 @@ def test_a_dataset_title_keeps_the_hash_that_makes_a_long_name_unique():
 def test_an_unexpected_error_fails_the_run_with_its_traceback_and_lab_watch_goes_on(pydoc_data, tmp_path,
                                                                                    monkeypatch):
     monkeypatch.setenv("LAB_HOME", str(tmp_path / "home"))
-    card = _Card()
-    broken = {"once": True}
+    card_kind(monkeypatch)
+    host = registry.host_class("card")
+    real_follow, broken = host.follow, {"once": True}
 
-    def follow(run, link, how):
+    def follow(self, run, link, how):
         if broken.pop("once", False):
             raise KeyError("a field the driver never saw coming")
-        return _Card.follow(card, run, link, how)
-    card.follow = follow
-    monkeypatch.setattr(machines, "host_for", lambda name, settings=None, events=None: card)
-    monkeypatch.setattr(machines, "machine_names", lambda: ["card"])
+        return real_follow(self, run, link, how)
+    monkeypatch.setattr(host, "follow", follow)
     run = machines.register_run(RunConfig(data_dir=str(pydoc_data), steps_until=40), "card")
     final = machines.drive(run.id, say=lambda s: None, progress=False)
     state = machines.status(run.id)
