@@ -161,6 +161,53 @@ def test_lab_accounts_and_overview_show_what_runs_on_an_account(kaggle_lab, pydo
     assert state["status"] == "running" and state["links"][0]["machine"] == "alice"
     assert "lab watch" in state["message"], "no process drives it: the person is told how to resume"
     json.dumps(state)
+    # The account removed from the lab: its link still finds its host by the kind it carries.
+    live = machines.load_run(run.id).folder / "links" / "001-alice" / "live.log"
+    live.parent.mkdir(parents=True, exist_ok=True)
+    live.write_text(json.dumps([{"stream_name": "stdout", "data": "step 3/5 loss 4.2\n"}]))
+    kc.remove_account("alice")
+    assert machines.machine_names() == ["local", "bob"]
+    assert registry.host_of(machines.load_run(run.id).links[0]).kind == "kaggle"
+    assert "step 3/5 loss 4.2" in machines.status(run.id)["log_tail"]
+
+
+def test_a_run_recorded_before_links_carried_their_outcome_reads_as_it_did(tmp_path, monkeypatch):
+    """A run.json written by the kit before outcomes: each link's outcome is read from the flags
+    its machine kept then, so `lab watch` on it decides as it decided before."""
+    from lab.runs import load_run
+    monkeypatch.setenv("LAB_HOME", str(tmp_path / "home"))
+    folder = tmp_path / "home" / "runs" / "20261130-120000-2x32-old0"
+    folder.mkdir(parents=True)
+    kaggle = lambda **flags: {"kind": "kaggle", "folder": "links/x", "limit_min": 16.0, **flags}  # noqa: E731
+    links = [("stopped", {"kind": "local", "in_driver": True}), ("failed", {"kind": "local", "abandoned": True}),
+             ("failed", kaggle(session_started=True)), ("failed", kaggle(session_started=True, input_not_ready=True)),
+             ("failed", kaggle(session_started=True, refused="quota")), ("failed", kaggle()),
+             ("cancelled", kaggle()), ("running", kaggle(session_started=True))]
+    (folder / "run.json").write_text(json.dumps({
+        "id": folder.name, "config": RunConfig(steps_until=100).to_dict(), "status": "failed",
+        "links": [{"n": n, "machine": "alice", "status": status, "from_step": 0, "reason": f"why {n}",
+                   "detail": detail} for n, (status, detail) in enumerate(links, 1)]}))
+    run = load_run(folder.name)
+    assert [(link.outcome.kind, link.outcome.session) if link.outcome else None for link in run.links] == [
+        (End.CONTINUE, True), (End.INTERRUPTED, True), (End.LOST, True), (End.PUSH_AGAIN, True),
+        (End.NO_QUOTA, True), (End.FAILED, False), (End.CANCELLED, False), None]
+    assert [link.kind for link in run.links] == ["local", "local"] + ["kaggle"] * 6
+    assert run.links[2].limit_min == 16.0 and run.links[2].outcome.reason == "why 3"
+    assert machines._lost_in_a_row(load_run(folder.name)) == 0  # the cancel ends the count, as it did
+
+
+def test_a_fault_point_must_be_one_the_kit_names():
+    from lab import faults
+    faults.reached("after-push")  # nothing registered: nothing happens
+    hits: list[str] = []
+    with faults.at("after-download", hits.append):
+        faults.reached("after-push")
+        faults.reached("after-download")
+    faults.reached("after-download")
+    assert hits == ["after-download"]
+    with pytest.raises(ValueError, match="unknown fault point 'after-pushed'"):
+        with faults.at("after-pushed", hits.append):
+            pass
 
 
 def test_a_run_started_on_this_computer_goes_on_in_the_background_and_cancel_saves_it(pydoc_data, tmp_path,
