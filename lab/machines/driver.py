@@ -406,9 +406,9 @@ def holdings(machines: list[Machine], cfg: RunConfig, run: Run | None = None) ->
         return {}
     source = source_checkpoint(run) if run is not None else None
     found_id = data_id(cfg)
-    lab = {h.name: h for h in hosts()}
-    return {m.name: lab[m.name].holds(found_id, source["sha256"] if source else None, run.id if run else "")
-            if m.name in lab else set() for m in machines}
+    known = {h.name: h for h in hosts()}
+    return {m.name: known[m.name].holds(found_id, source["sha256"] if source else None, run.id if run else "")
+            if m.name in known else set() for m in machines}
 
 
 # ---------------------------------------------------------------------------------------------
