@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Callable
 
 from lab.config import MODEL_FIELDS, Problem, RunConfig, UserError, check, check_resume, raise_on_errors, resumed_config
-from lab.machines import driver
+from lab.machines import registry
 from lab.machines.control import cancel_flag, driver_alive
 from lab.machines.needs import data_problems, found_data
 from lab.runs import Run, create_run, load_run, updating
@@ -99,7 +99,7 @@ def check_machine(machine: str | None) -> str:
     credentials)."""
     name = (machine or "auto").strip()
     if name != "auto":
-        driver.host_for(name).check()
+        registry.host_for(name).check()
     return name
 
 

@@ -57,7 +57,7 @@ def saved_run(cfg: RunConfig, step: int):
 
 def test_a_run_from_scratch_is_the_fields_given_and_its_machine_is_checked_first(home, pydoc_data):
     fields = {**TINY, "data_dir": str(pydoc_data), "limit_min": 700}
-    with pytest.raises(UserError, match="No Kaggle account 'alice'"):
+    with pytest.raises(UserError, match="no machine 'alice' in the lab"):
         settle.register_run(fields, machine="alice")
     assert list_runs() == [], "a refused start leaves no run behind"
     warned = []

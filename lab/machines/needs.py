@@ -1,11 +1,13 @@
 """What a run needs before its next link: its data (found, or prepared, once; then pinned in the
-run's config and checked against), the id of that data, and the GPU quota the rest of the run needs."""
+run's config and checked against), the id of that data, the checkpoint it starts from, and the GPU
+quota the rest of the run needs."""
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Callable
 
 from lab.config import Problem, RunConfig, UserError, check_against_data, raise_on_errors
+from lab.kernel.checkpoint import checkpoint_meta, list_checkpoints, resolve_checkpoint
 from lab.runs import Run, load_run, updating
 
 
@@ -84,3 +86,33 @@ def data_id(cfg: RunConfig) -> str | None:
         return data_id_of(found) if found is not None else None
     except (UserError, OSError, ValueError):
         return None
+
+
+_verified: dict[str, tuple[int, int, dict]] = {}  # path -> (mtime_ns, size, source): hashed once
+
+
+def source_checkpoint(run: Run) -> dict | None:
+    """The checkpoint the run's next link starts from, verified against its sidecar: the run
+    folder's newest (every link's is merged there), else the one a forked run started from."""
+    found = list_checkpoints(run.folder / "checkpoints")
+    if found:
+        target = run.folder
+    elif run.parent and run.parent.get("checkpoint"):
+        target = Path(run.parent["checkpoint"])
+    else:
+        return None
+    newest = found[-1] if found else target
+    if newest.is_file():  # a waiting driver asks often: a checkpoint of gigabytes is hashed once
+        st = newest.stat()
+        hit = _verified.get(str(newest))
+        if hit and hit[:2] == (st.st_mtime_ns, st.st_size):
+            return dict(hit[2])
+    try:
+        path = resolve_checkpoint(target)
+    except ValueError as e:
+        raise UserError(f"run {run.id}: {e}") from None
+    meta = checkpoint_meta(path)
+    source = {"path": str(path), "name": path.name, "step": int(meta["step"]), "sha256": meta["sha256"]}
+    st = path.stat()
+    _verified[str(path)] = (st.st_mtime_ns, st.st_size, source)
+    return dict(source)

@@ -7,7 +7,8 @@ Time: the emulator runs 60 emulated seconds per wall second (quota, session limi
 pushed notebook's own limit, which it rewrites: the kit sends real minutes). Where a test needs a
 link to stop before the run's end, the emulator's card takes at least `min_step_s` per step, so
 that holds on a fast machine as on a slow one. Tiny models, one CPU thread per session, status
-polled every 0.2 s (the kit's settings are handed to the driver, not read from the environment).
+polled every 0.2 s (every Kaggle host of these tests builds `SETTINGS`, or a test's own, instead of
+the person's; the control side is killed at the kit's named fault points, lab.faults).
 """
 from __future__ import annotations
 
@@ -25,7 +26,9 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT
-from kaggle_fixtures import kaggle_emulator, kaggle_lab, lab_env, make_kaggle_emulator, make_notebook  # noqa: F401
+from kaggle_fixtures import (kaggle_emulator, kaggle_lab, kaggle_settings, lab_env, make_kaggle_emulator,  # noqa: F401
+                             make_notebook)
+from lab import faults
 from lab.corpus.manifests import data_id_of
 from lab.machines import control
 from lab import settle
@@ -33,6 +36,7 @@ from lab.machines import driver as machines
 from lab.machines import kaggle as km
 from lab.kernel.checkpoint import sha256_file
 from lab.config import RunConfig
+from lab.machines.outcome import End
 from lab.runs import load_run
 
 TINY = dict(context=32, width=32, heads=2, layers=2, batch_per_card=4, eval_every=200, eval_batches=2, lr=3e-3,
@@ -45,9 +49,13 @@ def tiny(data: Path, **kw) -> RunConfig:
     return RunConfig(**{**TINY, "data_dir": str(data), "constellations": ["pydoc"], **kw})
 
 
-def drive(run_id: str, lines: list | None = None, settings: km.KaggleSettings = SETTINGS, events=None):
-    return machines.drive(run_id, say=(lines if lines is not None else []).append, progress=False,
-                          settings=settings, events=events)
+@pytest.fixture(autouse=True)
+def fast_kaggle(monkeypatch):
+    kaggle_settings(monkeypatch, SETTINGS)
+
+
+def drive(run_id: str, lines: list | None = None):
+    return machines.drive(run_id, say=(lines if lines is not None else []).append, progress=False)
 
 
 def losses(folder: Path) -> dict[int, float]:
@@ -194,24 +202,21 @@ def test_killing_the_control_side_anywhere_neither_loses_nor_repeats_anything(pa
     driver.wait(timeout=30)
     assert not machines.driver_alive(run_id) and "lab watch" in machines.status(run_id)["message"]
 
-    def crash_at(point: str):
-        def events(name: str) -> None:
-            if name == point:
-                raise Crash(name)
-        return events
+    def crash(point: str) -> None:
+        raise Crash(point)
 
     # It dies again after bob's copy of the checkpoint was uploaded, before that was recorded...
-    with pytest.raises(Crash):
-        drive(run_id, events=crash_at("after-checkpoints-upload"))
+    with pytest.raises(Crash), faults.at("after-checkpoints-upload", crash):
+        drive(run_id)
     assert emu.dataset_versions("bob", km.ckpt_slug(run_id)) == [1]
     assert load_run(run_id).links[1].detail.get("ckpt") is None
     # ...then after bob's push was sent, before its reply was recorded...
-    with pytest.raises(Crash):
-        drive(run_id, events=crash_at("after-push"))
+    with pytest.raises(Crash), faults.at("after-push", crash):
+        drive(run_id)
     assert emu.kernel_versions("bob", km.kernel_slug(run_id, 2)) == [1]
     assert not load_run(run_id).links[1].detail["kernel"].get("pushed_at")
     # ...and `lab watch` finishes the run.
-    done = subprocess.run([sys.executable, "-m", "lab.cli.watch", run_id, "-q"], cwd=ROOT, capture_output=True,
+    done = subprocess.run([sys.executable, "-m", "lab.cli", "watch", run_id, "-q"], cwd=ROOT, capture_output=True,
                           text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
 
@@ -291,7 +296,7 @@ def test_a_session_kaggle_ran_without_its_data_trains_nothing_and_the_data_goes_
     assert any("without these sources" in line and slug in line for line in lines), lines
     assert final.status == "done" and [link.status for link in final.links] == ["failed", "done"]
     first = final.links[0]
-    assert first.detail["input_not_ready"] and first.detail["kernel"]["dropped_sources"] == [slug]
+    assert first.outcome.kind is End.PUSH_AGAIN and first.detail["kernel"]["dropped_sources"] == [slug]
     assert not (final.folder / first.detail["folder"] / "metrics.jsonl").exists(), "it trained nothing"
     assert emu.dataset_versions("alice", km.data_slug(data_id_of(data))) == [1, 2], "what Kaggle lost went up again"
     assert len(pushes(emu)) == 2
@@ -316,18 +321,20 @@ def test_quota_exhausted_everywhere_waits_for_the_earliest_refresh_and_says_so(l
     assert result["final"].status == "done" and [link.machine for link in result["final"].links] == ["alice"]
 
 
-def test_a_dataset_that_never_gets_ready_stops_the_run_and_the_retry_uploads_nothing_twice(lab_env):
+def test_a_dataset_that_never_gets_ready_stops_the_run_and_the_retry_uploads_nothing_twice(lab_env, monkeypatch):
     emu, data = lab_env.emu, lab_env.data
     slug = km.data_slug(data_id_of(data))
     emu.set_dataset_behaviour("alice", slug, "stuck")
     run = settle.register_run(tiny(data, steps_until=5).to_dict(), machine="alice")
-    final = drive(run.id, settings=km.KaggleSettings(poll_s=0.2, retry_base_s=0.01, dataset_wait_s=1))
+    kaggle_settings(monkeypatch, km.KaggleSettings(poll_s=0.2, retry_base_s=0.01, dataset_wait_s=1))
+    final = drive(run.id)
     message = machines.status(run.id)["message"]
     assert final.status == "failed" and pushes(emu) == []
     assert f"Kaggle account 'alice': dataset alice/{slug} is still" in message
     assert f"`lab watch {run.id}` waits for it again without uploading it twice" in message
 
     emu.set_dataset_behaviour("alice", slug, None)  # Kaggle catches up
+    kaggle_settings(monkeypatch, SETTINGS)
     final = drive(run.id)
     assert final.status == "done" and [link.status for link in final.links] == ["failed", "done"]
     assert emu.dataset_versions("alice", slug) == [1] and len(emu.recorded("CreateDataset")) == 1
@@ -374,9 +381,9 @@ def test_cancel_starts_no_further_link_and_says_where_to_stop_the_session(lab_en
 
 
 def unfriendly_lab(make_kaggle_emulator, pydoc_data, tmp_path, monkeypatch, **behaviour):
-    from kaggle_fixtures import lab_for
+    from kaggle_fixtures import fast_driving, lab_for
     lab = lab_for(make_kaggle_emulator(min_step_s=0.05, **behaviour), tmp_path, monkeypatch)
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    fast_driving(monkeypatch)
     lab.data = pydoc_data
     return lab
 
@@ -442,7 +449,7 @@ def test_ready_before_mounted_is_waited_out_and_never_resumes_from_another_check
     final = continues_on_bob(lab, links=None)
     alice, waited, bob = final.links[0], final.links[1], final.links[-1]
     assert alice.status == "stopped" and alice.to_step > 0
-    assert waited.machine == "bob" and waited.status == "failed" and waited.detail["input_not_ready"]
+    assert waited.machine == "bob" and waited.status == "failed" and waited.outcome.kind is End.PUSH_AGAIN
     assert waited.to_step is None and not (final.folder / waited.detail["folder"] / "metrics.jsonl").exists(), \
         "it stopped before training"
     assert (final.folder / waited.detail["folder"] / "input-not-ready.json").is_file()
@@ -464,7 +471,7 @@ def test_a_session_refused_for_quota_at_its_start_moves_the_run_to_the_next_acco
     spent.join(timeout=60)
     assert final.status == "done", lines
     assert [(link.machine, link.status) for link in final.links] == [("alice", "failed"), ("bob", "done")]
-    assert final.links[0].detail["refused"] == "quota" and not final.links[0].detail.get("ran")
+    assert final.links[0].outcome.kind is End.NO_QUOTA and not final.links[0].detail.get("ran")
     assert any("quota is spent" in line and "tries another machine" in line for line in lines), lines
 
 
@@ -476,7 +483,8 @@ def test_a_kernel_still_running_long_past_its_timeout_is_given_up_on(make_kaggle
     km.plan_link(run.id, "alice", 30 * 3600, None, "test")
     with updating(run.id) as r:  # a timeout the emulator's clock passes at once; Kaggle never ends it
         r.links[0].detail["session_timeout_s"] = 1
-    final = drive(run.id, settings=km.KaggleSettings(poll_s=0.2, retry_base_s=0.01, overdue_s=2.0))
+    kaggle_settings(monkeypatch, km.KaggleSettings(poll_s=0.2, retry_base_s=0.01, overdue_s=2.0))
+    final = drive(run.id)
     message = machines.status(run.id)["message"]
     assert final.status == "failed" and "past its session timeout" in message and "Stop session" in message
     assert f"lab watch {run.id}" in message and lab.emu.session("alice", km.kernel_slug(run.id, 1)).status == "RUNNING"
