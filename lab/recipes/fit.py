@@ -102,6 +102,9 @@ def fit_law(points: Sequence[Point], *, bootstrap: int = 100, seed: int = 0) -> 
         raise UserError(f"the points come from {len(keys)} different val sets or tokenizers; fit one group "
                         f"at a time (lab fit --val-set ID)")
     check_enough(points)
+    # The bootstrap resamples by position: the same points give the same fit, in whatever order
+    # the runs were listed (run ids are random).
+    points = sorted(points, key=lambda p: (p.weights, p.tokens, p.val_loss))
     import numpy as np
     n = np.log(np.array([p.weights for p in points], dtype=float))
     d = np.log(np.array([p.tokens for p in points], dtype=float))

@@ -16,6 +16,7 @@ from typing import Callable
 
 from lab.config import UserError, field_names
 from lab.recipes.points import DivergenceWatch, diverged_why, mark_diverged
+from lab.machines.outcome import End, Outcome
 from lab.runs import Link, load_run, now, updating
 
 
@@ -42,7 +43,9 @@ class InlineRunner:
         cfg, data = run.cfg, Path(run.cfg.data_dir)
         resume = run.folder if list_checkpoints(run.folder / "checkpoints") else None
         with updating(run_id) as r:
-            r.links.append(Link(n=len(r.links) + 1, machine="inline", status="running", from_step=r.step))
+            # This computer's session, run in this process (the machine's name says how).
+            r.links.append(Link(n=len(r.links) + 1, machine="inline", kind="local", status="running",
+                                from_step=r.step))
             r.status = "running"
         watch = self.watch()
 
@@ -65,6 +68,8 @@ class InlineRunner:
         with updating(run_id) as r:
             link = r.links[-1]
             link.status, link.reason, link.ended = status, reason, now()
+            # As any machine ends a link: a driver that later continues this run decides from it.
+            link.outcome = Outcome(End.FAILED if status == "failed" else End.CONTINUE, reason or "")
             link.to_step = step if step is not None else r.step
             r.status = status
 
