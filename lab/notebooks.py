@@ -153,7 +153,7 @@ for problem in raise_on_errors(check(session.cfg)):  # a resumed run continues a
     print("warning:", problem.en)'''
 
 TRAIN = '''result = run_session(session.cfg, session, KERNEL_PY, nproc=nproc, allow_fallback=allow_fallback,
-                     plot_every_s=plot_every_s, plot_x=plot_x, started=SESSION_STARTED, given=session.given)
+                     plot_every_s=plot_every_s, plot_x=plot_x, started=SESSION_STARTED)
 result'''
 
 

@@ -34,7 +34,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from lab.config import RunConfig, flops_per_token  # noqa: E402
 from lab.kernel.model import GPT  # noqa: E402
 from lab.kernel.speed import compile_choice, compress_fp16, next_sync_steps, wrap_ddp  # noqa: E402
-from lab.kernel.train import Trainer, autocast, make_optimizer  # noqa: E402
+from lab.kernel.step import Runtime, autocast, make_optimizer  # noqa: E402
+from lab.kernel.train import Trainer  # noqa: E402
 
 # Peak dense TFLOP/s by card, for fp16/bf16 tensor cores (fp32 where that is all there is).
 PEAK_TFLOPS = {
@@ -84,9 +85,9 @@ def real_loop(cfg: RunConfig, data: Path, warmup: int, steps: int, fp16_compress
     rows: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="bench-") as out:
         cfg.steps_until = warmup + steps
-        trainer = Trainer(cfg, Path(out) / "run", data, given=set(), log=lambda _: None, on_metrics=rows.append)
+        trainer = Trainer(cfg, Path(out) / "run", data, log=lambda _: None, on_metrics=rows.append)
         if fp16_compress and trainer.rt.world > 1:
-            compress_fp16(trainer.wrapped, trainer.rt.precision)
+            compress_fp16(trainer.parts.wrapped, trainer.rt.precision)
         reset_peak(trainer.rt.device)
         trainer.run()
         peak = peak_gb(trainer.rt.device)
@@ -105,7 +106,7 @@ def real_loop(cfg: RunConfig, data: Path, warmup: int, steps: int, fp16_compress
     rates = [r["tok_s"] for r in rows if "tok_s" in r and r["step"] > warmup]  # rank 0 logs the rows
     tok_s = statistics.median(rates) if rates else None
     return {"tok_s": tok_s, "peak_memory_gb": peak, "compile_s": trainer.compile_s,
-            "compiled": trainer.forward is not trainer.wrapped, "world": trainer.rt.world,
+            "compiled": trainer.parts.forward is not trainer.parts.wrapped, "world": trainer.rt.world,
             "device": trainer.rt.device, "precision": trainer.rt.precision, "vocab": trainer.data.vocab,
             "tokens_per_step": trainer.tokens_per_step, "weights": trainer.model.num_weights(),
             "eval_s": eval_s, "sample_s": sample_s, "step_s": tok_s and trainer.tokens_per_step / tok_s}
@@ -114,7 +115,6 @@ def real_loop(cfg: RunConfig, data: Path, warmup: int, steps: int, fp16_compress
 def lean_loop(cfg: RunConfig, vocab: int, device: torch.device, precision: str, compiled: bool, world: int,
               warmup: int, steps: int) -> dict:
     """Model, AdamW, autocast (GradScaler under fp16), compile: nothing else."""
-    from lab.kernel.train import Runtime
     rt = Runtime(int(os.environ.get("RANK", "0")), world, device, precision, cards=world)
     torch.manual_seed(cfg.seed)
     model = GPT(vocab, cfg.context, cfg.width, cfg.heads, cfg.layers).to(device)

@@ -40,7 +40,7 @@ def _train_until_killed(cfg: dict, data_dir: str, out: str) -> None:
     from lab.kernel.train import train
     torch.set_num_threads(1)
     resume = out if list_checkpoints(Path(out) / "checkpoints") else None
-    train(RunConfig.from_dict(cfg), out, data_dir, resume=resume, given=set(cfg), log=lambda s: None)
+    train(RunConfig.from_dict(cfg), out, data_dir, resume=resume, log=lambda s: None)
 
 
 def _losses(out: Path) -> dict[int, float]:

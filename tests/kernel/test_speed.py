@@ -44,9 +44,9 @@ def test_metrics_hold_every_logged_step_with_their_own_loss_and_grad_norm(pydoc_
 
 def test_losses_read_every_few_steps_equal_losses_read_every_step(pydoc_data, tmp_path):
     logged = []
-    Trainer(tiny_config(pydoc_data, 25), tmp_path / "loop", pydoc_data, given=set(), log=lambda _: None,
+    Trainer(tiny_config(pydoc_data, 25), tmp_path / "loop", pydoc_data, log=lambda _: None,
             on_metrics=logged.append).run()
-    stepper = Trainer(tiny_config(pydoc_data, 25), tmp_path / "steps", pydoc_data, given=set(), log=lambda _: None)
+    stepper = Trainer(tiny_config(pydoc_data, 25), tmp_path / "steps", pydoc_data, log=lambda _: None)
     synced = [stepper.train_step()[0].item() for _ in range(25)]  # a host sync after every step
     assert [r["loss"] for r in logged if "loss" in r] == synced  # bitwise
 
@@ -139,6 +139,18 @@ def test_the_prepared_batch_is_the_batch_that_would_be_read(pydoc_data):
     batches.prepare(6, 0)
     batches.take(7, 0)  # not what was prepared: read on the spot
     assert reads[-1] == (7, 0)
+
+
+def test_a_prepared_batch_is_contiguous_before_it_is_pinned(pydoc_data):
+    """A batch is a view into one array (inputs and targets overlap); pinning a view keeps its
+    strides, and the copy to the card then goes through an unpinned temporary."""
+    data = TokenData(pydoc_data)
+    x, y = data.train_batch(seed=1, step=0, micro=0, accum=1, rank=0, world=1, rows=3, context=16)
+    assert not x.is_contiguous()  # what the memmap gives
+    batches = Prefetcher(lambda step, micro: (x, y), torch.device("cpu"))
+    batches.prepare(0, 0)
+    got_x, got_y = batches.take(0, 0)
+    assert got_x.is_contiguous() and got_y.is_contiguous() and torch.equal(got_x, x) and torch.equal(got_y, y)
 
 
 def test_gpu_check_runs_its_reduced_mode_on_cpu_and_prints_json(pydoc_data):
