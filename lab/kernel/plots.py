@@ -9,7 +9,6 @@ training notebook.
 from __future__ import annotations
 
 import io
-import json
 import os
 from pathlib import Path
 

@@ -3,7 +3,6 @@ line; the stop signals they share with the launcher; and the cheap live plot."""
 import json
 import os
 import signal
-import subprocess
 import sys
 import time
 
