@@ -1,4 +1,5 @@
-"""The loop's parts, each with one job, composed by `Trainer.run` (torchtitan's way):
+"""The loop's parts, each with one job, that `Trainer.run` composes (torchtitan's way).
+
 
 * the ranks agreeing on a few numbers in one collective (`agree`, `sum_ranks`, `all_ranks`);
 * `SyncWindow`: the steps between two sync points: their readings stay on the device, and at

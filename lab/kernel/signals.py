@@ -1,5 +1,4 @@
-"""Stop signals and process groups: what the saver, the launcher and the control side's process
-tree share.
+"""Stop signals and process groups, shared by the saver, the launcher and the control side.
 
 A stop (the notebook's stop button, Ctrl-C, a cancel, a SIGTERM from whoever runs us) is caught,
 not left to interrupt: the first one asks for a checkpoint and an orderly end; a second one, where

@@ -1,6 +1,7 @@
-"""What keeps the step fast: torch.compile with an uncompiled fallback, DDP settings for two
-T4s, and readings (losses, grad norms) kept on the device and read in one sync every
-few steps instead of one sync per step.
+"""What keeps the step fast: compiling, DDP's settings, and readings taken once per sync point.
+
+torch.compile with an uncompiled fallback, DDP settings for two T4s, and readings (losses, grad
+norms) kept on the device and read in one sync every few steps instead of one sync per step.
 """
 from __future__ import annotations
 
