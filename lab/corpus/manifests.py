@@ -2,8 +2,9 @@
 calculator asks on every keystroke, the driver before every link.
 
 A data folder (`$LAB_HOME/data/<id>/`, written by `lab prepare`) holds `manifest.json`: the
-constellations with their sources' sha256, token counts per split, the tokenizer, the val-set
-id and `data_id`.
+constellations with their sources' sha256, token counts per split, the UTF-8 bytes of the
+held-out text (`val_bytes`; folders prepared before it was recorded lack it, see
+`lab.corpus.valtext`), the tokenizer, the val-set id and `data_id`.
 """
 from __future__ import annotations
 
