@@ -130,7 +130,8 @@ def _write_shards(chosen: dict[str, Constellation], scans: dict[str, Scan], sp: 
             "train": train, "val": val,
             "train_tokens": sum(e["tokens"] for e in train), "val_tokens": sum(e["tokens"] for e in val),
             "val_bytes": sum(c["val_bytes"] for c in constellations.values()),
-            "shortest_val_tokens": min(e["tokens"] for e in val), "val_set": "", "dtype": "uint16",
+            "shortest_val_tokens": min(e["tokens"] for e in val), "val_set": "", "split_rule": SPLIT_RULE,
+            "dtype": "uint16",
             "created": datetime.now(timezone.utc).isoformat(timespec="seconds")}
 
 

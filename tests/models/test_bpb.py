@@ -44,3 +44,23 @@ def test_lab_runs_shows_val_bits_per_byte_beside_val_loss_or_a_dash(trained):
     assert mine[4:6] == [f"{row['val_loss']:.3f}", f"{val_bpb(row, trained.run.cfg):.3f}"]
     theirs = next(line for line in lines if line.startswith(other.id)).split()
     assert theirs[4:6] == ["4.000", "-"]
+
+
+def test_a_runs_point_carries_its_bits_per_byte_its_val_text_and_the_bytes_it_trained_on(trained):
+    from lab import corpus
+    from lab.corpus.manifests import read_manifest, val_text_id
+    from lab.corpus.valtext import val_documents
+    from lab.recipes.points import run_point
+    point, why = run_point(trained.run)
+    assert why == "point"
+    row = last_val(read_metrics(trained.run.folder))
+    m = read_manifest(trained.data)
+    assert point.val_bpb == val_bpb(row, trained.run.cfg)
+    per_token = (m["constellations"]["pydoc"]["bytes"] - m["val_bytes"]) / m["train_tokens"]
+    assert point.train_bytes == round(row["tokens"] * per_token)
+    # Another tokenizer on the same text: another val set, the same held-out text.
+    other = corpus.prepare(["pydoc"], vocab=700, progress=False)
+    o = read_manifest(other)
+    assert o["val_set"] != m["val_set"] and o["tokenizer"]["sha256"] != m["tokenizer"]["sha256"]
+    assert val_text_id(o) == val_text_id(m) == point.val_text
+    assert val_documents(other) == val_documents(trained.data)
