@@ -14,7 +14,7 @@ from tests.conftest import lab_here
 
 @pytest.fixture(scope="module")
 def exported(trained, tmp_path_factory):
-    from tests.models.conftest import lab_home_at
+    from tests.conftest import lab_home_at
     with lab_home_at(trained.home):
         return export(trained.run.id, tmp_path_factory.mktemp("exports") / "tiny")
 
