@@ -115,6 +115,10 @@ def load_model(target: str | os.PathLike, device: str | None = None) -> Loaded:
     dev, precision = pick_device(device)
     model = GPT(weights["tok.weight"].size(0), cfg.context, cfg.width, cfg.heads, cfg.layers)
     model.load_state_dict(weights)
-    model.to(dev).eval()
+    try:
+        model.to(dev).eval()
+    except torch.cuda.OutOfMemoryError:
+        raise UserError(f"the GPU has no room for this model ({model.num_weights():,} weights): a run may be "
+                        f"training on it; wait for it to end, or use the CPU") from None
     return Loaded(model, spm.SentencePieceProcessor(model_file=str(tokenizer_file)), tokenizer_file, path, meta,
                   run, dev, precision)

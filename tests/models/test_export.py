@@ -66,3 +66,18 @@ def test_the_config_and_card_say_sizes_data_licences_tokens_val_and_lineage(expo
 def test_export_will_not_write_over_a_folder(exported, trained):
     code, _, err = lab_here("export", trained.run.id, "--out", str(exported))
     assert code == 2 and "exists already" in err
+
+
+def test_the_card_of_a_continued_run_tells_its_lineage(trained, tmp_path):
+    from lab.config import RunConfig
+    from lab.kernel.checkpoint import list_checkpoints, place_checkpoint
+    from lab.runs import create_run
+    ckpt = list_checkpoints(trained.run.folder / "checkpoints")[-1]
+    child = create_run(RunConfig.from_dict(trained.run.config),
+                       parent={"run": trained.run.id, "checkpoint": str(ckpt), "step": 40})
+    place_checkpoint(ckpt, child.folder / "checkpoints")  # as a continued run starts: the parent's checkpoint
+    card = (export(child.id, tmp_path / "child") / "README.md").read_text()
+    lineage = card.split("## Lineage")[1].split("##")[0]
+    assert lineage.index(trained.run.id) < lineage.index(child.id)
+    assert f"{child.id}: 2×32, from {trained.run.id} at step 40, to step 40" in lineage
+    assert f"{trained.run.id}: 2×32, from scratch" in lineage
