@@ -147,13 +147,13 @@ if __name__ == "__main__" and "LOCAL_RANK" in os.environ:
     worker_main()
 '''
 
+# The control side settled and checked the run's fields once (`lab.settle`); the loop checks them
+# against the data and the checkpoint it opens.
 RUN = '''cfg = RunConfig.from_dict({name: globals()[name] for name in field_names()})
-session = inputs_as_sent(cfg, out_dir, given_fields, expect_data_sha256, expect_ckpt_sha256)
-for problem in raise_on_errors(check(session.cfg)):  # a resumed run continues as it was
-    print("warning:", problem.en)'''
+session = inputs_as_sent(cfg, out_dir, given_fields, expect_data_sha256, expect_ckpt_sha256)'''
 
 TRAIN = '''result = run_session(session.cfg, session, KERNEL_PY, nproc=nproc, allow_fallback=allow_fallback,
-                     plot_every_s=plot_every_s, plot_x=plot_x, started=SESSION_STARTED, given=session.given)
+                     plot_every_s=plot_every_s, plot_x=plot_x, started=SESSION_STARTED)
 result'''
 
 
@@ -236,6 +236,9 @@ CONTROL_CELLS = [
     ("code", "ui.runs()"),
     ("markdown", "## 8. Рецепты · The recipe lab"),
     ("code", "# Points, the law L(N, D), cooldown branches\nfrom lab.ui.recipes import recipe_lab\n\nrecipe_lab()"),
+    ("markdown", "## 9. Модель в деле · Try the model\nПрогон, его чекпоинт, начало текста — и модель пишет дальше.\n\n"
+                 "*A run, one of its checkpoints, a prompt: the model writes on.*"),
+    ("code", "ui.try_model()"),
 ]
 
 

@@ -20,6 +20,7 @@ from typing import Iterator
 
 from lab.config import RunConfig, UserError
 from lab.home import runs_dir
+from lab.machines.outcome import End, Outcome
 
 RECORD = "run.json"
 
@@ -30,6 +31,9 @@ def now() -> str:
 
 @dataclass
 class Link:
+    """One session of a run on one machine. `status` is what the person sees; `outcome`, set by
+    the machine in the write that ends the link, is what the driver decides from
+    (lab.machines.outcome); `detail` is the machine's own record, which only it reads."""
     n: int
     machine: str
     status: str = "starting"  # starting, running, stopped, done, failed, cancelled
@@ -40,7 +44,42 @@ class Link:
     reason: str | None = None
     notebook: str | None = None
     checkpoint: dict | None = None  # {"name", "step", "sha256"} of the checkpoint it ended with
+    kind: str | None = None  # the machine's kind (lab.machines.registry), so a link finds its host by itself
+    limit_min: float | None = None  # the link's own time limit, where its machine set one
+    outcome: Outcome | None = None  # None until the link ends
     detail: dict = field(default_factory=dict)  # machine-specific: kernel slug, version, datasets
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Link":
+        d = dict(d)
+        detail = d.get("detail") or {}
+        if "outcome" not in d:  # written before links carried their outcome: read what the machines kept then
+            d["outcome"] = _outcome_of_old(d.get("status"), d.get("reason") or "", detail)
+            d.setdefault("kind", detail.get("kind"))
+            d.setdefault("limit_min", detail.get("limit_min"))
+        elif d["outcome"] is not None:
+            d["outcome"] = Outcome.from_dict(d["outcome"])
+        return cls(**d)
+
+
+def _outcome_of_old(status: str | None, reason: str, detail: dict) -> Outcome | None:
+    """The outcome of a link recorded before outcomes were: from its status and the flags its
+    machine set in `detail` then (this computer: `abandoned`; a Kaggle account: `refused`,
+    `input_not_ready`, `session_started` once pushed; this computer's links are their session)."""
+    session = bool(detail.get("session_started")) or detail.get("kind") == "local"
+    if status in ("done", "stopped"):
+        return Outcome(End.CONTINUE, reason)
+    if status == "cancelled":
+        return Outcome(End.CANCELLED, reason, session=session)
+    if status != "failed":
+        return None  # still starting or running
+    if detail.get("refused"):
+        return Outcome(End.NO_QUOTA, reason, session=session)
+    if detail.get("abandoned"):
+        return Outcome(End.INTERRUPTED, reason)
+    if detail.get("input_not_ready"):
+        return Outcome(End.PUSH_AGAIN, reason)
+    return Outcome(End.LOST if session else End.FAILED, reason, session=session)
 
 
 @dataclass
@@ -70,7 +109,7 @@ class Run:
 
     @classmethod
     def from_dict(cls, d: dict) -> "Run":
-        return cls(**{**d, "links": [Link(**link) for link in d.get("links", [])]})
+        return cls(**{**d, "links": [Link.from_dict(link) for link in d.get("links", [])]})
 
 
 def new_run_id(cfg: RunConfig) -> str:

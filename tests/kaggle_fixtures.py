@@ -5,6 +5,7 @@ the end of the test; `kaggle_emulator` is one with the usual test settings.
 `kaggle_lab(kaggle_emulator)` is a fresh lab home pointed at it (LAB_HOME, LAB_KAGGLE_API_URL,
 HOME set; no global Kaggle token) with two key accounts added: `alice` and `bob`.
 `kaggle_lab.client(name)` gives that account's AccountClient with fast retries.
+`kaggle_settings(monkeypatch, settings)`: every Kaggle host made in this process builds these.
 """
 from __future__ import annotations
 
@@ -73,13 +74,27 @@ def lab_env(pydoc_data, kaggle_lab, monkeypatch):
         yield lab
 
 
-@contextmanager
-def driving(lab: KaggleLab, data: Path, monkeypatch) -> Iterator[KaggleLab]:
-    """Background drivers (`machines.start`) poll every 0.2 s through the person's own setting,
-    sessions train on one thread (fast and bitwise repeatable); none is left behind after."""
-    from lab.machines import control
+def kaggle_settings(monkeypatch, settings) -> None:
+    """Every Kaggle host made from now on in this process builds `settings` (a KaggleSettings at
+    the emulator's pace) instead of the person's; a background driver keeps the person's."""
+    from lab.machines.kaggle_data import KaggleSettings
+    monkeypatch.setattr(KaggleSettings, "from_env", classmethod(lambda cls: settings))
+
+
+def fast_driving(monkeypatch) -> None:
+    """Drivers, in this process and in the background, look again every 0.2 s while a run waits,
+    and background drivers poll Kaggle that often, through the person's own settings; sessions
+    train on one thread (fast and bitwise repeatable)."""
+    monkeypatch.setenv("LAB_DRIVER_POLL_S", "0.2")
     monkeypatch.setenv("LAB_KAGGLE_POLL_S", "0.2")
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
+
+
+@contextmanager
+def driving(lab: KaggleLab, data: Path, monkeypatch) -> Iterator[KaggleLab]:
+    """`fast_driving`, with the data at `lab.data`; no background driver is left behind after."""
+    from lab.machines import control
+    fast_driving(monkeypatch)
     lab.data = data
     try:
         yield lab
@@ -129,5 +144,5 @@ signal.signal(signal.SIGTERM, on_term)
 """
 SLEEP_CELL = "for _ in range(1200):\n    time.sleep(0.05)  # at most a minute\n"
 
-__all__ = ["make_kaggle_emulator", "kaggle_emulator", "kaggle_lab", "lab_env", "driving", "KaggleLab", "lab_for", "make_notebook",
-           "SAVER_CELL", "SLEEP_CELL", "TEST_EMULATOR"]
+__all__ = ["make_kaggle_emulator", "kaggle_emulator", "kaggle_lab", "lab_env", "driving", "fast_driving", "KaggleLab",
+           "lab_for", "kaggle_settings", "make_notebook", "SAVER_CELL", "SLEEP_CELL", "TEST_EMULATOR"]

@@ -17,14 +17,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from lab.machines import driver
+    from lab.machines.control import spawn_driver
     from lab.recipes.branch import create_branch
     branch = create_branch(args.run, args.at, args.decay_frac, args.machine)
-    cfg = branch.cfg
-    print(f"branch {branch.id}: from step {args.at:,} of {args.run}, decays to step {cfg.steps_until:,}")
-    from lab.machines import driver
+    print(f"branch {branch.id}: from step {args.at:,} of {args.run}, decays to step {branch.cfg.steps_until:,}")
     if args.wait:
         done = driver.drive(branch.id)
         return 0 if done.status == "done" else 1
-    driver.spawn_driver(branch.id)
+    spawn_driver(branch.id)
     print(f"`lab watch {branch.id}` follows it")
     return 0

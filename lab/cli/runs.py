@@ -4,8 +4,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from lab.config import RunConfig, UserError, resumed_config
-from lab.cli.train import add_config_flags, config_from_args
+from lab.config import UserError
+from lab.flags import add_config_flags, fields_from_args
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -21,32 +21,20 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from lab.machines import driver as machines
-    cont, ckpt, meta = machines.start_point(args.resume_from)
-    if cont is not None:  # continuing a run: its fields, then what was given now
-        given_now = {k: v for k, v in vars(args).items() if k in cont.config and v is not None}
-        cfg = RunConfig.from_dict({**cont.config, **given_now, "resume_from": ""})
-        given = set(given_now)
-    else:
-        cfg, given = config_from_args(args)
-        if meta is not None:  # a new run from a checkpoint: the run as it was, with what was given now
-            cfg = resumed_config(meta.get("config") or {}, {name: getattr(cfg, name) for name in given})
-        cfg.resume_from = ""
-    warnings = machines.settle_config(cfg, meta, given)
-    for w in warnings:
-        print(f"warning: {w.en}")
+    from lab.machines import driver
+    from lab.machines.control import read_control, spawn_driver
+    from lab.settle import register_run
     if args.nproc and args.machine != "local":
         raise UserError("--nproc applies to this computer only (--machine local): Kaggle sessions use both T4s")
-    if not cfg.data_dir:  # every machine trains on data prepared here: now, with its progress shown
-        cfg.data_dir = str(machines.prepared_data(cfg.constellations, say=lambda s: None, progress=not args.quiet))
-    target = machines.register_run(cfg, args.machine, cont, ckpt, meta)
+    target = register_run(fields_from_args(args), machine=args.machine, warn=lambda p: print(f"warning: {p.en}"))
     print(f"run {target.id}: {target.folder}", flush=True)
     if args.detach:
-        machines.spawn_driver(target.id)  # not resume: a cancel given from now on holds
+        spawn_driver(target.id)  # not resume: a cancel given from now on holds
         print(f"started in the background: `lab watch {target.id}` follows it, `lab cancel {target.id}` stops it")
         return 0
-    final = machines.drive(target.id, resume=True, progress=not args.quiet, nproc=args.nproc,
-                           say=(lambda s: None) if args.quiet else (lambda s: print(s, flush=True)))
+    # Driven here: data not prepared yet is prepared now, with its progress shown.
+    final = driver.drive(target.id, resume=True, progress=not args.quiet, nproc=args.nproc,
+                         say=(lambda s: None) if args.quiet else (lambda s: print(s, flush=True)))
     link = final.links[-1] if final.links else None
     if link is not None:
         print(f"run {final.id}: link {link.n} {link.status} at step {link.to_step} ({link.reason})")
@@ -54,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"notebook {final.folder / link.notebook}")
     print(f"plot     {final.folder / 'loss.png'}")
     if final.status == "failed":
-        raise UserError(machines.read_control(final.id).get("message") or f"run {final.id} failed")
+        raise UserError(read_control(final.id).get("message") or f"run {final.id} failed")
     return 0
 
 
@@ -64,6 +52,7 @@ def configure_listing(parser: argparse.ArgumentParser) -> None:
 
 def run_listing(args: argparse.Namespace) -> int:
     from lab.kernel.metrics import read_metrics
+    from lab.models.bpb import last_val, val_bpb  # bits per byte: runs of any tokenizer on one scale
     from lab.runs import lineage, list_runs
     runs = list_runs()
     if args.json:
@@ -73,17 +62,18 @@ def run_listing(args: argparse.Namespace) -> int:
     if not runs:
         print("no runs yet: start one with `lab run`")
         return 0
-    print(f"{'run':<32} {'status':<8} {'step':>13} {'loss':>7} {'val':>7}  {'tok/s (predicted, error)':<30}"
-          f"  links / from")
+    print(f"{'run':<32} {'status':<8} {'step':>13} {'loss':>7} {'val':>7} {'val bpb':>7}  "
+          f"{'tok/s (predicted, error)':<30}  links / from")
     for r in runs:
         rows = read_metrics(r.folder)
         loss = next((m["loss"] for m in reversed(rows) if "loss" in m), None)
-        val = next((m["val_loss"] for m in reversed(rows) if "val_loss" in m), None)
+        val = last_val(rows)
         machines = ",".join(link.machine for link in r.links) or "-"
         chain = lineage(r)
         origin = f" <- {chain[-2]}" if len(chain) > 1 else ""
         print(f"{r.id:<32} {r.status:<8} {f'{r.step:,}/{r.cfg.steps_until:,}':>13} "
-              f"{_fmt(loss):>7} {_fmt(val):>7}  {_speed(r.folder):<30}  {machines}{origin}")
+              f"{_fmt(loss):>7} {_fmt(val and val['val_loss']):>7} {_fmt(val_bpb(val, r.cfg)):>7}  "
+              f"{_speed(r.folder):<30}  {machines}{origin}")
     return 0
 
 

@@ -16,7 +16,7 @@ def _floats(text: str) -> list[float]:
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    from lab.cli.train import add_config_flags
+    from lab.flags import add_config_flags
     parser.add_argument("--config", metavar="FILE", help="JSON file with the base run's fields (flags override it)")
     add_config_flags(parser)
     parser.add_argument("--sizes", default="", metavar="LxW,...", help="sizes as layers x width, such as 2x64,4x128")
@@ -36,15 +36,15 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from lab.cli.train import config_from_args
+    from lab.config import RunConfig
+    from lab.flags import fields_from_args
     from lab.recipes.branch import DECAY_FRAC
     from lab.recipes.sweep import Sweep, parse_size, plan_configs, sweep_summary
-    base, _ = config_from_args(args)
-    base.machine = "local" if args.inline else args.machine
+    runner, machine = _runner(args)
+    base = RunConfig.from_dict({**fields_from_args(args), "machine": machine})
     sizes = [parse_size(s) for s in args.sizes.split(",") if s.strip()]
     schedules = [s.strip() for s in args.schedules.split(",") if s.strip()]
     plans = plan_configs(base, sizes, _floats(args.lrs), schedules)
-    runner = _runner(args, base.machine)
     say = (lambda s: None) if args.json else (lambda s: print(s + "\n", flush=True))
     sweep = Sweep(plans, runner, cooldown=_floats(args.cooldown), say=say, poll_s=args.poll_s,
                   decay_frac=args.branch_decay_frac or DECAY_FRAC)
@@ -57,14 +57,15 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _runner(args: argparse.Namespace, machine: str):
+def _runner(args: argparse.Namespace) -> tuple[object, str]:
+    """How the sweep runs its runs, and the machine they are registered for."""
     from lab.recipes import runners
     if args.inline:
-        return runners.InlineRunner()
-    if machine == "local":
-        return runners.LocalRunner()
-    if machine == "auto":
+        return runners.InlineRunner(), "local"
+    if args.machine == "local":
+        return runners.LocalRunner(), "local"
+    if args.machine == "auto":
         from lab.kaggle import client
         if not client.list_accounts():
-            return runners.LocalRunner()  # Auto without accounts runs here: one after another
-    return runners.SpreadRunner()
+            return runners.LocalRunner(), "local"  # Auto without accounts runs here: one after another
+    return runners.SpreadRunner(), args.machine

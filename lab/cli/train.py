@@ -2,37 +2,14 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import sys
 from contextlib import nullcontext
 from pathlib import Path
 
-from lab.config import RunConfig, UserError, flag_specs, resumed_config
-
-# Fields that belong to the control side (where a run goes), not to the loop.
-_NOT_FLAGS = {"machine"}
-
-
-def add_config_flags(parser: argparse.ArgumentParser) -> None:
-    """One --flag per RunConfig field, from the fields' own definition."""
-    for opts, kw in flag_specs(exclude=_NOT_FLAGS):
-        parser.add_argument(*opts, **kw)
-
-
-def config_from_args(args: argparse.Namespace) -> tuple[RunConfig, set[str]]:
-    """The run's config: defaults, then the JSON file, then the flags; and the fields given."""
-    values: dict = {}
-    if getattr(args, "config", None):
-        try:
-            values.update(json.loads(Path(args.config).read_text(encoding="utf-8")))
-        except (OSError, ValueError) as e:
-            raise UserError(f"cannot read config file {args.config}: {e}") from None
-    flags = {f.name: getattr(args, f.name) for f in dataclasses.fields(RunConfig)
-             if getattr(args, f.name, None) is not None}
-    values.update(flags)
-    return RunConfig.from_dict(values), set(values)
+from lab.config import RunConfig, UserError, resumed_config
+from lab.flags import add_config_flags, fields_from_args
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -43,18 +20,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="if the newest checkpoint is corrupt, continue from the previous good one")
     parser.add_argument("--nproc", type=int, default=None,
                         help="processes to launch under torchrun (default: one per GPU when parallel is auto/ddp)")
-
-
-def resolve_data_dir(cfg: RunConfig) -> Path:
-    if cfg.data_dir:
-        return Path(cfg.data_dir)
-    from lab import corpus  # control side: only when the data folder is not given
-    corpus.get_constellations(cfg.constellations)  # unknown names: an error listing the known ones
-    found = corpus.find_prepared(cfg.constellations)
-    if found is None:
-        names = " ".join(f"-c {n}" for n in cfg.constellations)
-        raise UserError(f"constellations {'+'.join(cfg.constellations)} are not prepared: run `lab prepare {names}`")
-    return found
 
 
 def processes_wanted(cfg: RunConfig, nproc: int | None) -> int:
@@ -95,10 +60,12 @@ def resumed(cfg: RunConfig, given: set[str]) -> RunConfig:
 
 
 def run(args: argparse.Namespace) -> int:
-    cfg, given = config_from_args(args)
+    from lab.machines.needs import find_data
+    fields = fields_from_args(args)
+    cfg, given = RunConfig.from_dict(fields), set(fields)
     if cfg.resume_from:
         cfg = resumed(cfg, given)
-    data_dir = resolve_data_dir(cfg)
+    data_dir = find_data(cfg)
     nproc = processes_wanted(cfg, args.nproc)
     if nproc > 1 and "WORLD_SIZE" not in os.environ:
         return launch_torchrun(nproc, args.argv)
@@ -110,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         with reporting_failure(rank) if "WORLD_SIZE" in os.environ else nullcontext():
             result = train(cfg, args.out, data_dir, resume=cfg.resume_from or None,
-                           allow_fallback=args.allow_fallback, given=given, log=lambda s: print(s, flush=True),
+                           allow_fallback=args.allow_fallback, log=lambda s: print(s, flush=True),
                            stop_file=stop_file_from_env())
     except (CheckpointError, DataError, OutOfMemory) as e:
         raise UserError(str(e)) from None

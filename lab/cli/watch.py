@@ -8,39 +8,27 @@
                         Kaggle session, says where to press Stop (Kaggle's API cannot)
     lab machines        this computer and each Kaggle account: GPU, quota, what runs there
 
-`python -m lab.cli.watch RUN --background` is what `lab.machines.start` runs in the background.
+`lab watch` drives a run with the same function as the background driver that `lab run
+--detach` and the control notebook start (`python -m lab.machines.background RUN`).
 """
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from dataclasses import asdict
-
-from lab.config import UserError
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run", help="run id (or a unique prefix) or run folder")
     parser.add_argument("--follow", action="store_true", help="only follow the process that drives it")
     parser.add_argument("-q", "--quiet", action="store_true", help="no notebook progress, only the run's events")
-    parser.add_argument("--background", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--resume", action="store_true", help=argparse.SUPPRESS)
 
 
 def run(args: argparse.Namespace) -> int:
     from lab.machines import driver as machines
     from lab.runs import load_run
     run_id = load_run(args.run).id
-    if args.background:  # started by machines.start: drive, or leave it to the one that already does
-        if machines.driver_alive(run_id):
-            return 0
-        try:
-            final = machines.drive(run_id, resume=args.resume, progress=True)
-        except machines.DriverBusy:
-            return 0
-        return 1 if final.status == "failed" else 0
     if args.follow or machines.driver_alive(run_id):
         return follow(run_id)
     try:
@@ -104,21 +92,3 @@ def run_machines(args: argparse.Namespace) -> int:
     for r in rows:
         print("  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip())
     return 1 if any(m.error for m in found) else 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    """`python -m lab.cli.watch RUN ...`: the same as `lab watch`, without the `lab` command."""
-    parser = argparse.ArgumentParser(prog="lab watch", description="drive or follow a run to its end")
-    configure(parser)
-    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
-    try:
-        return run(args)
-    except UserError as e:
-        print(f"lab watch: error: {e}", file=sys.stderr, flush=True)
-        return 2
-    except KeyboardInterrupt:
-        return 130
-
-
-if __name__ == "__main__":
-    sys.exit(main())

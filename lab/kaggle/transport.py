@@ -16,6 +16,7 @@ import time
 from typing import Any
 
 import requests
+from requests.adapters import HTTPAdapter
 
 from lab.config import UserError
 from lab.kaggle.accounts import Account, secrets_of
@@ -63,25 +64,54 @@ def _make_config_dir() -> None:
     os.makedirs(folder, exist_ok=True)
 
 
-def _define_lab_api() -> Any:
-    # `import kaggle` authenticates a global client at import time and prints help text when
-    # this machine has no credentials of its own: keep that off the person's screen.
+class TimeoutAdapter(HTTPAdapter):
+    """kagglesdk sends without a timeout; this gives every request on the session one."""
+
+    def __init__(self, timeout_s: float):
+        self._timeout_s = timeout_s
+        super().__init__()
+
+    def send(self, request, stream=False, timeout=None, **kwargs):  # type: ignore[override]
+        return super().send(request, stream=stream, timeout=timeout or self._timeout_s, **kwargs)
+
+
+def _quiet_kaggle_api() -> Any:
+    """`kaggle`'s KaggleApi class. `import kaggle` authenticates a global client at import time
+    and prints help text when this machine has no credentials of its own: kept off the screen."""
     _make_config_dir()
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
         from kaggle.api.kaggle_api_extended import KaggleApi
+    return KaggleApi
+
+
+def _signed_client(username: str, key: str | None, token: str | None, base_url: str, timeout_s: float,
+                   response_processor: Any) -> Any:
+    """A KaggleClient for one account: its own address, only its own credentials, a timeout."""
     from kagglesdk import KaggleClient, KaggleEnv
     from kagglesdk.kaggle_http_client import KaggleHttpClient
-    from requests.adapters import HTTPAdapter
+    client = KaggleClient(env=KaggleEnv.PROD, username=username, password=key, api_token=token,
+                          response_processor=response_processor)
+    http = client._http_client
+    if not all(hasattr(http, a) for a in ("_endpoint", "_signed_in", "_init_session")):
+        raise RuntimeError("The installed kagglesdk changed its HTTP client; the lab kit knows 0.1.x.")
+    # The address per object, not in kagglesdk's global endpoint table.
+    http._endpoint = base_url
+    # Marking the client signed in skips its own credential search, where a global
+    # token would win over this account's key; the credentials are set just below.
+    http._signed_in = True
+    http._init_session()
+    session = http._session
+    session.auth = KaggleHttpClient.BearerAuth(token) if token else (username, key)
+    adapter = TimeoutAdapter(timeout_s)
+    session.mount("http://", adapter)
+    session.mount("https://", adapter)
+    return client
 
-    class TimeoutAdapter(HTTPAdapter):
-        """kagglesdk sends without a timeout; this gives every request on the session one."""
 
-        def __init__(self, timeout_s: float):
-            self._timeout_s = timeout_s
-            super().__init__()
-
-        def send(self, request, stream=False, timeout=None, **kwargs):  # type: ignore[override]
-            return super().send(request, stream=stream, timeout=timeout or self._timeout_s, **kwargs)
+def _define_lab_api() -> Any:
+    """KaggleApi for one account: its own credentials, address and timeout, and none of the
+    client's own retries or untimed uploads."""
+    KaggleApi = _quiet_kaggle_api()
 
     class LabKaggleApi(KaggleApi):
         def __init__(self, username: str | None, key: str | None, token: str | None, base_url: str,
@@ -100,26 +130,9 @@ def _define_lab_api() -> Any:
             return f"<LabKaggleApi {self.config_values.get('username')!r} at {self._lab_base_url}>"
 
         def build_kaggle_client(self) -> Any:
-            token = self.config_values.get("token") or None
-            client = KaggleClient(env=KaggleEnv.PROD, username=self.config_values.get("username"),
-                                  password=self.config_values.get("key"), api_token=token,
-                                  response_processor=self.get_response_processor())
-            http = client._http_client
-            if not all(hasattr(http, a) for a in ("_endpoint", "_signed_in", "_init_session")):
-                raise RuntimeError("The installed kagglesdk changed its HTTP client; the lab kit knows 0.1.x.")
-            # The address per object, not in kagglesdk's global endpoint table.
-            http._endpoint = self._lab_base_url
-            # Marking the client signed in skips its own credential search, where a global
-            # token would win over this account's key; the credentials are set just below.
-            http._signed_in = True
-            http._init_session()
-            session = http._session
-            session.auth = (KaggleHttpClient.BearerAuth(token) if token
-                            else (self.config_values["username"], self.config_values["key"]))
-            adapter = TimeoutAdapter(self._lab_timeout_s)
-            session.mount("http://", adapter)
-            session.mount("https://", adapter)
-            return client
+            values = self.config_values
+            return _signed_client(values.get("username"), values.get("key"), values.get("token") or None,
+                                  self._lab_base_url, self._lab_timeout_s, self.get_response_processor())
 
         def with_retry(self, func, *args, **kwargs):  # type: ignore[override]
             # Retries are the AccountClient's: one policy, with jitter and bounded waits, rather

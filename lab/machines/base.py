@@ -1,12 +1,15 @@
 """The one small interface every machine gives the driver.
 
 A machine says what it has free (`state`), starts a session of a run as the run's next link
-(`start`), follows that session to its end and collects its outputs into the run folder
-(`follow`), and cancels it (`cancel`). The driver chains links into a run through this
-interface alone: it never asks which machine it drives.
+(`start`), follows that session to its end, collects its outputs into the run folder and says
+how it ended (`follow`: the link's typed outcome, lab.machines.outcome), and cancels it
+(`cancel`). The driver chains links into a run through this interface alone: it never asks which
+machine it drives. Each kind of machine is one entry in lab.machines.registry, and each builds
+its own settings.
 """
 from __future__ import annotations
 
+import os
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Callable
@@ -29,21 +32,22 @@ class Follow:
     nproc: int = 0
 
 
-class LinkRefused(UserError):
-    """The machine refused the session and started nothing: `kind` is "busy" (it runs its maximum
-    of sessions), "quota" (none left) or "other"; the driver tries another machine or waits."""
-
-    def __init__(self, machine: str, message: str, kind: str):
-        self.machine, self.kind = machine, kind
-        super().__init__(message)
-
-
 class Host(ABC):
     """One machine the lab runs on, by its name in the lab (`local`, an account's name)."""
 
-    name: str
+    kind: str  # its key in lab.machines.registry, recorded on each of its links
     # This computer runs one link per start (its limit is the person's time): `lab watch` goes on.
     one_link_per_start: bool = False
+    # Its session runs inside the driver's process, so it lives exactly as long as that driver.
+    session_in_driver: bool = False
+
+    def __init__(self, name: str):
+        self.name = name
+
+    @classmethod
+    @abstractmethod
+    def names(cls) -> list[str]:
+        """The lab's machines of this kind, by name (no call to any service)."""
 
     @abstractmethod
     def state(self, running: list[str], patient: bool = False) -> Machine:
@@ -51,7 +55,7 @@ class Host(ABC):
         `patient`: retry as long as a run's driver does, rather than answer a person fast."""
 
     def check(self) -> None:
-        """Raises UserError when the machine cannot be used now (unknown, credentials refused)."""
+        """Raises UserError when the machine cannot be used now (credentials refused)."""
 
     def holds(self, data_id: str | None, ckpt_sha256: str | None, run_id: str) -> set[str]:
         """What of a run's next link the machine already has: {"data", "checkpoint"}."""
@@ -59,13 +63,15 @@ class Host(ABC):
 
     @abstractmethod
     def start(self, run: Run, machine: Machine, why: str) -> Link:
-        """Records a new link of `run` here; nothing runs before `follow`."""
+        """Records a new link of `run` here (with `kind`, and `limit_min` where the machine sets
+        the link's own limit); nothing runs before `follow`."""
 
     @abstractmethod
     def follow(self, run: Run, link: Link, how: Follow) -> Link:
-        """Takes the link to its end and merges its outputs into the run folder; returns the
-        ended link (`detail["session_started"]` once a session was asked for). Raises
-        LinkRefused, or UserError when it failed before any session ran."""
+        """Takes the link to its end, merges its outputs into the run folder, and returns the
+        ended link with its `outcome`, recorded in the write that ended it. Raises UserError
+        only when it could not take the link to an end (Kaggle unreachable, a push with no
+        clear answer): the link stays as it is, and `lab watch RUN` takes it up again."""
 
     @abstractmethod
     def cancel(self, run: Run, link: Link, driver_pid: int | None) -> str:
@@ -74,3 +80,22 @@ class Host(ABC):
     @abstractmethod
     def log_tail(self, run: Run, link: Link, lines: int) -> str:
         """The end of the session's log, as far as the control side has it."""
+
+    def live(self, run: Run, link: Link) -> dict | None:
+        """{"mode", "rows", "note_en", "note_ru"}: the running link's curve as its session's log
+        shows it, until its outputs come back; None where the run folder's own metrics are it."""
+        return None
+
+
+def env_seconds(var: str, default: float) -> float:
+    """A positive number of seconds the person set in the environment, else `default`."""
+    raw = os.environ.get(var, "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise UserError(f"{var}={raw!r} is not a number of seconds") from None
+    if value <= 0:
+        raise UserError(f"{var} must be positive (got {raw})")
+    return value

@@ -13,17 +13,19 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
+from lab.config import UserError
 from lab.home import lab_home, runs_dir
 from lab.kernel.checkpoint import atomic_write
+from lab.machines.registry import class_of
 from lab.runs import Link, Run, list_runs, now
 
 ACTIVE = ("starting", "running")
 
 
 def spawn_driver(run_id: str, resume: bool = False) -> int:
-    """`python -m lab.cli.watch RUN --background` in its own session: it survives the notebook."""
+    """`python -m lab.machines.background RUN` in its own session: it survives the notebook."""
     folder = runs_dir() / run_id
-    cmd = [sys.executable, "-m", "lab.cli.watch", run_id, "--background"] + (["--resume"] if resume else [])
+    cmd = [sys.executable, "-m", "lab.machines.background", run_id] + (["--resume"] if resume else [])
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "LAB_HOME": str(lab_home())}
     with open(folder / "driver.log", "ab") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
@@ -106,9 +108,16 @@ def active_runs() -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
     for run in list_runs():
         link = active_link(run)
-        if link is not None and (not link.detail.get("in_driver") or driver_alive(run.id)):
+        if link is not None and (not _in_driver(link) or driver_alive(run.id)):
             out.setdefault(link.machine, []).append(run.id)
     return out
+
+
+def _in_driver(link: Link) -> bool:
+    try:
+        return class_of(link).session_in_driver
+    except UserError:  # a machine no longer in the lab: its session, if any, is not the lab's to count
+        return False
 
 
 def active_runs_on(machine: str) -> list[str]:

@@ -2,16 +2,20 @@
 
     overview()                  the machines: this computer, then each Kaggle account with its quota
     choose(cfg, need, machines) the guide's Auto rule (lab.machines.auto), its reason in English and Russian
-    start(cfg, machine, resume) registers the run and starts `drive` in a background process
     status(run_id)              where a run is: its links, the control side's message, the log tail
     cancel(run_id)              no further link; the running session stops, or the person is told how
     drive(run_id)               the continuation loop (`lab watch RUN` runs it)
 
+A run is registered first, its fields settled once (`lab.settle.register_run`); then it is driven
+here, in this process, or by a background driver (`lab.machines.control.spawn_driver`).
+
 A run is driven in links (`lab.runs.Link`). Each machine answers for itself through one
-interface (lab.machines.base.Host: its state, start a link, follow it to its end, cancel it):
-this module never asks which machine it drives. When a link stops before `steps_until` (its
-time limit, the account's quota), the next one starts from its checkpoint on the machine the
-rule picks; with no machine free the driver waits for the earliest quota refresh and says so.
+interface (lab.machines.base.Host: its state, start a link, follow it to its end, cancel it),
+found by name in lab.machines.registry; how a link ended is its typed outcome
+(lab.machines.outcome), and the driver decides from that alone: it never asks which machine it
+drives. When a link stops before `steps_until` (its time limit, the account's quota), the next
+one starts from its checkpoint on the machine the rule picks; with no machine free the driver
+waits for the earliest quota refresh and says so, looking again every LAB_DRIVER_POLL_S.
 A machine that runs one link per start (this computer: its limit is the person's time) ends
 the drive after it: `lab watch RUN` continues. Every step is in the run registry, so the
 driver may die anywhere: `lab watch RUN` resumes it.
@@ -24,26 +28,26 @@ import traceback
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import Callable
 
-from lab.config import (MODEL_FIELDS, RunConfig, UserError, check, check_resume, fields_off_defaults, raise_on_errors,
-                        resumed_config)
+from lab.config import RunConfig, UserError
 from lab.machines.auto import (FOREIGN, Choice, Machine, choose, pick, usable,  # noqa: F401 - re-exported
                                worth_waiting)
-from lab.machines.base import Follow, Host, LinkRefused
+from lab.machines.base import Follow, env_seconds
 from lab.machines.control import (DriverLock, active_link, active_runs, cancel_flag, cancel_requested,  # noqa: F401
                                   driver_alive, logged, read_control, set_control, spawn_driver, spawned, tail)
-from lab.machines.kaggle_data import KaggleSettings
 from lab.machines.live import live_curve
-from lab.machines.needs import data_id, need_hours, pin_data, prepared_data  # noqa: F401 - re-exported
-from lab.machines.local import NAME as LOCAL
-from lab.machines.local import LocalHost, local_cards, local_gpu  # noqa: F401 - the API
-from lab.runs import Run, create_run, load_run, now, updating
+from lab.machines.local import local_cards, local_gpu  # noqa: F401 - the API
+from lab.machines.needs import data_id, need_hours, pin_data, source_checkpoint
+from lab.machines.outcome import REFUSED, End
+from lab.machines.registry import host_for, host_of, hosts, machine_names  # noqa: F401 - the API
+from lab.runs import Link, Run, load_run, now, updating
 
 HALTED = ("done", "failed", "stopped", "cancelled")
-RECHECK_POLLS = 10  # a waiting driver looks at the machines again every 10 polls (5 minutes)
-MAX_FAILED_IN_A_ROW = 2  # sessions failing one after another with no progress: the run stops and says why
+POLL_ENV = "LAB_DRIVER_POLL_S"  # how often a waiting driver looks again (the person's setting; default 30 s)
+POLL_S = 30.0
+RECHECK_POLLS = 10  # a waiting driver asks the machines again every 10 polls (5 minutes)
+MAX_LOST_IN_A_ROW = 2  # sessions lost one after another with no progress: the run stops and says why
 MAX_INPUT_WAITS = 3  # sessions in a row that found their inputs not mounted yet: then the run stops
 LOCK_TRIES, LOCK_RETRY_S = 5, 0.1  # a driver tries its lock this often before it leaves the run to another
 
@@ -56,118 +60,16 @@ class DriverBusy(UserError):
 # The machines
 
 
-def host_for(name: str, settings: KaggleSettings | None = None,
-             events: Callable[[str], None] | None = None) -> Host:
-    """The machine called `name` in the lab: this computer, or a Kaggle account (the registry of
-    machine kinds; the one place that knows both)."""
-    if name == LOCAL:
-        return LocalHost()
-    from lab.machines.kaggle import KaggleHost
-    return KaggleHost(name, settings, events)
-
-
-def machine_names() -> list[str]:
-    """This computer, then the lab's Kaggle accounts by name."""
-    from lab.kaggle.accounts import list_accounts
-    return [LOCAL] + [a.name for a in list_accounts()]
-
-
-def overview(kaggle: bool = True, patient: bool = False, settings: KaggleSettings | None = None,
-             only: str | None = None) -> list[Machine]:
-    """This computer, then every Kaggle account with its quota (asked of Kaggle, all at once).
-    `patient`: retry Kaggle as long as a run's driver does, rather than answer a person fast;
-    `only`: that one machine."""
+def overview(patient: bool = False, only: str | None = None) -> list[Machine]:
+    """Every machine of the lab with its state: this computer, then each Kaggle account with its
+    quota (asked of Kaggle, all at once). `patient`: retry as long as a run's driver does, rather
+    than answer a person fast; `only`: that one machine."""
     active = active_runs()
-    names = machine_names() if kaggle else [LOCAL]
-    if only is not None:
-        names = [n for n in names if n == only]
-    hosts = [host_for(n, settings) for n in names]
-    if not hosts:
+    found = hosts(only)
+    if not found:
         return []
-    with ThreadPoolExecutor(max_workers=min(8, len(hosts))) as pool:
-        return list(pool.map(lambda h: h.state(active.get(h.name, []), patient), hosts))
-
-
-# ---------------------------------------------------------------------------------------------
-# Registering and starting runs
-
-
-def start_point(resume: str | None) -> tuple[Run | None, Path | None, dict | None]:
-    """(the run being continued or None, the checkpoint, the checkpoint's sidecar) of a resume
-    given as a run id, a run folder or a checkpoint file."""
-    if not resume:
-        return None, None, None
-    from lab.kernel.checkpoint import CheckpointError, checkpoint_meta, resolve_checkpoint
-    path = Path(resume).expanduser()
-    run = None
-    if not path.exists():
-        run = load_run(resume)
-        path = run.folder
-    elif (path / "run.json").is_file():
-        run = load_run(str(path))
-    try:
-        ckpt = resolve_checkpoint(path)
-    except CheckpointError as e:
-        raise UserError(str(e)) from None
-    return run, ckpt, checkpoint_meta(ckpt)
-
-
-def settle_config(cfg: RunConfig, meta: dict | None, given: set[str] | frozenset = frozenset()) -> list:
-    """Readies `cfg` (in place) to run from `meta`, the checkpoint's sidecar (None: from scratch),
-    and checks it as it will run: a model field `given` now with another value than the
-    checkpoint's is an error; then the model fields are the checkpoint's (locked when
-    continuing), and every field is checked against that model. Returns the warnings."""
-    cfg.resume_from = ""
-    if meta is not None:
-        raise_on_errors(check_resume(cfg, meta["config"], meta["step"], set(given) & set(MODEL_FIELDS)))
-        for name in MODEL_FIELDS:
-            setattr(cfg, name, meta["config"][name])
-    return raise_on_errors(check(cfg))
-
-
-def check_machine(machine: str | None) -> str:
-    """"auto", or a machine of the lab that can be used now (a Kaggle account answers with its
-    credentials)."""
-    name = (machine or "auto").strip()
-    if name != "auto":
-        host_for(name).check()
-    return name
-
-
-def register_run(cfg: RunConfig, machine: str, cont: Run | None = None, ckpt: Path | None = None,
-                 meta: dict | None = None) -> Run:
-    """Creates the run (or readies `cont` to be continued) for `machine`; nothing runs yet.
-    A person asked to go on, so an earlier cancel is forgotten here, before any driver starts:
-    a cancel given after this, even before the driver holds the run, is kept."""
-    machine = check_machine(machine)
-    cfg = RunConfig.from_dict({**cfg.to_dict(), "resume_from": "", "machine": machine})
-    if cont is None:
-        parent = None
-        if meta:
-            owner = ckpt.parent.parent if ckpt.parent.name == "checkpoints" else ckpt.parent
-            parent = {"run": owner.name if (owner / "run.json").is_file() else None,
-                      "checkpoint": str(ckpt), "step": meta["step"]}
-        return create_run(cfg, parent=parent)
-    if driver_alive(cont.id):
-        raise UserError(f"run {cont.id} is running now: wait for it to end, or `lab cancel {cont.id}` first")
-    cancel_flag(cont.id).unlink(missing_ok=True)
-    with updating(cont.id) as r:
-        r.config = cfg.to_dict()
-    return load_run(cont.id)
-
-
-def start(cfg: RunConfig, machine: str = "auto", resume: str | None = None) -> str:
-    """Registers the run and returns its id at once; a background process drives it (and
-    outlives the notebook). `resume`: a run id (continued as the same run) or a checkpoint
-    (a new run from it; the model fields are the checkpoint's)."""
-    cfg = RunConfig.from_dict(cfg.to_dict())
-    cont, ckpt, meta = start_point(resume or cfg.resume_from or None)
-    if cont is None and meta is not None:  # a new run from a checkpoint continues it as it was
-        cfg = resumed_config(meta.get("config") or {}, {n: getattr(cfg, n) for n in fields_off_defaults(cfg)})
-    settle_config(cfg, meta)
-    run = register_run(cfg, machine, cont, ckpt, meta)
-    spawn_driver(run.id)
-    return run.id
+    with ThreadPoolExecutor(max_workers=min(8, len(found))) as pool:
+        return list(pool.map(lambda h: h.state(active.get(h.name, []), patient), found))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -175,12 +77,10 @@ def start(cfg: RunConfig, machine: str = "auto", resume: str | None = None) -> s
 
 
 def drive(run_id: str, *, say: Callable[[str], None] = print, resume: bool = True, progress: bool = True,
-          nproc: int = 0, settings: KaggleSettings | None = None, events: Callable[[str], None] | None = None) -> Run:
+          nproc: int = 0) -> Run:
     """Drives the run until it is done, fails, is cancelled, or stops after a machine's one link
     per start. `resume`: a person asked to go on, so an earlier cancel is forgotten. `nproc`:
-    processes under torchrun on this computer (0: one per GPU). `settings`: how patient the lab
-    is with Kaggle (default: the person's); `events(point)`: told where the control side may die
-    before it records what it did."""
+    processes under torchrun on this computer (0: one per GPU)."""
     run_id = load_run(run_id).id
     lock = DriverLock(run_id)
     # `driver_alive` probes with this very lock for an instant: a few tries tell a probe from a driver.
@@ -192,7 +92,7 @@ def drive(run_id: str, *, say: Callable[[str], None] = print, resume: bool = Tru
     else:
         raise DriverBusy(f"run {run_id} is already being driven by another process; `lab watch {run_id}` follows it")
     say = logged(run_id, say)
-    state = _Driving(settings or KaggleSettings.from_env(), events, progress, nproc)
+    state = _Driving(env_seconds(POLL_ENV, POLL_S), progress, nproc)
     try:
         if resume:
             cancel_flag(run_id).unlink(missing_ok=True)
@@ -221,8 +121,7 @@ def _unexpected(run_id: str, e: Exception, say: Callable[[str], None]) -> Run:
 @dataclass
 class _Driving:
     """What one driver remembers between links (the registry holds everything else)."""
-    settings: KaggleSettings
-    events: Callable[[str], None] | None
+    poll_s: float  # between looks while the run waits for a machine
     progress: bool
     nproc: int
     excluded: dict[str, float] = field(default_factory=dict)  # machines that refused a session, until a recheck
@@ -230,13 +129,10 @@ class _Driving:
     one_link: bool = False  # a machine that runs one link per start ran it
     last_wait: str | None = None
 
-    def host(self, name: str) -> Host:
-        return host_for(name, self.settings, self.events)
-
 
 def _drive(run_id: str, state: _Driving, say: Callable[[str], None]) -> Run:
     try:
-        pin_data(run_id, say)
+        pin_data(run_id, say, state.progress)
     except UserError as e:
         return _halt(run_id, "failed", _then_watch(str(e), run_id), say=say)
     while True:
@@ -250,61 +146,69 @@ def _drive(run_id: str, state: _Driving, say: Callable[[str], None]) -> Run:
             return halted
 
 
-def _go_on_with(run: Run, link, state: _Driving, say: Callable[[str], None]) -> Run | None:
+def _go_on_with(run: Run, link: Link, state: _Driving, say: Callable[[str], None]) -> Run | None:
     """Takes the run's unfinished link to its end; returns the halted run, or None to go on."""
-    run_id = run.id
-    how = Follow(say, lambda: cancel_requested(run_id), fresh=link.n in state.started, progress=state.progress,
+    how = Follow(say, lambda: cancel_requested(run.id), fresh=link.n in state.started, progress=state.progress,
                  nproc=state.nproc)
     try:
-        ended = state.host(link.machine).follow(run, link, how)
-    except LinkRefused as e:
-        if e.kind in ("busy", "quota"):  # a picked machine too: the lab waits for it and asks again
-            state.excluded[e.machine] = time.monotonic() + RECHECK_POLLS * state.settings.poll_s
-            say(f"{e} The lab tries another machine." if run.cfg.machine in ("auto", "", None)
-                else f"{e} The lab waits for it and asks again.")
-            return None
-        return _halt(run_id, "failed", _then_watch(str(e), run_id), say=say)
-    except UserError as e:
-        return _halt(run_id, "cancelled" if cancel_requested(run_id) else "failed", _then_watch(str(e), run_id),
-                     say=say)
-    if ended.status == "failed" and ended.detail.get("input_not_ready"):
-        if _in_a_row(load_run(run_id), "input_not_ready") < MAX_INPUT_WAITS:
+        ended = host_of(link).follow(run, link, how)
+    except UserError as e:  # the link could not be taken to an end now: `lab watch RUN` takes it up again
+        return _halt(run.id, _failed_or_cancelled(run.id), _then_watch(str(e), run.id), say=say)
+    if ended.outcome is None:
+        raise RuntimeError(f"machine '{ended.machine}' ended link {ended.n} without saying how (no outcome)")
+    return _after(run.id, ended, state, say)
+
+
+def _after(run_id: str, ended: Link, state: _Driving, say: Callable[[str], None]) -> Run | None:
+    """What the link's outcome means for the run: the halted run, or None to go on."""
+    out = ended.outcome
+    if out.kind in REFUSED:  # a picked machine too: the lab waits for it and asks again
+        state.excluded[ended.machine] = time.monotonic() + RECHECK_POLLS * state.poll_s
+        say(f"{out.reason} The lab tries another machine." if load_run(run_id).cfg.machine in ("auto", "", None)
+            else f"{out.reason} The lab waits for it and asks again.")
+        return None
+    if out.kind is End.PUSH_AGAIN:
+        if _in_a_row(load_run(run_id), End.PUSH_AGAIN) < MAX_INPUT_WAITS:
             return None  # the machine waited; the next link pushes again
-        return _halt(run_id, "failed", _then_watch(f"{ended.reason}; {MAX_INPUT_WAITS} sessions in a row found "
+        return _halt(run_id, "failed", _then_watch(f"{out.reason}; {MAX_INPUT_WAITS} sessions in a row found "
                                                    "their inputs not mounted: the lab stops here", run_id), say=say)
-    if ended.status == "failed" and not ended.detail.get("abandoned"):
-        if _failed_in_a_row(load_run(run_id)) < MAX_FAILED_IN_A_ROW:
-            # A session that died, or whose outputs were lost, costs only that session.
+    if out.kind is End.LOST:
+        if _lost_in_a_row(load_run(run_id)) < MAX_LOST_IN_A_ROW:
             say(f"link {ended.n} on {ended.machine} failed; only that session is lost: the run goes on from step "
-                f"{load_run(run_id).step}. ({ended.reason})")
+                f"{load_run(run_id).step}. ({out.reason})")
             return None
-        return _halt(run_id, "failed", _then_watch(ended.reason or "the link failed", run_id), say=say)
-    if ended.status == "cancelled":
+        return _halt(run_id, "failed", _then_watch(out.reason or "the link failed", run_id), say=say)
+    if out.kind is End.FAILED:
+        return _halt(run_id, _failed_or_cancelled(run_id), _then_watch(out.reason, run_id),
+                     _then_watch_ru(out.reason_ru, run_id), say=say)
+    if out.kind is End.CANCELLED:
         return _halt(run_id, "cancelled", f"run {run_id} cancelled at step {load_run(run_id).step}: "
                                           f"`lab watch {run_id}` continues it", say=say)
-    return None
+    return None  # CONTINUE, INTERRUPTED: the next link goes on from the run's step
 
 
-def _failed_in_a_row(run: Run) -> int:
-    """How many sessions failed one after another at the run's end. Links that never got a
-    session (refused, failed before their push) are passed over, not counted."""
+def _failed_or_cancelled(run_id: str) -> str:
+    return "cancelled" if cancel_requested(run_id) else "failed"
+
+
+def _lost_in_a_row(run: Run) -> int:
+    """How many sessions were lost one after another at the run's end. Links that were refused,
+    interrupted, waited for their inputs or failed before their session are passed over."""
     count = 0
     for link in reversed(run.links):
-        if link.status == "failed" and (link.detail.get("refused") or link.detail.get("abandoned")
-                                        or link.detail.get("input_not_ready")
-                                        or not link.detail.get("session_started")):
-            continue
-        if link.status != "failed":
+        kind = link.outcome.kind if link.outcome else None
+        if kind is End.LOST:
+            count += 1
+        elif kind in (End.CONTINUE, End.CANCELLED):
             break
-        count += 1
     return count
 
 
-def _in_a_row(run: Run, flag: str) -> int:
-    """How many links at the run's end carry `flag` in their detail."""
+def _in_a_row(run: Run, kind: End) -> int:
+    """How many links at the run's end ended with `kind`."""
     count = 0
     for link in reversed(run.links):
-        if not link.detail.get(flag):
+        if link.outcome is None or link.outcome.kind is not kind:
             break
         count += 1
     return count
@@ -331,17 +235,17 @@ def _next_step(run: Run, state: _Driving, say: Callable[[str], None]) -> Run | N
         if choice.reason_en != state.last_wait:
             say(choice.reason_en)
             state.last_wait = choice.reason_en
-        _wait(run_id, choice, state.settings.poll_s)
+        _wait(run_id, choice, state.poll_s)
         return None
     state.last_wait = None
-    host = state.host(choice.machine)
+    host = host_for(choice.machine)
     chosen = next(m for m in considered if m.name == choice.machine)
     set_control(run_id, message=choice.reason_en, message_ru=choice.reason_ru, waiting_until=None)
     link = host.start(run, chosen, choice.reason_en)
     state.started.add(link.n)
     state.one_link = host.one_link_per_start
-    limit = link.detail.get("limit_min")
-    say(f"link {link.n} on {chosen.name}" + (f" (limit {limit:g} min)" if limit else "") + f": {choice.reason_en}")
+    limit = f" (limit {link.limit_min:g} min)" if link.limit_min else ""
+    say(f"link {link.n} on {chosen.name}{limit}: {choice.reason_en}")
     return None
 
 
@@ -350,6 +254,15 @@ def _then_watch(message: str, run_id: str) -> str:
     if "lab watch" in message:
         return message
     return f"{message} Then `lab watch {run_id}` continues the run."
+
+
+def _then_watch_ru(message: str | None, run_id: str) -> str | None:
+    if message is None:
+        return None
+    message = message.replace("lab watch RUN", f"lab watch {run_id}")
+    if "lab watch" in message:
+        return message
+    return f"{message} Затем `lab watch {run_id}` продолжит прогон."
 
 
 def _halt(run_id: str, status: str, message: str, message_ru: str | None = None,
@@ -367,7 +280,7 @@ def _next_choice(run: Run, state: _Driving) -> tuple[Choice, list[Machine]]:
     pinned = run.cfg.machine or "auto"
     # Once a session of the run has run, the rule may continue it elsewhere (a picked account whose
     # quota the run spent); before that, the person's pick stands and the lab waits for it.
-    went_on = any(link.status in ("done", "stopped") or link.detail.get("session_started") for link in run.links)
+    went_on = any(link.outcome is not None and link.outcome.session for link in run.links)
     if pinned != "auto":
         mine = _considered(state, only=pinned)
         if not mine:
@@ -384,14 +297,15 @@ def _considered(state: _Driving, only: str | None = None) -> list[Machine]:
     clock = time.monotonic()
     # A machine that refused a session for its session limit runs sessions the lab did not start.
     return [replace(m, free=False, running=m.running + [FOREIGN]) if state.excluded.get(m.name, 0) > clock else m
-            for m in overview(patient=True, settings=state.settings, only=only)]
+            for m in overview(patient=True, only=only)]
 
 
 def _wait(run_id: str, choice: Choice, poll_s: float) -> None:
     """Waits until the earliest quota refresh, or a recheck, whichever is sooner; a cancel ends it."""
+    # The message first: whoever sees the run waiting finds why.
+    set_control(run_id, message=choice.reason_en, message_ru=choice.reason_ru, waiting_until=choice.wait_until)
     with updating(run_id) as r:
         r.status = "waiting"
-    set_control(run_id, message=choice.reason_en, message_ru=choice.reason_ru, waiting_until=choice.wait_until)
     deadline = time.monotonic() + RECHECK_POLLS * poll_s
     if choice.wait_until:
         left = (datetime.fromisoformat(choice.wait_until) - datetime.now(timezone.utc)).total_seconds()
@@ -405,13 +319,13 @@ def holdings(machines: list[Machine], cfg: RunConfig, run: Run | None = None) ->
     data and, for a run being continued, its checkpoint. The driver and the form's preview both
     ask this, so the preview names the account the driver picks. Reads the lab's own records
     only: no call to Kaggle."""
-    from lab.machines.kaggle_data import source_checkpoint
     if not machines:
         return {}
     source = source_checkpoint(run) if run is not None else None
     found_id = data_id(cfg)
-    return {m.name: host_for(m.name).holds(found_id, source["sha256"] if source else None, run.id if run else "")
-            for m in machines}
+    known = {h.name: h for h in hosts()}
+    return {m.name: known[m.name].holds(found_id, source["sha256"] if source else None, run.id if run else "")
+            if m.name in known else set() for m in machines}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -449,8 +363,13 @@ def status(run_id: str) -> dict:
             "folder": str(run.folder)}
 
 
-def _log_tail(run: Run, link, lines: int = 25) -> str:
-    return "" if link is None else host_for(link.machine).log_tail(run, link, lines)
+def _log_tail(run: Run, link: Link | None, lines: int = 25) -> str:
+    if link is None:
+        return ""
+    try:
+        return host_of(link).log_tail(run, link, lines)
+    except UserError:  # a machine no longer in the lab: its log is not the lab's to show
+        return ""
 
 
 def cancel(run_id: str) -> str:
@@ -469,4 +388,4 @@ def cancel(run_id: str) -> str:
             return f"run {run.id} cancelled at step {run.step}"
         return f"run {run.id}: cancelled; no further link will start"
     pid = read_control(run.id).get("pid") if alive else None
-    return host_for(link.machine).cancel(run, link, int(pid) if pid else None)
+    return host_of(link).cancel(run, link, int(pid) if pid else None)

@@ -36,17 +36,21 @@ from pathlib import Path
 from typing import Callable
 
 from lab.config import RunConfig, UserError, field_names
+from lab.faults import reached
+from lab.kaggle.accounts import list_accounts
 from lab.kaggle.client import (AccountClient, KaggleError, RetryPolicy, check_no_global_token, client_for, get_account,
                                notebook_text)
 from lab.kernel.checkpoint import atomic_write, sha256_file
-from lab.machines.auto import MIN_LINK_MIN, STARTUP_MIN, Machine  # noqa: F401 - MIN_LINK_MIN re-exported
-from lab.machines.base import Follow, Host, LinkRefused
+from lab.machines.auto import MIN_LINK_MIN, STARTUP_MIN, Machine
+from lab.machines.base import Follow, Host
 from lab.machines.control import spawn_driver
-from lab.machines.kaggle_data import (POLL_ENV, KaggleSettings, LinkContext, ckpt_slug, data_slug,  # noqa: F401
-                                      ensure_checkpoint, ensure_data, forget_dataset, get_link, held, holds,
-                                      kernel_slug, set_link, source_checkpoint, stage_data)
-from lab.machines.kaggle_live import LiveWatch
+from lab.machines.kaggle_data import (KaggleSettings, LinkContext, ckpt_slug, data_slug, ensure_checkpoint,  # noqa: F401
+                                      ensure_data, forget_dataset, get_link, held, holds, kernel_slug, set_link,
+                                      stage_data)
+from lab.machines.kaggle_live import LiveWatch, live_rows
 from lab.machines.kaggle_outputs import download, finish
+from lab.machines.needs import source_checkpoint
+from lab.machines.outcome import End, Outcome
 from lab.probe.record import cannot_run, read_probe
 from lab.runs import Link, Run, now, updating
 
@@ -106,9 +110,9 @@ def plan_link(run_id: str, account: str, quota_left_s: float, source: dict | Non
         cfg = run.cfg
         n = len(run.links) + 1
         limit = link_limit_min(cfg.limit_min, quota_left_s)
-        link = Link(n=n, machine=account, status="starting", from_step=source["step"] if source else 0)
-        link.detail = {"kind": "kaggle", "account": account, "user": username, "phase": "planned",
-                       "folder": f"links/{n:03d}-{account}", "limit_min": limit,
+        link = Link(n=n, machine=account, kind=KaggleHost.kind, status="starting", limit_min=limit,
+                    from_step=source["step"] if source else 0)
+        link.detail = {"account": account, "user": username, "phase": "planned", "folder": f"links/{n:03d}-{account}",
                        "session_timeout_s": int(min(KAGGLE_SESSION_S, (limit + STARTUP_MIN) * 60)),
                        "source": source, "why": why}
         run.links.append(link)
@@ -120,13 +124,21 @@ def plan_link(run_id: str, account: str, quota_left_s: float, source: dict | Non
 # One link, from wherever its record says it is
 
 
+class _Refused(UserError):
+    """Kaggle refused the push and started nothing; `kind`: End.BUSY, End.NO_QUOTA or End.FAILED."""
+
+    def __init__(self, message: str, kind: End):
+        self.kind = kind
+        super().__init__(message)
+
+
 def run_link(run_id: str, n: int, data_dir: Callable[[], Path], ctx: LinkContext,
              cancelled: Callable[[], bool] = lambda: False) -> Link:
-    """Drives link `n` of the run to its end and merges its outputs; returns the final link.
-
-    Raises LinkRefused when Kaggle refused the push (nothing started), and UserError
-    (KaggleError included) when something before the push failed: the link is then marked
-    failed, with every upload that was done recorded, so the next try repeats none of it.
+    """Drives link `n` of the run to its end and merges its outputs; returns the ended link with
+    its outcome. A push Kaggle refused ends it BUSY or NO_QUOTA (nothing started), a failure
+    before the push FAILED, with every upload that was done recorded, so the next try repeats
+    none of it. Raises UserError (KaggleError included) when the link cannot be ended now: a
+    push that may have been sent, Kaggle unreachable while watching.
     """
     _, link = get_link(run_id, n)
     if link.status == "starting":
@@ -138,9 +150,12 @@ def run_link(run_id: str, n: int, data_dir: Callable[[], Path], ctx: LinkContext
             if not _pushing(get_link(run_id, n)[1]) and cancelled():
                 return _cancel_before_push(run_id, n)
             _ensure_pushed(run_id, n, ctx, data, ckpt)
-        except UserError as e:  # LinkRefused included
-            _fail_before_push(run_id, n, str(e))
-            raise
+        except UserError as e:
+            kind = e.kind if isinstance(e, _Refused) else End.FAILED
+            ended = _end_before_push(run_id, n, Outcome(kind, str(e), session=False))
+            if ended is None:
+                raise  # pushed, or maybe: the next try watches it, or asks Kaggle whether it is there
+            return ended
     status, failure = _watch(run_id, n, ctx, cancelled)
     download(run_id, n, ctx)
     return finish(run_id, n, status, failure, ctx.say)
@@ -156,16 +171,26 @@ def _cancel_before_push(run_id: str, n: int) -> Link:
     with updating(run_id) as run:
         link = run.links[n - 1]
         link.status, link.ended, link.reason = "cancelled", now(), "cancelled before its push"
+        link.outcome = Outcome(End.CANCELLED, link.reason, "отменён до отправки", session=False)
     return link
 
 
-def _fail_before_push(run_id: str, n: int, reason: str) -> None:
+def _end_before_push(run_id: str, n: int, outcome: Outcome) -> Link | None:
+    """Ends the link that failed before its push, with `outcome`; None when a push was sent (or
+    maybe sent): then a session may run, and the link is not over."""
     with updating(run_id) as run:
         link = run.links[n - 1]
-        kernel = link.detail.get("kernel") or {}
-        if kernel.get("pushed_at") or kernel.get("pushing"):
-            return  # pushed, or maybe: the next try watches it, or asks Kaggle whether it is there
-        link.status, link.ended, link.reason = "failed", now(), reason
+        if _pushing(link):
+            return None
+        link.status, link.ended, link.reason, link.outcome = "failed", now(), outcome.reason, outcome
+    return link
+
+
+def _record_outcome(run_id: str, n: int, outcome: Outcome) -> Link:
+    with updating(run_id) as run:
+        link = run.links[n - 1]
+        link.outcome = outcome
+    return link
 
 
 def _kernel_exists(c: AccountClient, slug: str) -> bool:
@@ -191,7 +216,7 @@ def _ensure_pushed(run_id: str, n: int, ctx: LinkContext, data: dict, ckpt: dict
     sources = [data["slug"]] + ([ckpt["slug"]] if ckpt else [])
     resume_name = ckpt["slug"].split("/")[1] if ckpt else ""
     manifest = stage_data(Path(run.cfg.data_dir)) / "manifest.json"  # as uploaded: made once per data id
-    nb = kernel_notebook(run.cfg, resume_name, link.detail["limit_min"], data_sha256=sha256_file(manifest),
+    nb = kernel_notebook(run.cfg, resume_name, link.limit_min, data_sha256=sha256_file(manifest),
                          ckpt_sha256=ckpt["sha256"] if ckpt else "")
     folder = run.folder / link.detail["folder"]
     folder.mkdir(parents=True, exist_ok=True)
@@ -222,8 +247,8 @@ def _ensure_pushed(run_id: str, n: int, ctx: LinkContext, data: dict, ckpt: dict
                                                  "before it pushes, so no second session starts.",
                               status=e.status, unsure=True) from None
         set_link(run_id, n, kernel={**kernel, "pushing": False, "refused": e.what})
-        raise LinkRefused(e.account, str(e), _refusal_kind(e, c)) from None
-    ctx.events("after-push")
+        raise _Refused(str(e), _refusal_kind(e, c)) from None
+    reached("after-push")
     return _record_push(run_id, n, {**kernel, "version": pushed.version, "url": pushed.url}, say)
 
 
@@ -236,13 +261,13 @@ def _appears(c: AccountClient, slug: str, poll_s: float, tries: int = 3) -> bool
     return False
 
 
-def _refusal_kind(e: KaggleError, c: AccountClient) -> str:
+def _refusal_kind(e: KaggleError, c: AccountClient) -> End:
     """Why Kaggle refused a push, from structured signals: the account's quota as the quota call
     reads it, not a guess at the refusal's wording (undocumented). The session-limit refusal's
     text is the one Kaggle documents ("Maximum batch GPU session count of 2 reached.")."""
     if "GPU session count" in e.what:
-        return "busy"
-    return "quota" if _out_of_quota(c) else "other"
+        return End.BUSY
+    return End.NO_QUOTA if _out_of_quota(c) else End.FAILED
 
 
 def _out_of_quota(c: AccountClient) -> bool:
@@ -255,7 +280,7 @@ def _out_of_quota(c: AccountClient) -> bool:
 
 def _record_push(run_id: str, n: int, kernel: dict, say) -> dict:
     kernel = {**kernel, "pushing": False, "pushed_at": now()}
-    set_link(run_id, n, status="running", kernel=kernel, phase="pushed", session_started=True)
+    set_link(run_id, n, status="running", kernel=kernel, phase="pushed")
     say(f"link {n}: pushed {kernel['slug']}" + (f" version {kernel['version']}" if kernel.get("version") else "")
         + (f" ({kernel['url']})" if kernel.get("url") else ""))
     return kernel
@@ -351,15 +376,17 @@ def cancel_hint(kernel: dict, account: str) -> str:
 
 
 class KaggleHost(Host):
-    """A lab member's Kaggle account as a machine. `settings`: how patient the lab is with Kaggle
-    (default: the person's settings); `events(point)`: told at each point where the control
-    side may die before it records what it did (tests hand in a fault plan here)."""
+    """A lab member's Kaggle account as a machine, with the person's settings (KaggleSettings)."""
 
-    def __init__(self, name: str, settings: KaggleSettings | None = None,
-                 events: Callable[[str], None] | None = None):
-        self.name = name
-        self.settings = settings or KaggleSettings.from_env()
-        self.events = events or (lambda point: None)
+    kind = "kaggle"
+
+    def __init__(self, name: str):
+        super().__init__(name)
+        self.settings = KaggleSettings.from_env()
+
+    @classmethod
+    def names(cls) -> list[str]:
+        return [a.name for a in list_accounts()]
 
     def state(self, running: list[str], patient: bool = False) -> Machine:
         m = Machine(self.name, "kaggle", "2xT4", running=running, free=len(running) < MAX_GPU_SESSIONS)
@@ -396,16 +423,17 @@ class KaggleHost(Host):
         return plan_link(run.id, self.name, (machine.quota_left_h or 0) * 3600, source_checkpoint(run), why)
 
     def follow(self, run: Run, link: Link, how: Follow) -> Link:
-        ctx = LinkContext(client(self.name, self.settings), how.say, self.settings, self.events)
+        ctx = LinkContext(client(self.name, self.settings), how.say, self.settings)
         ended = run_link(run.id, link.n, lambda: Path(run.cfg.data_dir), ctx, how.cancelled)
         if ended.status == "failed" and ended.detail.get("kaggle_status") == "ERROR" and not ended.detail.get("ran") \
                 and _out_of_quota(ctx.c):
             # Kaggle took the push, then refused the session at its start for quota: it never ran.
-            set_link(run.id, link.n, refused="quota")
-            raise LinkRefused(self.name, f"Kaggle account '{self.name}': the session never ran and the account's "
-                                         f"quota is spent ({ended.detail.get('failure') or 'no reason given'}).",
-                              "quota")
-        if ended.detail.get("input_not_ready"):
+            why = ended.detail.get("failure") or "no reason given"
+            ended = _record_outcome(run.id, link.n, Outcome(
+                End.NO_QUOTA, f"Kaggle account '{self.name}': the session never ran and the account's quota is "
+                              f"spent ({why}).",
+                f"аккаунт Kaggle '{self.name}': сессия так и не началась, квота аккаунта кончилась ({why})."))
+        if ended.outcome.kind is End.PUSH_AGAIN:
             how.say(f"link {ended.n}: {ended.reason}")
             time.sleep(self.settings.input_wait_s)  # Kaggle mounts what it made READY a little later
         return ended
@@ -431,7 +459,10 @@ class KaggleHost(Host):
                     return ""
         return ""
 
+    def live(self, run: Run, link: Link) -> dict | None:
+        return live_rows(run, link)
 
-__all__ = ["KaggleHost", "KaggleSettings", "run_link", "plan_link", "source_checkpoint", "holds", "held",
-           "kernel_notebook", "link_limit_min", "cancel_hint", "LinkRefused", "data_slug", "ckpt_slug",
-           "kernel_slug", "MAX_GPU_SESSIONS", "STARTUP_MIN", "MIN_LINK_MIN", "TERMINAL", "POLL_ENV"]
+
+__all__ = ["KaggleHost", "KaggleSettings", "run_link", "plan_link", "holds", "held", "kernel_notebook",
+           "link_limit_min", "cancel_hint", "data_slug", "ckpt_slug", "kernel_slug", "MAX_GPU_SESSIONS", "STARTUP_MIN",
+           "MIN_LINK_MIN", "TERMINAL"]

@@ -28,30 +28,30 @@ from lab.config import UserError
 from lab.corpus.manifests import data_id_of, read_manifest
 from lab.home import lab_home
 from lab.kaggle.client import AccountClient, KaggleError, get_account
-from lab.kernel.checkpoint import (atomic_write, checkpoint_meta, list_checkpoints, resolve_checkpoint, sha256_file)
+from lab.faults import reached
+from lab.kernel.checkpoint import atomic_write, checkpoint_meta, sha256_file
 from lab.kernel.metrics import metrics_lines, write_metrics_lines
+from lab.machines.base import env_seconds
 from lab.runs import Link, Run, load_run, now, updating
 
 
 @dataclass
 class LinkContext:
     """What every step of one Kaggle link uses: the account's client, where to say what happens,
-    the settings, and `events(name)`, told at each point where the control side may die (after
-    an upload, after the push, after the download) before it records what it did."""
+    and the settings."""
     c: AccountClient
     say: Callable[[str], None]
     settings: "KaggleSettings"
-    events: Callable[[str], None]
 
 
 @dataclass(frozen=True)
 class KaggleSettings:
-    """How patient the lab is with Kaggle. `poll_s`: seconds between status polls of one kernel
-    (Kaggle asks for 30-60 s; the person's setting LAB_KAGGLE_POLL_S); `retry_base_s`: the first
-    backoff of a retried call; `dataset_wait_s`: how long a dataset may take to become READY;
-    `overdue_s`: how long past its session timeout a kernel may still read RUNNING before the
-    watch gives up on it; `input_wait_s`: the wait before pushing again a session that found
-    its inputs not mounted yet."""
+    """How patient the lab is with Kaggle; each Kaggle host builds its own (`from_env`).
+    `poll_s`: seconds between status polls of one kernel (Kaggle asks for 30-60 s; the person's
+    setting LAB_KAGGLE_POLL_S); `retry_base_s`: the first backoff of a retried call;
+    `dataset_wait_s`: how long a dataset may take to become READY; `overdue_s`: how long past its
+    session timeout a kernel may still read RUNNING before the watch gives up on it;
+    `input_wait_s`: the wait before pushing again a session that found its inputs not mounted yet."""
     poll_s: float = 30.0
     retry_base_s: float = 1.0
     dataset_wait_s: float = 3600.0
@@ -61,16 +61,7 @@ class KaggleSettings:
 
     @classmethod
     def from_env(cls) -> "KaggleSettings":
-        raw = os.environ.get(POLL_ENV, "").strip()
-        if not raw:
-            return cls()
-        try:
-            value = float(raw)
-        except ValueError:
-            raise UserError(f"{POLL_ENV}={raw!r} is not a number of seconds") from None
-        if value <= 0:
-            raise UserError(f"{POLL_ENV} must be positive (got {raw})")
-        return cls(poll_s=value)
+        return cls(poll_s=env_seconds(POLL_ENV, cls.poll_s))
 
 
 POLL_ENV = "LAB_KAGGLE_POLL_S"
@@ -251,36 +242,6 @@ def stage_data(data_dir: Path) -> Path:
     return stage
 
 
-_verified: dict[str, tuple[int, int, dict]] = {}  # path -> (mtime_ns, size, source): hashed once
-
-
-def source_checkpoint(run: Run) -> dict | None:
-    """The checkpoint the run's next link starts from, verified against its sidecar: the run
-    folder's newest (every link's is merged there), else the one a forked run started from."""
-    found = list_checkpoints(run.folder / "checkpoints")
-    if found:
-        target = run.folder
-    elif run.parent and run.parent.get("checkpoint"):
-        target = Path(run.parent["checkpoint"])
-    else:
-        return None
-    newest = found[-1] if found else target
-    if newest.is_file():  # a waiting driver asks often: a checkpoint of gigabytes is hashed once
-        st = newest.stat()
-        hit = _verified.get(str(newest))
-        if hit and hit[:2] == (st.st_mtime_ns, st.st_size):
-            return dict(hit[2])
-    try:
-        path = resolve_checkpoint(target)
-    except ValueError as e:
-        raise UserError(f"run {run.id}: {e}") from None
-    meta = checkpoint_meta(path)
-    source = {"path": str(path), "name": path.name, "step": int(meta["step"]), "sha256": meta["sha256"]}
-    st = path.stat()
-    _verified[str(path)] = (st.st_mtime_ns, st.st_size, source)
-    return dict(source)
-
-
 def _metrics_beside(ckpt: Path, run_folder: Path) -> Path | None:
     """The curve up to a checkpoint: the run's own, else that of the run folder holding it."""
     if (run_folder / "metrics.jsonl").is_file():
@@ -401,7 +362,7 @@ def _dataset_once_locked(ctx: LinkContext, kind: str, key: str, slug: str, match
         say(f"{c.account.name}: uploading {slug}")
         folder = make_folder()
         version = c.upload_dataset(slug, folder, title, notes, licence)
-        ctx.events(f"after-{kind}-upload")
+        reached(f"after-{kind}-upload")
         h = {"slug": slug, **match, "uploading": False, "before": before, "version": version,
              "uploaded_at": now()}
         _set_held(c.username, kind, key, h)

@@ -2,10 +2,10 @@
 
 The watch hands each polled status to `LiveWatch.poll`: the session's log is followed
 (lab.kaggle.logs.LiveLog) into the link's folder, new metrics rows are said as progress lines
-(`lab watch RUN` prints them; the monitor draws them), and when Kaggle turns out to keep the log
-until the session ends (or the account's probe found so), that is said once instead of a curve
-that does not move. The rows are
-only a preview: the session's own `metrics.jsonl` replaces them when its outputs come back.
+(`lab watch RUN` prints them; the monitor draws them, `live_rows`), and when Kaggle turns out to
+keep the log until the session ends (or the account's probe found so), that is said once instead
+of a curve that does not move. The rows are only a preview: the session's own `metrics.jsonl`
+replaces them when its outputs come back.
 """
 from __future__ import annotations
 
@@ -13,9 +13,38 @@ from pathlib import Path
 from typing import Callable
 
 from lab.kaggle.client import AccountClient
-from lab.kaggle.logs import LiveLog
-from lab.machines.live import at_end_note
+from lab.kaggle.logs import LiveLog, read_live
 from lab.probe.record import read_probe
+from lab.runs import Link, Run
+
+AT_END_EN = "Kaggle does not show this session's log until it ends ({why}): the curve comes with its outputs."
+AT_END_RU = ("Kaggle не показывает журнал этой сессии, пока она не кончится ({why}): кривая придёт вместе с её "
+             "результатами.")
+
+
+def at_end_note(grace_s: float, ru: bool = False) -> str:
+    """The monitor's note for a log Kaggle keeps until the end; `grace_s` 0: the probe found so."""
+    if ru:
+        why = f"ничего за {grace_s / 60:.0f} мин работы" if grace_s else "так нашла проба аккаунта"
+        return AT_END_RU.format(why=why)
+    why = f"nothing in {grace_s / 60:.0f} min of running" if grace_s else "the account's probe found so"
+    return AT_END_EN.format(why=why)
+
+
+def live_rows(run: Run, link: Link) -> dict | None:
+    """{"link", "mode", "rows", "last_step", "note_en", "note_ru"} of a running link, from what
+    its watch keeps in the link's folder; None before the watch began. `rows`: those past the
+    link's first step."""
+    folder = link.detail.get("folder")
+    state, rows = read_live(run.folder / folder) if folder else (None, [])
+    if state is None:
+        return None
+    rows = [r for r in rows if r["step"] > link.from_step]
+    mode = state.get("mode", "waiting")
+    grace = float(state.get("grace_s") or 0)
+    return {"link": link.n, "mode": mode, "rows": rows, "last_step": rows[-1]["step"] if rows else None,
+            "note_en": at_end_note(grace) if mode == "at_end" else None,
+            "note_ru": at_end_note(grace, ru=True) if mode == "at_end" else None}
 
 
 def progress_line(n: int, row: dict, steps_until: int) -> str:

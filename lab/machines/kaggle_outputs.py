@@ -6,9 +6,11 @@ import json
 import shutil
 from pathlib import Path
 
+from lab.faults import reached
 from lab.kernel.checkpoint import INPUT_NOT_READY, checkpoint_meta, list_checkpoints, place_checkpoint, verify_checkpoint
 from lab.kernel.metrics import metrics_lines, write_metrics_lines
 from lab.machines.kaggle_data import LinkContext, get_link, put, set_link
+from lab.machines.outcome import End, Outcome
 from lab.runs import Link, now, updating
 
 
@@ -27,7 +29,7 @@ def download(run_id: str, n: int, ctx: LinkContext) -> dict:
         if not check.get("problem"):
             break
         say(f"link {n}: {check['problem']}; downloading again")
-    ctx.events("after-download")
+    reached("after-download")
     output = {"done": True, "files": sorted(str(Path(f).relative_to(folder)) for f in files),
               "downloaded_at": now(), **check}
     set_link(run_id, n, output=output, phase="downloaded")
@@ -65,7 +67,9 @@ def _check_output(folder: Path) -> dict:
 
 
 def finish(run_id: str, n: int, status: str, failure: str, say) -> Link:
-    """Merges the link's outputs into the run folder and records how the link ended."""
+    """Merges the link's outputs into the run folder and records how the link ended, with its
+    outcome: went on from its checkpoint, pushed again (its inputs were not mounted yet), lost
+    (only that session), or cancelled."""
     run, link = get_link(run_id, n)
     output = link.detail["output"]
     folder = run.folder / link.detail["folder"]
@@ -88,24 +92,32 @@ def finish(run_id: str, n: int, status: str, failure: str, say) -> Link:
             link.to_step = ckpt["step"]
         if status == "CANCEL_ACKNOWLEDGED":
             link.status, link.reason = "cancelled", (result or {}).get("reason") or "cancelled on Kaggle"
+            link.outcome = Outcome(End.CANCELLED, link.reason)
         elif output.get("input_not_ready"):
             wrong = ", ".join((output["input_not_ready"].get("expected") or {}).keys()) or "its inputs"
-            link.status, link.detail["input_not_ready"] = "failed", True
+            link.status = "failed"
             link.reason = (f"the session did not find {wrong} as sent (Kaggle had not mounted the READY version "
                            "yet); it trained nothing, and the lab pushes again after a wait")
+            link.outcome = Outcome(End.PUSH_AGAIN, link.reason,
+                                   f"сессия не нашла {wrong} в том виде, в каком их отправили (Kaggle ещё не "
+                                   "подключил готовую версию); она ничего не обучила, и лаба отправит её снова "
+                                   "после паузы")
         elif result and not output.get("problem") and not result.get("failed"):
             link.to_step, link.reason = int(result["step"]), result["reason"]
             link.status = "done" if result.get("done") else "stopped"
+            link.outcome = Outcome(End.CONTINUE, link.reason)
         elif ckpt and ckpt["step"] > link.from_step:
             # Killed, or ended in ERROR after a save: the link ended at its whole checkpoint.
             why = (result or {}).get("reason") if (result or {}).get("failed") else failure
             link.status = "stopped"
             link.reason = (f"the session ended {status}" + (f" ({why})" if why else "")
                            + f"; the run goes on from its checkpoint at step {ckpt['step']}")
+            link.outcome = Outcome(End.CONTINUE, link.reason)
         else:
             link.status = "failed"
             failure = (result or {}).get("reason") if (result or {}).get("failed") else failure
             link.reason = failure_reason(link, status, failure, output)
+            link.outcome = Outcome(End.LOST, link.reason)
     say(f"link {n}: {link.status} at step {link.to_step} ({link.reason})")
     return link
 

@@ -13,11 +13,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-from lab.config import RunConfig, UserError, card_set, field_names
+from lab.config import RunConfig, card_set, field_names
 from lab.kernel.checkpoint import checkpoint_meta, checkpoint_step, list_checkpoints
 from lab.machines.auto import Machine
 from lab.machines.base import Follow, Host
 from lab.machines.control import set_control, tail
+from lab.machines.outcome import End, Outcome
 from lab.notebooks import TRAIN_NOTEBOOK, parameterized
 from lab.procs import forwarding_stop_signals
 from lab.runs import Link, Run, now, updating
@@ -59,17 +60,25 @@ class LocalHost(Host):
     """This computer: the training notebook executed here by papermill, inside the driver's
     process, so the session lives exactly as long as its driver."""
 
-    name = NAME
+    kind = "local"
     one_link_per_start = True
+    session_in_driver = True
+
+    def __init__(self, name: str = NAME):
+        super().__init__(name)
+
+    @classmethod
+    def names(cls) -> list[str]:
+        return [NAME]
 
     def state(self, running: list[str], patient: bool = False) -> Machine:
         return Machine(NAME, "local", local_gpu(), running=running, free=not running)
 
     def start(self, run: Run, machine: Machine, why: str) -> Link:
         with updating(run.id) as r:
-            link = Link(n=len(r.links) + 1, machine=NAME, status="running", from_step=r.step)
+            link = Link(n=len(r.links) + 1, machine=NAME, kind=self.kind, status="running", from_step=r.step)
             link.notebook = f"links/{link.n:03d}-{NAME}.ipynb"
-            link.detail = {"kind": "local", "in_driver": True, "why": why}
+            link.detail = {"why": why}
             r.links.append(link)
             r.status = "running"
         return link
@@ -111,7 +120,8 @@ def _abandon(run: Run, link: Link, say) -> Link:
         last = r.links[link.n - 1]
         last.status, last.ended = "failed", now()
         last.reason = "the control process stopped while it ran"
-        last.detail["abandoned"] = True  # the run goes on: nothing of the session's own failed
+        # The run goes on: nothing of the session's own failed.
+        last.outcome = Outcome(End.INTERRUPTED, last.reason, "управляющий процесс остановился, пока сессия шла")
         last.to_step = step if step and step > last.from_step else None
     say(f"link {link.n} on this computer: {last.reason}; the run goes on from step {step or 0}")
     return last
@@ -119,7 +129,8 @@ def _abandon(run: Run, link: Link, say) -> Link:
 
 def execute_link(run: Run, link: Link, cfg: RunConfig, data_dir: Path, resume: Path | None, *,
                  progress: bool = True, nproc: int = 0) -> Link:
-    """Runs the session of `link` here and records how it ended; returns the ended link."""
+    """Runs the session of `link` here and records how it ended; returns the ended link. A
+    session that failed fails the run: the person looks at the notebook before it goes on."""
     import papermill as pm
 
     out_nb = run.folder / link.notebook
@@ -150,14 +161,20 @@ def execute_link(run: Run, link: Link, cfg: RunConfig, data_dir: Path, resume: P
             link.to_step, link.reason = result["step"], result["reason"]
             link.status = "done" if result["done"] else "stopped"
             link.checkpoint = _checkpoint_meta(result.get("checkpoint"))
+            link.outcome = Outcome(End.CONTINUE, link.reason)
         else:
             link.status, link.reason = "failed", error or "the notebook wrote no result"
             link.to_step = _last_checkpoint_step(run.folder)
+            link.outcome = _failed(run.id, link.reason, out_nb) if error else Outcome(End.LOST, link.reason)
         r.status = link.status
-    if error:
-        raise UserError(f"run {run.id} failed: {error}. The executed notebook is {out_nb}; "
-                        f"`lab watch {run.id}` continues it from the last checkpoint")
     return link
+
+
+def _failed(run_id: str, error: str, notebook: Path) -> Outcome:
+    return Outcome(End.FAILED, f"run {run_id} failed: {error}. The executed notebook is {notebook}; "
+                               f"`lab watch {run_id}` continues it from the last checkpoint",
+                   f"прогон {run_id} упал: {error}. Выполненный блокнот: {notebook}; `lab watch {run_id}` "
+                   "продолжит его с последнего чекпоинта")
 
 
 def _read_result(folder: Path) -> dict | None:

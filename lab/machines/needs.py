@@ -1,11 +1,13 @@
 """What a run needs before its next link: its data (found, or prepared, once; then pinned in the
-run's config), the id of that data, and the GPU quota the rest of the run needs."""
+run's config and checked against), the id of that data, the checkpoint it starts from, and the GPU
+quota the rest of the run needs."""
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Callable
 
-from lab.config import RunConfig, UserError
+from lab.config import Problem, RunConfig, UserError, check_against_data, raise_on_errors
+from lab.kernel.checkpoint import checkpoint_meta, list_checkpoints, resolve_checkpoint
 from lab.runs import Run, load_run, updating
 
 
@@ -20,9 +22,48 @@ def need_hours(run: Run) -> float | None:
         return None
 
 
-def pin_data(run_id: str, say: Callable[[str], None]) -> None:
-    """Every link of a run trains on the same prepared data: found (or prepared) once, then kept
-    in the run's config. Text added to a constellation later is a new val set: a new run."""
+def found_data(cfg: RunConfig) -> Path | None:
+    """The data folder the run trains on: its pinned `data_dir`, else the one prepared for its
+    constellations with their current text; None when none is prepared yet. An unknown
+    constellation is an error that lists the known ones."""
+    if cfg.data_dir:
+        return Path(cfg.data_dir)
+    from lab import corpus
+    return corpus.find_prepared(cfg.constellations)
+
+
+def find_data(cfg: RunConfig, prepare: bool = False, say: Callable[[str], None] = print,
+              progress: bool = False) -> Path:
+    """The run's data folder (`found_data`); when none is prepared yet, prepared now (`prepare`,
+    saying so; `progress` shows its bars), else an error saying how to prepare it."""
+    found = found_data(cfg)
+    if found is not None:
+        return found
+    names = "+".join(cfg.constellations)
+    if not prepare:
+        flags = " ".join(f"-c {n}" for n in cfg.constellations)
+        raise UserError(f"constellations {names} are not prepared: run `lab prepare {flags}`")
+    from lab import corpus
+    say(f"preparing the data for {names}")
+    return corpus.prepare(cfg.constellations, progress=progress)
+
+
+def data_problems(cfg: RunConfig, folder: Path) -> list[Problem]:
+    """What is wrong with the run's fields against its data: the context must fit in the data's
+    shortest shard (the kernel's `TokenData.shortest_split`, read here from the manifest)."""
+    from lab.corpus.manifests import read_manifest
+    manifest = read_manifest(folder)
+    shards = list(manifest.get("train") or []) + list(manifest.get("val") or [])
+    if not shards:
+        raise UserError(f"{folder} lists no train or no val shards: run `lab prepare` again")
+    return check_against_data(cfg, min(int(s["tokens"]) for s in shards))
+
+
+def pin_data(run_id: str, say: Callable[[str], None], progress: bool = False) -> None:
+    """Every link of a run trains on the same prepared data: found (or prepared) once, checked
+    against, then kept in the run's config. A run registered with its data prepared has it pinned
+    already (`lab.settle`); then this only makes sure it is still there. Text added to a
+    constellation later is a new val set: a new run."""
     run = load_run(run_id)
     if run.cfg.data_dir:
         if not Path(run.cfg.data_dir).is_dir():
@@ -30,21 +71,10 @@ def pin_data(run_id: str, say: Callable[[str], None]) -> None:
                             f"(lab prepare), or continue with another data folder (lab run --resume {run_id} "
                             f"--data-dir DIR)")
         return
-    found = prepared_data(run.cfg.constellations, say)
+    found = find_data(run.cfg, prepare=True, say=say, progress=progress)
+    raise_on_errors(data_problems(run.cfg, found))
     with updating(run_id) as r:
         r.config = {**r.config, "data_dir": str(found)}
-
-
-def prepared_data(constellations: list[str], say: Callable[[str], None], progress: bool = False) -> Path:
-    """The data folder prepared for these constellations with their current text: found, or
-    prepared now."""
-    from lab import corpus
-    corpus.get_constellations(constellations)
-    found = corpus.find_prepared(constellations)
-    if found is None:
-        say(f"preparing the data for {'+'.join(constellations)}")
-        found = corpus.prepare(constellations, progress=progress)
-    return found
 
 
 def data_id(cfg: RunConfig) -> str | None:
@@ -52,10 +82,37 @@ def data_id(cfg: RunConfig) -> str | None:
     constellations (as `pin_data` will find it); None when there is none yet."""
     from lab.corpus.manifests import data_id_of
     try:
-        if cfg.data_dir:
-            return data_id_of(Path(cfg.data_dir))
-        from lab import corpus
-        found = corpus.find_prepared(cfg.constellations)
+        found = found_data(cfg)
         return data_id_of(found) if found is not None else None
     except (UserError, OSError, ValueError):
         return None
+
+
+_verified: dict[str, tuple[int, int, dict]] = {}  # path -> (mtime_ns, size, source): hashed once
+
+
+def source_checkpoint(run: Run) -> dict | None:
+    """The checkpoint the run's next link starts from, verified against its sidecar: the run
+    folder's newest (every link's is merged there), else the one a forked run started from."""
+    found = list_checkpoints(run.folder / "checkpoints")
+    if found:
+        target = run.folder
+    elif run.parent and run.parent.get("checkpoint"):
+        target = Path(run.parent["checkpoint"])
+    else:
+        return None
+    newest = found[-1] if found else target
+    if newest.is_file():  # a waiting driver asks often: a checkpoint of gigabytes is hashed once
+        st = newest.stat()
+        hit = _verified.get(str(newest))
+        if hit and hit[:2] == (st.st_mtime_ns, st.st_size):
+            return dict(hit[2])
+    try:
+        path = resolve_checkpoint(target)
+    except ValueError as e:
+        raise UserError(f"run {run.id}: {e}") from None
+    meta = checkpoint_meta(path)
+    source = {"path": str(path), "name": path.name, "step": int(meta["step"]), "sha256": meta["sha256"]}
+    st = path.stat()
+    _verified[str(path)] = (st.st_mtime_ns, st.st_size, source)
+    return dict(source)

@@ -61,15 +61,13 @@ def checkpoint_at(run: Run, at: int) -> Path:
 
 def create_branch(parent_ref: str, at: int, decay_frac: float = DECAY_FRAC, machine: str | None = None) -> Run:
     """Registers the branch (nothing runs yet): config, start checkpoint, the parent's curve to `at`."""
-    from lab.kernel.checkpoint import checkpoint_meta, place_checkpoint
+    from lab.kernel.checkpoint import place_checkpoint
     from lab.kernel.metrics import metrics_lines, write_metrics_lines
-    from lab.machines.driver import register_run, settle_config
+    from lab.settle import register_run
     parent = load_run(parent_ref)
     cfg = branch_config(parent.cfg, at, decay_frac)
     ckpt = checkpoint_at(parent, at)
-    meta = checkpoint_meta(ckpt)
-    settle_config(cfg, meta)
-    run = register_run(cfg, machine or parent.cfg.machine or "auto", None, ckpt, meta)
+    run = register_run(cfg.to_dict(), str(ckpt), machine or parent.cfg.machine or "auto")
     place_checkpoint(ckpt, run.folder / "checkpoints")
     write_metrics_lines(run.folder / "metrics.jsonl", metrics_lines(parent.folder, upto=at))
     return load_run(run.id)
@@ -77,7 +75,7 @@ def create_branch(parent_ref: str, at: int, decay_frac: float = DECAY_FRAC, mach
 
 def start_branch(parent_ref: str, at: int, decay_frac: float = DECAY_FRAC, machine: str | None = None) -> str:
     """Registers the branch and drives it in the background, like any run; returns its id."""
-    from lab.machines.driver import spawn_driver
+    from lab.machines.control import spawn_driver
     run = create_branch(parent_ref, at, decay_frac, machine)
     spawn_driver(run.id)
     return run.id

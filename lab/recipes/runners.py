@@ -14,8 +14,9 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from lab.config import UserError, field_names
+from lab.config import UserError
 from lab.recipes.points import DivergenceWatch, diverged_why, mark_diverged
+from lab.machines.outcome import End, Outcome
 from lab.runs import Link, load_run, now, updating
 
 
@@ -36,12 +37,15 @@ class InlineRunner:
     def launch(self, run_id: str) -> None:
         from lab.kernel.checkpoint import list_checkpoints
         from lab.kernel.train import train
+        from lab.machines.needs import pin_data
+        pin_data(run_id, self.say)  # as a driver does: found (or prepared) once, then kept in the config
         run = load_run(run_id)
-        cfg = run.cfg
-        data = _data_dir(run_id)
+        cfg, data = run.cfg, Path(run.cfg.data_dir)
         resume = run.folder if list_checkpoints(run.folder / "checkpoints") else None
         with updating(run_id) as r:
-            r.links.append(Link(n=len(r.links) + 1, machine="inline", status="running", from_step=r.step))
+            # This computer's session, run in this process (the machine's name says how).
+            r.links.append(Link(n=len(r.links) + 1, machine="inline", kind="local", status="running",
+                                from_step=r.step))
             r.status = "running"
         watch = self.watch()
 
@@ -52,7 +56,7 @@ class InlineRunner:
 
         status, reason, step = "failed", None, None
         try:
-            result = train(cfg, run.folder, data, resume=resume, given=set(field_names()), log=lambda s: None,
+            result = train(cfg, run.folder, data, resume=resume, log=lambda s: None,
                            on_metrics=on_metrics)
             status = "done" if result["done"] else "stopped"
             reason, step = result["reason"], result["step"]
@@ -64,6 +68,8 @@ class InlineRunner:
         with updating(run_id) as r:
             link = r.links[-1]
             link.status, link.reason, link.ended = status, reason, now()
+            # As any machine ends a link: a driver that later continues this run decides from it.
+            link.outcome = Outcome(End.FAILED if status == "failed" else End.CONTINUE, reason or "")
             link.to_step = step if step is not None else r.step
             r.status = status
 
@@ -72,9 +78,9 @@ class InlineRunner:
 
 
 class LocalRunner:
-    """The training notebook here, through the driver, one run at a time. A thread watches
-    the run's metrics and stops a diverging run the way Ctrl-C does: SIGTERM to the kernel,
-    which saves and stops."""
+    """The training notebook here, through the driver, one run at a time (`lab sweep` registers
+    its runs for "local" then). A thread watches the run's metrics and stops a diverging run the
+    way Ctrl-C does: SIGTERM to the kernel, which saves and stops."""
     blocking = True
 
     def __init__(self, say: Callable[[str], None] = print, poll_s: float = 2.0,
@@ -83,8 +89,6 @@ class LocalRunner:
 
     def launch(self, run_id: str) -> None:
         from lab.machines import driver
-        with updating(run_id) as r:
-            r.config = {**r.config, "machine": "local"}
         stop = threading.Event()
         watcher = threading.Thread(target=self._watch, args=(run_id, stop), daemon=True)
         watcher.start()
@@ -158,15 +162,3 @@ def _new_rows(folder: Path, seen: int) -> tuple[list[dict], int]:
     from lab.kernel.metrics import read_metrics
     rows = read_metrics(folder)
     return rows[seen:], len(rows)
-
-
-def _data_dir(run_id: str) -> Path:
-    """The run's prepared data, found once and kept in its config (as the driver does)."""
-    run = load_run(run_id)
-    if run.cfg.data_dir:
-        return Path(run.cfg.data_dir)
-    from lab.cli.train import resolve_data_dir
-    found = resolve_data_dir(run.cfg)
-    with updating(run_id) as r:
-        r.config = {**r.config, "data_dir": str(found)}
-    return found

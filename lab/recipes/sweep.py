@@ -21,7 +21,8 @@ from lab.config import RunConfig, UserError, check, raise_on_errors
 from lab.kernel.schedule import run_warmup
 from lab.recipes.branch import DECAY_FRAC, create_branch, parent_decay_start
 from lab.recipes.points import diverged_why, run_point
-from lab.runs import create_run, load_run, updating
+from lab.runs import load_run
+from lab.settle import register_run
 
 
 @dataclass
@@ -96,8 +97,8 @@ class Sweep:
             planned.append((label, cfg, stages))
         for label, cfg, stages in planned:
             member = Member(label, "", stages, cfg.steps_until)
-            first = RunConfig.from_dict({**cfg.to_dict(), "steps_until": stages[0] if stages else cfg.steps_until})
-            member.run_id = create_run(first).id
+            first = {**cfg.to_dict(), "steps_until": stages[0] if stages else cfg.steps_until}
+            member.run_id = register_run(first, machine=cfg.machine).id
             self.members.append(member)
             self.queue.append(member)
 
@@ -135,10 +136,8 @@ class Sweep:
         branch = create_branch(run.id, at, self.decay_frac, machine=run.cfg.machine)
         kid = Member(f"{member.label} ↘{at}", branch.id, branch_of=run.id, final=branch.cfg.steps_until)
         self.members.append(kid)
-        nxt = member.stages[0] if member.stages else member.final
-        with updating(run.id) as r:
-            r.config = {**r.config, "steps_until": nxt}
-            r.status = "new"
+        # The next stage: the same run goes on from the stage's checkpoint to the next point.
+        register_run({"steps_until": member.stages[0] if member.stages else member.final}, run.id, run.cfg.machine)
         return [kid, member]
 
     # --- progress ---------------------------------------------------------------------

@@ -11,9 +11,11 @@ import os
 import threading
 
 from lab import sizing
-from lab.machines import driver as machines
-from lab.config import RunConfig, UserError
+from lab.config import RunConfig, UserError, fields_off_defaults
 from lab.corpus.manifests import train_tokens_by_constellation
+from lab.machines import driver as machines
+from lab.machines.control import spawn_driver
+from lab.settle import register_run
 
 Machine, Choice = machines.Machine, machines.Choice
 
@@ -62,12 +64,15 @@ def choose(cfg: RunConfig, need_hours: float | None) -> Choice:
 
 
 def start(cfg: RunConfig, machine: str = "auto", resume: str | None = None) -> str:
-    """Registers the run and returns its id; a background process drives it."""
+    """Registers the run the form describes and returns its id; a background process drives it.
+    Given are the fields off their defaults: a new run from a checkpoint keeps the checkpoint's
+    run in every other field."""
     global _overview
-    run_id = machines.start(cfg, machine=machine, resume=resume)
+    run = register_run({name: getattr(cfg, name) for name in fields_off_defaults(cfg)}, resume, machine)
+    spawn_driver(run.id)
     _overview = None  # the kept overview no longer says who is busy
     _holds.clear()
-    return run_id
+    return run.id
 
 
 def status(run_id: str) -> dict:

@@ -92,8 +92,21 @@ class NewRunForm(Panel):
     `estimate` the calculator's figures, `start()` presses Start."""
 
     def __init__(self, **values):
-        d = RunConfig()
-        self._quiet = True
+        self._quiet = True  # no recomputing while the form is built
+        self._init_state()
+        self._make_inputs()
+        self._make_controls()
+        self.box = self._layout()
+        self._fill_choices()
+        self._relabel()
+        self.inputs["constellations"].value = tuple(n for n in RunConfig().constellations
+                                                    if n in self._constellation_names)
+        self._observe()
+        self._quiet = False
+        self.set(**values)
+
+    def _init_state(self) -> None:
+        """What the form knows besides its widgets: the calculator's figures, Auto's pick, the start."""
         self._checkpoints: dict[str, dict] = {}
         self.estimate: sizing.Estimate | None = None
         self.choice = None
@@ -108,6 +121,9 @@ class NewRunForm(Panel):
         self._general: list[str] = []
         self._render_lock = threading.RLock()
 
+    def _make_inputs(self) -> None:
+        """One input per field of `LAYOUT` (at the guide's values), each in its row."""
+        d = RunConfig()
         self.inputs: dict[str, widgets.Widget] = {
             # The form's own: the mode, and the two fields whose options come from the lab home.
             "mode": widgets.ToggleButtons(options=[("", "scratch"), ("", "resume")], value="scratch"),
@@ -118,6 +134,9 @@ class NewRunForm(Panel):
         for name in CONFIG_FIELDS:
             self.inputs.setdefault(name, field_widget(name, getattr(d, name)))
         self.rows = {name: _Row(name, self.inputs[name]) for section in LAYOUT.values() for name in section}
+
+    def _make_controls(self) -> None:
+        """The title, the section headers, the hints switch, the calculator and the Start button."""
         self.hints = widgets.Checkbox(value=True, indent=False, layout=widgets.Layout(width="auto"))
         self.title = widgets.HTML()
         self.headers = {k: widgets.HTML() for k in ("run", "model", "training")}
@@ -132,6 +151,8 @@ class NewRunForm(Panel):
         self.where = widgets.HTML()
         self.where.add_class("lab-where")
 
+    def _layout(self) -> widgets.VBox:
+        """The fields on the left in the guide's sections, the calculator and Start on the right."""
         fields = [self.headers["run"], *(self.rows[n].box for n in LAYOUT["run"]),
                   self.headers["model"], *(self.rows[n].box for n in LAYOUT["model"]),
                   self.headers["training"], *(self.rows[n].box for n in LAYOUT["training"]), self.more]
@@ -140,12 +161,12 @@ class NewRunForm(Panel):
                              layout=widgets.Layout(flex="1 1 380px", min_width="340px", padding="0 0 0 16px"))
         top = widgets.HBox([self.title, language_switch(), self.hints],
                            layout=widgets.Layout(align_items="center", justify_content="space-between"))
-        self.box = widgets.VBox([top, widgets.HBox([left, right], layout=widgets.Layout(flex_flow="row wrap"))])
-        self.box.add_class("lab-new-run")
+        box = widgets.VBox([top, widgets.HBox([left, right], layout=widgets.Layout(flex_flow="row wrap"))])
+        box.add_class("lab-new-run")
+        return box
 
-        self._fill_choices()
-        self._relabel()
-        self.inputs["constellations"].value = tuple(n for n in d.constellations if n in self._constellation_names)
+    def _observe(self) -> None:
+        """Every change recomputes; the mode and the checkpoint also lock or fill the model fields."""
         for name, w in self.inputs.items():
             if name not in ("mode", "resume_from"):
                 w.observe(self._changed, names="value")
@@ -153,8 +174,6 @@ class NewRunForm(Panel):
         self.inputs["resume_from"].observe(self._checkpoint_changed, names="value")
         self.hints.observe(lambda _: self._relabel(), names="value")
         on_language(self._relabel)
-        self._quiet = False
-        self.set(**values)
 
     # -- the widget -------------------------------------------------------------------------
 

@@ -7,7 +7,8 @@ Time: the emulator runs 60 emulated seconds per wall second (quota, session limi
 pushed notebook's own limit, which it rewrites: the kit sends real minutes). Where a test needs a
 link to stop before the run's end, the emulator's card takes at least `min_step_s` per step, so
 that holds on a fast machine as on a slow one. Tiny models, one CPU thread per session, status
-polled every 0.2 s (the kit's settings are handed to the driver, not read from the environment).
+polled every 0.2 s (every Kaggle host of these tests builds `SETTINGS`, or a test's own, instead of
+the person's; the control side is killed at the kit's named fault points, lab.faults).
 """
 from __future__ import annotations
 
@@ -25,13 +26,17 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT
-from kaggle_fixtures import kaggle_emulator, kaggle_lab, lab_env, make_kaggle_emulator, make_notebook  # noqa: F401
+from kaggle_fixtures import (kaggle_emulator, kaggle_lab, kaggle_settings, lab_env, make_kaggle_emulator,  # noqa: F401
+                             make_notebook)
+from lab import faults
 from lab.corpus.manifests import data_id_of
 from lab.machines import control
+from lab import settle
 from lab.machines import driver as machines
 from lab.machines import kaggle as km
 from lab.kernel.checkpoint import sha256_file
 from lab.config import RunConfig
+from lab.machines.outcome import End
 from lab.runs import load_run
 
 TINY = dict(context=32, width=32, heads=2, layers=2, batch_per_card=4, eval_every=200, eval_batches=2, lr=3e-3,
@@ -44,9 +49,13 @@ def tiny(data: Path, **kw) -> RunConfig:
     return RunConfig(**{**TINY, "data_dir": str(data), "constellations": ["pydoc"], **kw})
 
 
-def drive(run_id: str, lines: list | None = None, settings: km.KaggleSettings = SETTINGS, events=None):
-    return machines.drive(run_id, say=(lines if lines is not None else []).append, progress=False,
-                          settings=settings, events=events)
+@pytest.fixture(autouse=True)
+def fast_kaggle(monkeypatch):
+    kaggle_settings(monkeypatch, SETTINGS)
+
+
+def drive(run_id: str, lines: list | None = None):
+    return machines.drive(run_id, say=(lines if lines is not None else []).append, progress=False)
 
 
 def losses(folder: Path) -> dict[int, float]:
@@ -109,7 +118,8 @@ def test_a_run_longer_than_alices_quota_continues_on_bob_as_one_curve(paced_lab,
     emu, data = lab_env.emu, lab_env.data
     emu.set_quota("alice", total_s=ALICE_QUOTA_S)
     cfg = tiny(data, steps_until=400)
-    run = machines.register_run(cfg, "alice")  # the first link where the person asked; then the Auto rule
+    # The first link where the person asked; then the Auto rule.
+    run = settle.register_run(cfg.to_dict(), machine="alice")
     # A burst of 429s and 5xx on every call the run makes; one push whose reply is lost.
     for method, status, count in [("GetKernelSessionStatus", 429, 3), ("ListKernelSessionOutput", 503, 2),
                                   ("download", 500, 2), ("upload", 502, 2), ("StartBlobUpload", 429, 2),
@@ -183,7 +193,8 @@ class Crash(BaseException):
 def test_killing_the_control_side_anywhere_neither_loses_nor_repeats_anything(paced_lab):
     emu, data = paced_lab.emu, paced_lab.data
     emu.set_quota("alice", total_s=22 * 60)  # a short first link: this test is about the hand-off
-    run_id = machines.start(tiny(data, steps_until=300), machine="alice")  # a background process drives it
+    run_id = settle.register_run(tiny(data, steps_until=300).to_dict(), machine="alice").id
+    control.spawn_driver(run_id)  # a background process drives it
     wait_for(lambda: load_run(run_id).links and load_run(run_id).links[0].detail.get("kernel", {}).get("pushed_at"),
              what="the first push")
     driver = control.spawned[run_id]
@@ -191,24 +202,21 @@ def test_killing_the_control_side_anywhere_neither_loses_nor_repeats_anything(pa
     driver.wait(timeout=30)
     assert not machines.driver_alive(run_id) and "lab watch" in machines.status(run_id)["message"]
 
-    def crash_at(point: str):
-        def events(name: str) -> None:
-            if name == point:
-                raise Crash(name)
-        return events
+    def crash(point: str) -> None:
+        raise Crash(point)
 
     # It dies again after bob's copy of the checkpoint was uploaded, before that was recorded...
-    with pytest.raises(Crash):
-        drive(run_id, events=crash_at("after-checkpoints-upload"))
+    with pytest.raises(Crash), faults.at("after-checkpoints-upload", crash):
+        drive(run_id)
     assert emu.dataset_versions("bob", km.ckpt_slug(run_id)) == [1]
     assert load_run(run_id).links[1].detail.get("ckpt") is None
     # ...then after bob's push was sent, before its reply was recorded...
-    with pytest.raises(Crash):
-        drive(run_id, events=crash_at("after-push"))
+    with pytest.raises(Crash), faults.at("after-push", crash):
+        drive(run_id)
     assert emu.kernel_versions("bob", km.kernel_slug(run_id, 2)) == [1]
     assert not load_run(run_id).links[1].detail["kernel"].get("pushed_at")
     # ...and `lab watch` finishes the run.
-    done = subprocess.run([sys.executable, "-m", "lab.cli.watch", run_id, "-q"], cwd=ROOT, capture_output=True,
+    done = subprocess.run([sys.executable, "-m", "lab.cli", "watch", run_id, "-q"], cwd=ROOT, capture_output=True,
                           text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
 
@@ -227,7 +235,7 @@ def test_killing_the_control_side_anywhere_neither_loses_nor_repeats_anything(pa
 
 def test_credentials_refused_mid_run_stop_it_before_any_push(lab_env):
     emu = lab_env.emu
-    run = machines.register_run(tiny(lab_env.data, steps_until=5), "alice")
+    run = settle.register_run(tiny(lab_env.data, steps_until=5).to_dict(), machine="alice")
     emu.inject_faults("StartBlobUpload", 401, 1)  # the key was revoked after the run was checked
     final = drive(run.id)
     message = machines.status(run.id)["message"]
@@ -241,7 +249,7 @@ def test_a_push_refused_at_the_session_limit_waits_for_a_picked_account_or_moves
     emu, data = lab_env.emu, lab_env.data
     busy = "Maximum batch GPU session count of 2 reached."
     emu.fail_next_push("alice", busy)
-    run = machines.register_run(tiny(data, steps_until=5), "alice")
+    run = settle.register_run(tiny(data, steps_until=5).to_dict(), machine="alice")
     lines: list[str] = []
     final = drive(run.id, lines)  # the picked account: the lab waits for it and asks again, not fails
     assert final.status == "done", lines
@@ -255,7 +263,7 @@ def test_a_push_refused_at_the_session_limit_waits_for_a_picked_account_or_moves
     # With Auto, the lab moves on to the next free account.
     emu.set_quota("bob", total_s=30 * 3600, used_s=29 * 3600)  # so Auto tries alice (most quota) first
     emu.fail_next_push("alice", busy)
-    run = machines.register_run(tiny(data, steps_until=5), "auto")
+    run = settle.register_run(tiny(data, steps_until=5).to_dict(), machine="auto")
     lines: list[str] = []
     final = drive(run.id, lines)
     assert final.status == "done", lines
@@ -266,7 +274,7 @@ def test_a_push_refused_at_the_session_limit_waits_for_a_picked_account_or_moves
 def test_a_push_with_no_clear_answer_is_not_pushed_again_until_kaggle_is_asked(lab_env):
     emu, data = lab_env.emu, lab_env.data
     emu.inject_faults("SaveKernel", 500, 1)  # no answer, and Kaggle did not take it
-    run = machines.register_run(tiny(data, steps_until=5), "alice")
+    run = settle.register_run(tiny(data, steps_until=5).to_dict(), machine="alice")
     slug = km.kernel_slug(run.id, 1)
     final = drive(run.id)
     message = machines.status(run.id)["message"]
@@ -281,14 +289,14 @@ def test_a_push_with_no_clear_answer_is_not_pushed_again_until_kaggle_is_asked(l
 def test_a_session_kaggle_ran_without_its_data_trains_nothing_and_the_data_goes_up_again(lab_env):
     emu, data = lab_env.emu, lab_env.data
     emu.drop_sources_next_push("alice")
-    run = machines.register_run(tiny(data, steps_until=5), "alice")
+    run = settle.register_run(tiny(data, steps_until=5).to_dict(), machine="alice")
     lines: list[str] = []
     final = drive(run.id, lines)
     slug = f"alice/{km.data_slug(data_id_of(data))}"
     assert any("without these sources" in line and slug in line for line in lines), lines
     assert final.status == "done" and [link.status for link in final.links] == ["failed", "done"]
     first = final.links[0]
-    assert first.detail["input_not_ready"] and first.detail["kernel"]["dropped_sources"] == [slug]
+    assert first.outcome.kind is End.PUSH_AGAIN and first.detail["kernel"]["dropped_sources"] == [slug]
     assert not (final.folder / first.detail["folder"] / "metrics.jsonl").exists(), "it trained nothing"
     assert emu.dataset_versions("alice", km.data_slug(data_id_of(data))) == [1, 2], "what Kaggle lost went up again"
     assert len(pushes(emu)) == 2
@@ -299,7 +307,7 @@ def test_quota_exhausted_everywhere_waits_for_the_earliest_refresh_and_says_so(l
     refresh = datetime.now(timezone.utc) + timedelta(seconds=4)
     emu.set_quota("alice", used_s=30 * 3600, refresh_time=refresh)
     emu.set_quota("bob", used_s=30 * 3600)
-    run = machines.register_run(tiny(lab_env.data, steps_until=5), "auto")
+    run = settle.register_run(tiny(lab_env.data, steps_until=5).to_dict(), machine="auto")
     result: dict = {}
     driver = threading.Thread(target=lambda: result.update(final=drive(run.id)))
     driver.start()
@@ -313,18 +321,20 @@ def test_quota_exhausted_everywhere_waits_for_the_earliest_refresh_and_says_so(l
     assert result["final"].status == "done" and [link.machine for link in result["final"].links] == ["alice"]
 
 
-def test_a_dataset_that_never_gets_ready_stops_the_run_and_the_retry_uploads_nothing_twice(lab_env):
+def test_a_dataset_that_never_gets_ready_stops_the_run_and_the_retry_uploads_nothing_twice(lab_env, monkeypatch):
     emu, data = lab_env.emu, lab_env.data
     slug = km.data_slug(data_id_of(data))
     emu.set_dataset_behaviour("alice", slug, "stuck")
-    run = machines.register_run(tiny(data, steps_until=5), "alice")
-    final = drive(run.id, settings=km.KaggleSettings(poll_s=0.2, retry_base_s=0.01, dataset_wait_s=1))
+    run = settle.register_run(tiny(data, steps_until=5).to_dict(), machine="alice")
+    kaggle_settings(monkeypatch, km.KaggleSettings(poll_s=0.2, retry_base_s=0.01, dataset_wait_s=1))
+    final = drive(run.id)
     message = machines.status(run.id)["message"]
     assert final.status == "failed" and pushes(emu) == []
     assert f"Kaggle account 'alice': dataset alice/{slug} is still" in message
     assert f"`lab watch {run.id}` waits for it again without uploading it twice" in message
 
     emu.set_dataset_behaviour("alice", slug, None)  # Kaggle catches up
+    kaggle_settings(monkeypatch, SETTINGS)
     final = drive(run.id)
     assert final.status == "done" and [link.status for link in final.links] == ["failed", "done"]
     assert emu.dataset_versions("alice", slug) == [1] and len(emu.recorded("CreateDataset")) == 1
@@ -333,7 +343,7 @@ def test_a_dataset_that_never_gets_ready_stops_the_run_and_the_retry_uploads_not
 def test_a_kernel_ending_in_error_twice_stops_the_run_with_its_log(lab_env, monkeypatch):
     failing = make_notebook("raise RuntimeError('CUDA out of memory. Tried to allocate 2.00 GiB')")
     monkeypatch.setattr(km, "kernel_notebook", lambda cfg, resume_name, limit_min, **expected: failing)
-    run = machines.register_run(tiny(lab_env.data, steps_until=5), "alice")
+    run = settle.register_run(tiny(lab_env.data, steps_until=5).to_dict(), machine="alice")
     lines: list[str] = []
     final = drive(run.id, lines)
     message = machines.status(run.id)["message"]
@@ -348,7 +358,8 @@ def test_a_kernel_ending_in_error_twice_stops_the_run_with_its_log(lab_env, monk
 
 def test_cancel_starts_no_further_link_and_says_where_to_stop_the_session(lab_env):
     emu = lab_env.emu
-    run_id = machines.start(tiny(lab_env.data, steps_until=100_000), machine="alice")
+    run_id = settle.register_run(tiny(lab_env.data, steps_until=100_000).to_dict(), machine="alice").id
+    control.spawn_driver(run_id)
     wait_for(lambda: (load_run(run_id).links or [None])[0] is not None
              and load_run(run_id).links[0].detail.get("kaggle_status") == "RUNNING", what="the session to run")
     slug = km.kernel_slug(run_id, 1)
@@ -370,9 +381,9 @@ def test_cancel_starts_no_further_link_and_says_where_to_stop_the_session(lab_en
 
 
 def unfriendly_lab(make_kaggle_emulator, pydoc_data, tmp_path, monkeypatch, **behaviour):
-    from kaggle_fixtures import lab_for
+    from kaggle_fixtures import fast_driving, lab_for
     lab = lab_for(make_kaggle_emulator(min_step_s=0.05, **behaviour), tmp_path, monkeypatch)
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    fast_driving(monkeypatch)
     lab.data = pydoc_data
     return lab
 
@@ -382,7 +393,7 @@ def continues_on_bob(lab, steps_until: int = 200, links: int | None = 2, lines: 
     under any behaviour of the service, and returns the final run."""
     emu, data = lab.emu, lab.data
     emu.set_quota("alice", total_s=22 * 60)  # a 12-minute link (12 wall seconds): not the whole run
-    run = machines.register_run(tiny(data, steps_until=steps_until), "alice")
+    run = settle.register_run(tiny(data, steps_until=steps_until).to_dict(), machine="alice")
     lines = [] if lines is None else lines
     final = drive(run.id, lines)
     assert final.status == "done" and final.step == steps_until, lines
@@ -428,17 +439,17 @@ def test_ready_before_mounted_is_waited_out_and_never_resumes_from_another_check
                                                                                      pydoc_data, tmp_path,
                                                                                      monkeypatch):
     lab = unfriendly_lab(make_kaggle_emulator, pydoc_data, tmp_path, monkeypatch)
-    real_register = machines.register_run
+    real_register = settle.register_run
 
-    def register(cfg, machine, *args):  # bob's hand-off is READY two seconds before it can be mounted
-        run = real_register(cfg, machine, *args)
+    def register(given, *args, **kwargs):  # bob's hand-off is READY two seconds before it can be mounted
+        run = real_register(given, *args, **kwargs)
         lab.emu.set_dataset_behaviour("bob", km.ckpt_slug(run.id), "mount-lag")
         return run
-    monkeypatch.setattr(machines, "register_run", register)
+    monkeypatch.setattr(settle, "register_run", register)
     final = continues_on_bob(lab, links=None)
     alice, waited, bob = final.links[0], final.links[1], final.links[-1]
     assert alice.status == "stopped" and alice.to_step > 0
-    assert waited.machine == "bob" and waited.status == "failed" and waited.detail["input_not_ready"]
+    assert waited.machine == "bob" and waited.status == "failed" and waited.outcome.kind is End.PUSH_AGAIN
     assert waited.to_step is None and not (final.folder / waited.detail["folder"] / "metrics.jsonl").exists(), \
         "it stopped before training"
     assert (final.folder / waited.detail["folder"] / "input-not-ready.json").is_file()
@@ -450,7 +461,7 @@ def test_a_session_refused_for_quota_at_its_start_moves_the_run_to_the_next_acco
                                                                                    monkeypatch):
     lab = unfriendly_lab(make_kaggle_emulator, pydoc_data, tmp_path, monkeypatch, quota_at_push=False, queue_s=1.0)
     emu = lab.emu
-    run = machines.register_run(tiny(lab.data, steps_until=20), "auto")
+    run = settle.register_run(tiny(lab.data, steps_until=20).to_dict(), machine="auto")
     emu.set_quota("bob", total_s=30 * 3600, used_s=20 * 3600)  # Auto tries alice (most quota) first
     spent = threading.Thread(target=lambda: (wait_for(lambda: pushes(emu, "alice"), 60, "alice's push"),
                                              emu.set_quota("alice", used_s=30 * 3600)))
@@ -460,7 +471,7 @@ def test_a_session_refused_for_quota_at_its_start_moves_the_run_to_the_next_acco
     spent.join(timeout=60)
     assert final.status == "done", lines
     assert [(link.machine, link.status) for link in final.links] == [("alice", "failed"), ("bob", "done")]
-    assert final.links[0].detail["refused"] == "quota" and not final.links[0].detail.get("ran")
+    assert final.links[0].outcome.kind is End.NO_QUOTA and not final.links[0].detail.get("ran")
     assert any("quota is spent" in line and "tries another machine" in line for line in lines), lines
 
 
@@ -468,11 +479,12 @@ def test_a_kernel_still_running_long_past_its_timeout_is_given_up_on(make_kaggle
                                                                     monkeypatch):
     from lab.runs import updating
     lab = unfriendly_lab(make_kaggle_emulator, pydoc_data, tmp_path, monkeypatch, enforce_timeout=False)
-    run = machines.register_run(tiny(lab.data, steps_until=100_000), "alice")
+    run = settle.register_run(tiny(lab.data, steps_until=100_000).to_dict(), machine="alice")
     km.plan_link(run.id, "alice", 30 * 3600, None, "test")
     with updating(run.id) as r:  # a timeout the emulator's clock passes at once; Kaggle never ends it
         r.links[0].detail["session_timeout_s"] = 1
-    final = drive(run.id, settings=km.KaggleSettings(poll_s=0.2, retry_base_s=0.01, overdue_s=2.0))
+    kaggle_settings(monkeypatch, km.KaggleSettings(poll_s=0.2, retry_base_s=0.01, overdue_s=2.0))
+    final = drive(run.id)
     message = machines.status(run.id)["message"]
     assert final.status == "failed" and "past its session timeout" in message and "Stop session" in message
     assert f"lab watch {run.id}" in message and lab.emu.session("alice", km.kernel_slug(run.id, 1)).status == "RUNNING"
@@ -483,7 +495,7 @@ def test_a_session_ending_in_error_after_a_save_is_a_link_that_ended_and_the_run
                                                                                         monkeypatch):
     lab = unfriendly_lab(make_kaggle_emulator, pydoc_data, tmp_path, monkeypatch)
     lab.emu.kill_next_session("alice", after_s=15 * 60, lose_outputs=False)  # killed after its first saves
-    run = machines.register_run(tiny(lab.data, steps_until=400, checkpoint_every_min=1.0), "alice")
+    run = settle.register_run(tiny(lab.data, steps_until=400, checkpoint_every_min=1.0).to_dict(), machine="alice")
     lines: list[str] = []
     final = drive(run.id, lines)
     assert final.status == "done", lines

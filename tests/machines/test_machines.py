@@ -13,11 +13,14 @@ from lab.config import RunConfig, UserError
 from lab.corpus.manifests import data_id_of
 from lab.kaggle import client as kc
 from lab.machines import control
+from lab import settle
 from lab.machines import driver as machines
 from lab.machines import kaggle as km
 from lab.machines import kaggle_data, kaggle_outputs
+from lab.machines import registry
 from lab.machines.auto import choose
-from lab.machines.base import Follow
+from lab.machines.base import Follow, Host
+from lab.machines.outcome import End, Outcome
 
 CFG = RunConfig()
 
@@ -141,17 +144,17 @@ def test_wrong_or_missing_credentials_make_an_account_unusable_and_say_what_to_d
     assert choice.machine is None and "alice:" in choice.reason_en and "bob:" in choice.reason_en
     cfg = RunConfig(data_dir=str(pydoc_data), steps_until=5)
     with pytest.raises(kc.KaggleError) as e:
-        machines.start(cfg, machine="alice")
+        settle.register_run(cfg.to_dict(), machine="alice")
     assert e.value.account == "alice" and "lab accounts remove alice" in str(e.value)
-    with pytest.raises(UserError, match="No Kaggle account 'carol'"):
-        machines.start(cfg, machine="carol")
+    with pytest.raises(UserError, match="no machine 'carol' in the lab; its machines: local, alice, bob"):
+        settle.register_run(cfg.to_dict(), machine="carol")
     assert not (kaggle_lab.home / "runs").exists() or not any((kaggle_lab.home / "runs").iterdir()), \
         "a refused start leaves no run behind"
     assert kaggle_lab.emu.account("alice").key not in json.dumps([m.__dict__ for m in found.values()])
 
 
 def test_lab_accounts_and_overview_show_what_runs_on_an_account(kaggle_lab, pydoc_data):
-    run = machines.register_run(RunConfig(data_dir=str(pydoc_data), steps_until=5), "alice")
+    run = settle.register_run(RunConfig(data_dir=str(pydoc_data), steps_until=5).to_dict(), machine="alice")
     km.plan_link(run.id, "alice", 3600, None, "test")
     assert control.active_runs_on("alice") == [run.id] and control.active_runs_on("bob") == []
     assert {m.name: m.running for m in machines.overview()}["alice"] == [run.id]
@@ -159,6 +162,53 @@ def test_lab_accounts_and_overview_show_what_runs_on_an_account(kaggle_lab, pydo
     assert state["status"] == "running" and state["links"][0]["machine"] == "alice"
     assert "lab watch" in state["message"], "no process drives it: the person is told how to resume"
     json.dumps(state)
+    # The account removed from the lab: its link still finds its host by the kind it carries.
+    live = machines.load_run(run.id).folder / "links" / "001-alice" / "live.log"
+    live.parent.mkdir(parents=True, exist_ok=True)
+    live.write_text(json.dumps([{"stream_name": "stdout", "data": "step 3/5 loss 4.2\n"}]))
+    kc.remove_account("alice")
+    assert machines.machine_names() == ["local", "bob"]
+    assert registry.host_of(machines.load_run(run.id).links[0]).kind == "kaggle"
+    assert "step 3/5 loss 4.2" in machines.status(run.id)["log_tail"]
+
+
+def test_a_run_recorded_before_links_carried_their_outcome_reads_as_it_did(tmp_path, monkeypatch):
+    """A run.json written by the kit before outcomes: each link's outcome is read from the flags
+    its machine kept then, so `lab watch` on it decides as it decided before."""
+    from lab.runs import load_run
+    monkeypatch.setenv("LAB_HOME", str(tmp_path / "home"))
+    folder = tmp_path / "home" / "runs" / "20261130-120000-2x32-old0"
+    folder.mkdir(parents=True)
+    kaggle = lambda **flags: {"kind": "kaggle", "folder": "links/x", "limit_min": 16.0, **flags}  # noqa: E731
+    links = [("stopped", {"kind": "local", "in_driver": True}), ("failed", {"kind": "local", "abandoned": True}),
+             ("failed", kaggle(session_started=True)), ("failed", kaggle(session_started=True, input_not_ready=True)),
+             ("failed", kaggle(session_started=True, refused="quota")), ("failed", kaggle()),
+             ("cancelled", kaggle()), ("running", kaggle(session_started=True))]
+    (folder / "run.json").write_text(json.dumps({
+        "id": folder.name, "config": RunConfig(steps_until=100).to_dict(), "status": "failed",
+        "links": [{"n": n, "machine": "alice", "status": status, "from_step": 0, "reason": f"why {n}",
+                   "detail": detail} for n, (status, detail) in enumerate(links, 1)]}))
+    run = load_run(folder.name)
+    assert [(link.outcome.kind, link.outcome.session) if link.outcome else None for link in run.links] == [
+        (End.CONTINUE, True), (End.INTERRUPTED, True), (End.LOST, True), (End.PUSH_AGAIN, True),
+        (End.NO_QUOTA, True), (End.FAILED, False), (End.CANCELLED, False), None]
+    assert [link.kind for link in run.links] == ["local", "local"] + ["kaggle"] * 6
+    assert run.links[2].limit_min == 16.0 and run.links[2].outcome.reason == "why 3"
+    assert machines._lost_in_a_row(load_run(folder.name)) == 0  # the cancel ends the count, as it did
+
+
+def test_a_fault_point_must_be_one_the_kit_names():
+    from lab import faults
+    faults.reached("after-push")  # nothing registered: nothing happens
+    hits: list[str] = []
+    with faults.at("after-download", hits.append):
+        faults.reached("after-push")
+        faults.reached("after-download")
+    faults.reached("after-download")
+    assert hits == ["after-download"]
+    with pytest.raises(ValueError, match="unknown fault point 'after-pushed'"):
+        with faults.at("after-pushed", hits.append):
+            pass
 
 
 def test_a_run_started_on_this_computer_goes_on_in_the_background_and_cancel_saves_it(pydoc_data, tmp_path,
@@ -169,7 +219,8 @@ def test_a_run_started_on_this_computer_goes_on_in_the_background_and_cancel_sav
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     cfg = RunConfig(context=32, width=32, heads=2, layers=2, batch_per_card=4, eval_every=1000, eval_batches=2,
                     warmup_steps=2, steps_until=1_000_000, data_dir=str(pydoc_data))
-    run_id = machines.start(cfg, machine="local")
+    run_id = settle.register_run(cfg.to_dict(), machine="local").id
+    control.spawn_driver(run_id)
     driver = control.spawned[run_id]
     try:
         metrics = tmp_path / "home" / "runs" / run_id / "metrics.jsonl"
@@ -179,7 +230,7 @@ def test_a_run_started_on_this_computer_goes_on_in_the_background_and_cancel_sav
             time.sleep(0.1)
         state = machines.status(run_id)
         assert (state["status"], state["machine"], state["driver"]) == ("running", "local", True)
-        assert machines.overview(kaggle=False)[0].running == [run_id]
+        assert machines.overview(only="local")[0].running == [run_id]
         assert "saves a checkpoint and stops" in machines.cancel(run_id)
         driver.wait(timeout=120)
     finally:
@@ -197,7 +248,7 @@ def test_a_run_started_on_this_computer_goes_on_in_the_background_and_cancel_sav
 
 def _local_run(pydoc_data, tmp_path, monkeypatch):
     monkeypatch.setenv("LAB_HOME", str(tmp_path / "home"))
-    return machines.register_run(RunConfig(data_dir=str(pydoc_data), steps_until=5), "local")
+    return settle.register_run(RunConfig(data_dir=str(pydoc_data), steps_until=5).to_dict(), machine="local")
 
 
 def test_a_cancel_before_the_driver_holds_the_run_sticks_and_a_probe_does_not_turn_the_driver_away(
@@ -223,7 +274,7 @@ def test_a_cancel_before_the_driver_holds_the_run_sticks_and_a_probe_does_not_tu
         holder.release()
     # Asking to go on (a new start of the same run) forgets the cancel before any driver starts.
     assert machines.cancel_requested(run.id)
-    machines.register_run(run.cfg, "local", cont=run)
+    settle.register_run({}, run.id, "local")
     assert not machines.cancel_requested(run.id)
 
 
@@ -237,11 +288,13 @@ def test_a_notebook_that_dies_unexpectedly_fails_its_link_and_says_lab_watch(pyd
         raise RuntimeError("Kernel died before replying to kernel_info")
     monkeypatch.setattr(papermill, "execute_notebook", dead_kernel)
     link = local_machine.LocalHost().start(run, local_machine.LocalHost().state([]), "test")
-    with pytest.raises(UserError) as e:
-        local_machine.execute_link(run, link, run.cfg, pydoc_data, None, progress=False)
-    assert "RuntimeError: Kernel died" in str(e.value) and f"lab watch {run.id}" in str(e.value)
+    ended = local_machine.execute_link(run, link, run.cfg, pydoc_data, None, progress=False)
+    assert ended.outcome.kind is End.FAILED, "a failed session on this computer fails the run"
+    assert "RuntimeError: Kernel died" in ended.outcome.reason and f"lab watch {run.id}" in ended.outcome.reason
     link = load_run(run.id).links[-1]
-    assert link.status == "failed" and "RuntimeError" in link.reason
+    assert link.status == "failed" and "RuntimeError" in link.reason and link.outcome == ended.outcome
+    final = machines.drive(run.id, say=lambda s: None, progress=False)  # the driver stops it with that reason
+    assert final.status == "failed" and "RuntimeError: Kernel died" in machines.status(run.id)["message"]
 
 
 def test_one_accounts_surprise_shows_as_its_error_only(kaggle_lab, monkeypatch):
@@ -258,7 +311,7 @@ def test_one_accounts_surprise_shows_as_its_error_only(kaggle_lab, monkeypatch):
 
 
 def test_a_cancel_before_the_push_uploads_nothing(kaggle_lab, pydoc_data):
-    run = machines.register_run(RunConfig(data_dir=str(pydoc_data), steps_until=5), "alice")
+    run = settle.register_run(RunConfig(data_dir=str(pydoc_data), steps_until=5).to_dict(), machine="alice")
     link = km.plan_link(run.id, "alice", 3600, None, "test")
     link = km.KaggleHost("alice").follow(machines.load_run(run.id), link, Follow(lambda s: None, lambda: True))
     assert link.status == "cancelled" and link.reason == "cancelled before its push"
@@ -270,63 +323,111 @@ def test_a_cancel_before_the_push_uploads_nothing(kaggle_lab, pydoc_data):
 # The driver speaks to machines through one interface only
 
 
-class _Card:
-    """A machine the driver has never heard of: it answers the interface and nothing else. Each
-    link trains 40 steps, and it runs at most one session at a time."""
+def card_kind(monkeypatch) -> list[str]:
+    """Registers the kind "card" with the lab: one machine the driver has never heard of, named
+    "card", that answers the interface and nothing else. Each link trains 40 steps, and it runs at
+    most one session at a time. Returns the calls it got."""
+    calls: list[str] = []
 
-    name, one_link_per_start = "card", False
+    class Card(Host):
+        kind = "card"
 
-    def __init__(self):
-        self.calls: list[str] = []
+        @classmethod
+        def names(cls):
+            return ["card"]
 
-    def check(self) -> None:
-        self.calls.append("check")
+        def check(self) -> None:
+            calls.append("check")
 
-    def state(self, running, patient=False):
-        from lab.machines.auto import Machine
-        return Machine("card", "card", "cpu", running=list(running), free=not running)
+        def state(self, running, patient=False):
+            from lab.machines.auto import Machine
+            return Machine("card", "card", "cpu", running=list(running), free=not running)
 
-    def holds(self, data_id, ckpt_sha256, run_id):
-        return set()
+        def start(self, run, machine, why):
+            from lab.runs import Link, updating
+            with updating(run.id) as r:
+                link = Link(n=len(r.links) + 1, machine="card", kind=self.kind, status="running", from_step=r.step)
+                r.links.append(link)
+            calls.append(f"start {link.n}")
+            return link
 
-    def start(self, run, machine, why):
-        from lab.runs import Link, updating
-        with updating(run.id) as r:
-            link = Link(n=len(r.links) + 1, machine="card", status="running", from_step=r.step)
-            r.links.append(link)
-        self.calls.append(f"start {link.n}")
-        return link
+        def follow(self, run, link, how):
+            from lab.runs import updating
+            with updating(run.id) as r:
+                ended = r.links[link.n - 1]
+                ended.to_step = min(ended.from_step + 40, r.cfg.steps_until)
+                ended.status, ended.reason = "stopped", "time limit"
+                ended.outcome = Outcome(End.CONTINUE, "time limit")
+            calls.append(f"follow {link.n} {'fresh' if how.fresh else 'found'}")
+            return ended
 
-    def follow(self, run, link, how):
-        from lab.runs import updating
-        with updating(run.id) as r:
-            ended = r.links[link.n - 1]
-            ended.to_step = min(ended.from_step + 40, r.cfg.steps_until)
-            ended.status, ended.reason = "stopped", "time limit"
-        self.calls.append(f"follow {link.n} {'fresh' if how.fresh else 'found'}")
-        return ended
+        def cancel(self, run, link, driver_pid):
+            return "stopped"
 
-    def cancel(self, run, link, driver_pid):
-        return "stopped"
+        def log_tail(self, run, link, lines):
+            return f"card log of link {link.n}"
 
-    def log_tail(self, run, link, lines):
-        return f"card log of link {link.n}"
+    monkeypatch.setitem(registry.KINDS, "card", Card)
+    return calls
 
 
 def test_the_driver_chains_links_on_any_machine_that_answers_the_interface(pydoc_data, tmp_path, monkeypatch):
     monkeypatch.setenv("LAB_HOME", str(tmp_path / "home"))
-    card = _Card()
-    monkeypatch.setattr(machines, "host_for", lambda name, settings=None, events=None: card)
-    monkeypatch.setattr(machines, "machine_names", lambda: ["card"])
-    run = machines.register_run(RunConfig(data_dir=str(pydoc_data), steps_until=100), "card")
+    calls = card_kind(monkeypatch)
+    assert registry.machine_names() == ["local", "card"] and registry.kind_of("card") == "card"
+    run = settle.register_run(RunConfig(data_dir=str(pydoc_data), steps_until=100).to_dict(), machine="card")
     lines: list[str] = []
     final = machines.drive(run.id, say=lines.append, progress=False)
     assert final.status == "done" and final.step == 100, lines
     assert [(link.from_step, link.to_step) for link in final.links] == [(0, 40), (40, 80), (80, 100)]
-    assert card.calls == ["check", "start 1", "follow 1 fresh", "start 2", "follow 2 fresh", "start 3",
-                          "follow 3 fresh"]
+    assert calls == ["check", "start 1", "follow 1 fresh", "start 2", "follow 2 fresh", "start 3", "follow 3 fresh"]
     assert any("card: you picked it" in line for line in lines)
     assert machines.status(run.id)["log_tail"] == "card log of link 3"
+
+
+def test_the_driver_decides_from_each_outcome_alone(pydoc_data, tmp_path, monkeypatch):
+    """A machine that ends links with a scripted outcome each: a lost session costs only itself, a
+    second in a row stops the run; a refusal is waited out; inputs not mounted are pushed again,
+    three times at most; a failure stops the run with the machine's reason, in Russian too."""
+    monkeypatch.setenv("LAB_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("LAB_DRIVER_POLL_S", "0.05")
+    card_kind(monkeypatch)
+    script: list[Outcome] = []
+    host = registry.host_class("card")
+    real_follow = host.follow
+
+    def follow(self, run, link, how):
+        ended = real_follow(self, run, link, how)
+        from lab.runs import updating
+        with updating(run.id) as r:  # the scripted end: no progress, and the outcome says how
+            ended = r.links[link.n - 1]
+            ended.to_step, ended.status, ended.outcome = None, "failed", script.pop(0)
+        return ended
+    monkeypatch.setattr(host, "follow", follow)
+
+    def run_with(*outcomes: Outcome):
+        script[:] = list(outcomes)
+        run = settle.register_run(RunConfig(data_dir=str(pydoc_data), steps_until=100).to_dict(), machine="card")
+        lines: list[str] = []
+        return machines.drive(run.id, say=lines.append, progress=False), lines
+
+    lost = Outcome(End.LOST, "the session ended ERROR")
+    final, lines = run_with(lost, lost)
+    assert final.status == "failed" and len(final.links) == 2
+    assert any("only that session is lost" in line for line in lines)
+    assert "the session ended ERROR" in machines.status(final.id)["message"]
+
+    busy, again = Outcome(End.BUSY, "card: busy.", session=False), Outcome(End.PUSH_AGAIN, "inputs not mounted")
+    final, lines = run_with(busy, lost, again, again, again)
+    assert final.status == "failed" and len(final.links) == 5
+    assert any("card: busy. The lab waits for it and asks again." in line for line in lines)
+    assert "3 sessions in a row found their inputs not mounted" in machines.status(final.id)["message"]
+
+    failed = Outcome(End.FAILED, "card: the disk is full.", "card: диск заполнен.", session=False)
+    final, _ = run_with(again, lost, failed)
+    state = machines.status(final.id)
+    assert final.status == "failed" and len(final.links) == 3 and state["message"].startswith("card: the disk is full.")
+    assert state["message_ru"].startswith("card: диск заполнен.") and f"lab watch {final.id}" in state["message_ru"]
 
 
 def test_a_datasets_licence_is_the_constellations_where_kaggle_knows_it():
@@ -349,17 +450,16 @@ def test_a_dataset_title_keeps_the_hash_that_makes_a_long_name_unique():
 def test_an_unexpected_error_fails_the_run_with_its_traceback_and_lab_watch_goes_on(pydoc_data, tmp_path,
                                                                                    monkeypatch):
     monkeypatch.setenv("LAB_HOME", str(tmp_path / "home"))
-    card = _Card()
-    broken = {"once": True}
+    card_kind(monkeypatch)
+    host = registry.host_class("card")
+    real_follow, broken = host.follow, {"once": True}
 
-    def follow(run, link, how):
+    def follow(self, run, link, how):
         if broken.pop("once", False):
             raise KeyError("a field the driver never saw coming")
-        return _Card.follow(card, run, link, how)
-    card.follow = follow
-    monkeypatch.setattr(machines, "host_for", lambda name, settings=None, events=None: card)
-    monkeypatch.setattr(machines, "machine_names", lambda: ["card"])
-    run = machines.register_run(RunConfig(data_dir=str(pydoc_data), steps_until=40), "card")
+        return real_follow(self, run, link, how)
+    monkeypatch.setattr(host, "follow", follow)
+    run = settle.register_run(RunConfig(data_dir=str(pydoc_data), steps_until=40).to_dict(), machine="card")
     final = machines.drive(run.id, say=lambda s: None, progress=False)
     state = machines.status(run.id)
     assert final.status == "failed" and "unexpected KeyError" in state["message"]

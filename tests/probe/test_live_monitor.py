@@ -44,8 +44,8 @@ def running_kaggle_run(mode: str, rows: list[dict]):
     (folder / LIVE_ROWS).write_text("".join(json.dumps(r) + "\n" for r in rows))
     with updating(run.id) as r:
         r.links = [Link(n=1, machine="alice", status="stopped", from_step=0, to_step=40),
-                   Link(n=2, machine="alice", status="running", from_step=40,
-                        detail={"kind": "kaggle", "folder": "links/002-alice"})]
+                   Link(n=2, machine="alice", kind="kaggle", status="running", from_step=40,
+                        detail={"folder": "links/002-alice"})]
         r.status = "running"
     return run
 

@@ -8,10 +8,12 @@ import time
 
 import pytest
 
-from kaggle_fixtures import kaggle_emulator, kaggle_lab, lab_for, make_kaggle_emulator  # noqa: F401
+from kaggle_fixtures import (fast_driving, kaggle_emulator, kaggle_lab, kaggle_settings, lab_for,  # noqa: F401
+                             make_kaggle_emulator)
 from lab.config import RunConfig
 from lab.kernel.metrics import read_metrics
 from lab.machines import control
+from lab import settle
 from lab.machines import driver as machines
 from lab.machines import kaggle as km
 from lab.machines.live import curve_rows
@@ -24,20 +26,21 @@ TINY = dict(context=32, width=32, heads=2, layers=2, batch_per_card=4, eval_ever
 def paced(pydoc_data, make_kaggle_emulator, tmp_path, monkeypatch):
     def make(**options):
         lab = lab_for(make_kaggle_emulator(min_step_s=0.04, **options), tmp_path, monkeypatch)
-        monkeypatch.setenv("OMP_NUM_THREADS", "1")
+        fast_driving(monkeypatch)
         lab.data = pydoc_data
         return lab
     yield make
     control.spawned.clear()
 
 
-def _start(lab, grace_s: float = 300.0):
+def _start(lab, monkeypatch, grace_s: float = 300.0):
     cfg = RunConfig(**TINY, data_dir=str(lab.data), constellations=["pydoc"])
-    run = machines.register_run(cfg, "alice")
+    run = settle.register_run(cfg.to_dict(), machine="alice")
     lines: list[str] = []
-    settings = km.KaggleSettings(poll_s=0.2, retry_base_s=0.01, dataset_wait_s=20, log_grace_s=grace_s)
-    t = threading.Thread(target=machines.drive, args=(run.id,),
-                         kwargs=dict(say=lines.append, progress=False, settings=settings), daemon=True)
+    kaggle_settings(monkeypatch, km.KaggleSettings(poll_s=0.2, retry_base_s=0.01, dataset_wait_s=20,
+                                                   log_grace_s=grace_s))
+    t = threading.Thread(target=machines.drive, args=(run.id,), kwargs=dict(say=lines.append, progress=False),
+                         daemon=True)
     t.start()
     return run.id, lines, t
 
@@ -55,9 +58,9 @@ def _while_running(run_id: str, predicate, timeout_s: float = 120.0):
     raise AssertionError("timed out")
 
 
-def test_the_monitor_and_watch_see_a_kaggle_runs_curve_while_its_session_runs(paced):
+def test_the_monitor_and_watch_see_a_kaggle_runs_curve_while_its_session_runs(paced, monkeypatch):
     lab = paced()
-    run_id, lines, t = _start(lab)
+    run_id, lines, t = _start(lab, monkeypatch)
     state = _while_running(run_id, lambda s: s["live"] and len(s["live"]["rows"]) >= 2
                            and s["links"][-1]["status"] == "running")
     assert state["live"]["mode"] in ("waiting", "live") and state["live"]["note_en"] is None
@@ -76,13 +79,13 @@ def test_the_monitor_and_watch_see_a_kaggle_runs_curve_while_its_session_runs(pa
     assert live_steps <= {r["step"] for r in authoritative}  # the preview was the same curve
 
 
-def test_an_account_whose_probe_found_the_log_kept_until_the_end_is_said_so_at_once(paced):
+def test_an_account_whose_probe_found_the_log_kept_until_the_end_is_said_so_at_once(paced, monkeypatch):
     from lab.probe.account import store
     lab = paced()
     lab.emu.log_while_running = False
     store("alice", {"account": "alice", "at": "2026-11-30T10:00:00+00:00", "can_run": True, "gpu": "2xT4",
                     "log_while_running": False})
-    run_id, lines, t = _start(lab, grace_s=3600)  # no waiting an hour: the probe already knows
+    run_id, lines, t = _start(lab, monkeypatch, grace_s=3600)  # no waiting an hour: the probe already knows
     state = _while_running(run_id, lambda s: s["live"] and s["live"]["note_en"])
     assert "the account's probe found so" in state["live"]["note_en"]
     t.join(180)

@@ -1,0 +1,39 @@
+"""`python -m lab.machines.background RUN [--resume]`: a run's driver in a process of its own.
+
+`lab.machines.control.spawn_driver` starts it in a session of its own, so it outlives the
+notebook or terminal that started the run; what it says goes to the run's `driver.log`. When
+another process drives the run already, it leaves the run to that one. `--resume`: a person asked
+to go on, so an earlier cancel is forgotten.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from lab.config import UserError
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m lab.machines.background", description=__doc__.splitlines()[0])
+    parser.add_argument("run", help="run id (or a unique prefix) or run folder")
+    parser.add_argument("--resume", action="store_true", help="forget an earlier cancel")
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    from lab.machines import driver
+    from lab.runs import load_run
+    try:
+        run_id = load_run(args.run).id
+        if driver.driver_alive(run_id):
+            return 0
+        final = driver.drive(run_id, resume=args.resume, progress=True)
+    except driver.DriverBusy:  # another process took it just now
+        return 0
+    except UserError as e:
+        print(f"lab driver: error: {e}", file=sys.stderr, flush=True)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    return 1 if final.status == "failed" else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,75 @@
+"""The kinds of machine the lab runs on, and each machine found by its name.
+
+    KINDS               kind -> its Host class ("module:Class", imported when first asked)
+    machine_names()     every machine of the lab: this computer, then each kind's own, in KINDS order
+    host_for(name)      the machine called `name`, as its kind's Host; hosts() every machine's
+    host_of(link)       the host of a recorded link, by the kind the link carries (a machine since
+                        removed from the lab still reads its link's files); class_of(link) its class
+
+A kind is one entry here: a `lab.machines.base.Host` subclass with its `kind`, a `names()`
+classmethod listing the lab's machines of that kind, and a constructor taking the name. Each
+host builds its own settings from the person's environment.
+"""
+from __future__ import annotations
+
+import importlib
+
+from lab.config import UserError
+from lab.machines.base import Host
+from lab.runs import Link
+
+KINDS: dict[str, str | type[Host]] = {
+    "local": "lab.machines.local:LocalHost",  # this computer, always named "local"
+    "kaggle": "lab.machines.kaggle:KaggleHost",  # each Kaggle account of lab.kaggle.accounts
+}
+
+
+def host_class(kind: str) -> type[Host]:
+    entry = KINDS.get(kind)
+    if entry is None:
+        raise UserError(f"no kind of machine {kind!r} (the lab knows {', '.join(KINDS)})")
+    if isinstance(entry, str):
+        module, _, name = entry.partition(":")
+        entry = getattr(importlib.import_module(module), name)
+    return entry
+
+
+def _named() -> list[tuple[str, str]]:
+    """(name, kind) of each machine of the lab; a name that two kinds list is the first's."""
+    seen: dict[str, str] = {}
+    for kind in KINDS:
+        for name in host_class(kind).names():
+            seen.setdefault(name, kind)
+    return list(seen.items())
+
+
+def machine_names() -> list[str]:
+    return [name for name, _ in _named()]
+
+
+def kind_of(name: str) -> str:
+    """The kind of the machine called `name`; an unknown name says which machines there are."""
+    named = dict(_named())
+    if name not in named:
+        raise UserError(f"no machine '{name}' in the lab; its machines: {', '.join(named)} (`lab machines` shows "
+                        "them; `lab accounts add NAME --kaggle-json PATH` adds a Kaggle account)")
+    return named[name]
+
+
+def host_for(name: str) -> Host:
+    return host_class(kind_of(name))(name)
+
+
+def hosts(only: str | None = None) -> list[Host]:
+    """Every machine of the lab as its host, in `machine_names` order (`only`: that one, if the
+    lab has it)."""
+    return [host_class(kind)(name) for name, kind in _named() if only is None or name == only]
+
+
+def class_of(link: Link) -> type[Host]:
+    """The Host class of the machine that ran `link`: by its recorded kind, else by its name."""
+    return host_class(link.kind if link.kind in KINDS else kind_of(link.machine))
+
+
+def host_of(link: Link) -> Host:
+    return class_of(link)(link.machine)
