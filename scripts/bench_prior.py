@@ -49,7 +49,7 @@ def step_times(precision: str, rounds: int, steps: int = 8, warmup: int = 2,
     import torch  # its threads: OMP_NUM_THREADS, as `lab train` would take it
     from lab.config import RunConfig
     from lab.kernel.model import GPT
-    from lab.kernel.train import Runtime, autocast, make_optimizer
+    from lab.kernel.step import Runtime, autocast, make_optimizer  # the kernel's own step parts
     device = torch.device("cpu")
     rt = Runtime(0, 1, device, precision, cards=1)
     best: dict[tuple, float] = {}
