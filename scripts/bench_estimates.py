@@ -61,7 +61,7 @@ from lab.config import RunConfig
 from lab.kernel.train import train
 cfg, out, data = RunConfig.from_dict(json.loads(sys.argv[1])), sys.argv[2], sys.argv[3]
 cpu = []
-print(json.dumps(train(cfg, out, data, given=set(), log=lambda s: None,
+print(json.dumps(train(cfg, out, data, log=lambda s: None,
                        on_metrics=lambda row: cpu.append([row.get("step"), time.process_time()]))))
 open(out + "/cpu.json", "w").write(json.dumps(cpu))
 """

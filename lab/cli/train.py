@@ -66,6 +66,8 @@ def run(args: argparse.Namespace) -> int:
     if cfg.resume_from:
         cfg = resumed(cfg, given)
     data_dir = find_data(cfg)
+    if "WORLD_SIZE" not in os.environ:  # once, before torchrun's workers: the calculator's word on this run
+        _record_prediction(Path(args.out), cfg)
     nproc = processes_wanted(cfg, args.nproc)
     if nproc > 1 and "WORLD_SIZE" not in os.environ:
         return launch_torchrun(nproc, args.argv)
@@ -86,6 +88,15 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(json.dumps(result))
     return 0
+
+
+def _record_prediction(out: Path, cfg: RunConfig) -> None:
+    """predicted.json in the --out folder, on this computer's card, as a registered run gets
+    from `lab.settle.register_run`: a folder `lab train` fills is measured like any run."""
+    from lab.machines.local import local_gpu
+    from lab.sizing.calibration import record_prediction
+    out.mkdir(parents=True, exist_ok=True)
+    record_prediction(out, cfg, gpu=local_gpu())
 
 
 if __name__ == "__main__":  # what torchrun runs

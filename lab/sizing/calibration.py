@@ -1,5 +1,6 @@
 """The kit keeps itself honest: what the calculator predicted for a run, written when the run
-is registered (before it has measured itself), against the speed the run then measured.
+is registered (`lab.settle.register_run`, before it has measured itself), against the speed the
+run then measured.
 
 `predicted.json` in the run's folder holds one prediction per card the run was sized for:
 {"predictions": {"cpu": {"tok_s", "kind", "interval", "from", "precision", "run_hours",
@@ -23,7 +24,8 @@ PREDICTED = "predicted.json"
 def record_prediction(folder: Path, cfg: RunConfig, gpu: str | None = None) -> dict | None:
     """Writes the calculator's prediction for the run in `folder` on `gpu` (default: the card
     the run is sized for) unless one is there for that card; returns it. Never raises: a run
-    goes on without it. The run registration calls it once a run's folder exists."""
+    goes on without it. `lab.settle.register_run` calls it for every run the lab registers
+    (the form's Start, lab run, lab branch, lab sweep), `lab train` for its --out folder."""
     from lab.sizing.estimate import estimate
     try:
         folder = Path(folder)
