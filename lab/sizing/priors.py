@@ -114,7 +114,9 @@ def _cpu_prior(card: Card, precision: str) -> Prior:
     size = reference_size(card)
     anchor = Point("guess", size, sum(c * x for c, x in zip(parts, size.parts())), CPU_ANCHOR_NOISE)
     return Prior("cpu", precision, parts, SHAPE_SPREAD["cpu"], anchor, False,
-                 f"the lab's rough guess for {cores} CPU core(s) in {precision} (measured on a "
-                 f"{CPU_CORES_MEASURED}-core EPYC; yours may differ 3× either way: a short run here measures it)",
-                 f"грубой прикидки лабы для {cores} ядер CPU в {precision} (замер на {CPU_CORES_MEASURED}-ядерном "
-                 f"EPYC; ваш может отличаться втрое в любую сторону: короткий прогон здесь измерит его)")
+                 f"the lab's rough guess for {cores} CPU core(s) in {precision} (measured on "
+                 f"{CPU_CORES_MEASURED} core(s) of an AMD EPYC; yours may differ 3× either way: a short run here "
+                 f"measures it)",
+                 f"грубой прикидки лабы для {cores} ядер CPU в {precision} (замер на AMD EPYC, "
+                 f"ядер: {CPU_CORES_MEASURED}; ваш может отличаться втрое в любую сторону: короткий прогон "
+                 f"здесь измерит его)")
