@@ -29,9 +29,7 @@ VOCAB = 4000
 GRID = [(1, 64, 64, 4), (2, 64, 64, 4), (4, 64, 64, 4), (8, 64, 64, 4), (2, 64, 64, 16), (2, 128, 64, 4),
         (2, 256, 64, 4), (2, 384, 64, 2), (2, 64, 256, 4), (2, 64, 512, 2), (4, 128, 128, 8), (4, 256, 256, 4),
         (8, 128, 128, 4), (2, 128, 512, 4), (4, 256, 128, 16), (4, 512, 128, 4), (1, 512, 256, 4), (2, 64, 1024, 1),
-        (8, 512, 512, 2), (4, 384, 256, 4),
-        # many tokens per step: per-token work outgrows the caches
-        (2, 128, 128, 32), (4, 64, 256, 16), (2, 256, 256, 8), (1, 128, 1024, 4)]
+        (8, 512, 512, 2), (4, 384, 256, 4)]
 
 
 def wait_for_quiet(load: float | None, max_s: float = 600.0) -> float:
@@ -93,16 +91,28 @@ def fit_parts(times: dict[tuple, float]) -> tuple[float, ...]:
 def main(precisions: list[str], rounds: int = 5, save: str | None = None, quiet: float | None = None,
          cpu_clock: bool = False) -> None:
     for precision in precisions:
+        from lab.sizing.priors import cpu_cores
+        print(f"  {precision} on {cpu_cores()} core(s) (CPU_CORES_MEASURED)", file=sys.stderr)
         times = step_times(precision, rounds, quiet=quiet, clock=time.process_time if cpu_clock else time.perf_counter)
         if save:
             with open(f"{save}-{precision}.json", "w") as f:
                 json.dump({",".join(map(str, k)): v for k, v in times.items()}, f, indent=1)
-        parts = fit_parts(times)
-        from lab.sizing.priors import cpu_cores
-        print(f'    "{precision}": ({", ".join(f"{v:.3g}" for v in parts)}),  # {cpu_cores()} core(s)')
-        worst = max(abs(sum(c * u for c, u in zip(parts, Size(n, d, L, VOCAB, b).parts())) / t - 1)
-                    for (L, d, n, b), t in times.items())
-        print(f"    # worst misfit on the grid: {worst:.0%}", flush=True)
+        report(precision, times)
+
+
+def load_times(path: str) -> dict[tuple, float]:
+    """Step times as --save wrote them: {"layers,width,context,batch": seconds}."""
+    with open(path) as f:
+        return {tuple(int(v) for v in key.split(",")): t for key, t in json.load(f).items()}
+
+
+def report(precision: str, times: dict[tuple, float]) -> None:
+    """Prints the parts fitted to `times` as a line of CPU_PARTS, and the fit's worst misfit."""
+    parts = fit_parts(times)
+    print(f'    "{precision}": ({", ".join(f"{v:.3g}" for v in parts)}),')
+    worst = max(abs(sum(c * u for c, u in zip(parts, Size(n, d, L, VOCAB, b).parts())) / t - 1)
+                for (L, d, n, b), t in times.items())
+    print(f"    # {len(times)} sizes; worst misfit on the grid: {worst:.0%}", flush=True)
 
 
 if __name__ == "__main__":
@@ -115,7 +125,12 @@ if __name__ == "__main__":
     p.add_argument("--cpu-clock", action="store_true",
                    help="time steps in the process's CPU seconds, which other work does not move (meaningful "
                         "with OMP_NUM_THREADS=1: one thread's CPU seconds are an idle core's wall seconds)")
+    p.add_argument("--fit", nargs=2, metavar=("PRECISION", "FILE"),
+                   help="only fit the parts to step times saved by --save (no timing)")
     a = p.parse_args()
+    if a.fit:
+        report(a.fit[0], load_times(a.fit[1]))
+        sys.exit(0)
     if a.cpu_clock and os.environ.get("OMP_NUM_THREADS") != "1":
         p.error("--cpu-clock needs OMP_NUM_THREADS=1")
     main(a.precision.split(","), a.rounds, a.save, a.quiet, a.cpu_clock)

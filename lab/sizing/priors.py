@@ -15,14 +15,16 @@ from dataclasses import dataclass
 from lab.sizing.cards import REFERENCE, Card
 from lab.sizing.steptime import Point, Size
 
-# This CPU's parts, fitted by `scripts/bench_prior.py --cpu-clock` to the lean step (model, fused
-# AdamW, clipping, autocast) on a grid of 20 sizes: one core (OMP_NUM_THREADS=1) of a 2-core AMD
-# EPYC (Zen 5, AVX512-BF16), torch 2.13 CPU build, timed in CPU seconds so that the other work on
-# the shared machine does not move them (each size's median step in the fastest of 3 rounds; the
-# fit's worst misfit on the grid 17% in fp32, 6% in bf16). Seconds per unit of (matmul FLOP,
-# attention FLOP, activation element, logit, weight, layer, micro-step); the first five run on
-# every core, per layer and per step they do not. bf16 autocast is the slower of the two here at
-# these sizes (1.05-1.8x): its casts cost more than its products save.
+# This CPU's parts, measured by `OMP_NUM_THREADS=1 scripts/bench_prior.py --cpu-clock --rounds 3`:
+# the lean step (model, fused AdamW, clipping, autocast) on its grid of 20 sizes, on one core of a
+# 2-core AMD EPYC (Zen 5, AVX512-BF16), torch 2.13 CPU build, timed in CPU seconds so that the
+# other work on the shared machine does not move them (each size's median step in the fastest of
+# 3 rounds; the fit's worst misfit on the grid 17% in fp32, 6% in bf16). The step times are kept
+# in scripts/measured/bench_prior-epyc-1core-*.json; `scripts/bench_prior.py --fit fp32 FILE`
+# prints these lines again from them. Seconds per unit of (matmul FLOP, attention FLOP,
+# activation element, logit, weight, layer, micro-step); the first five run on every core, per
+# layer and per step they do not. bf16 autocast is the slower of the two here at these sizes
+# (1.05-1.8x): its casts cost more than its products save.
 CPU_CORES_MEASURED = 1
 CPU_PARTS = {
     "fp32": (7.76e-12, 3.44e-12, 2.66e-08, 5.95e-09, 2.51e-09, 9.52e-04, 0.0),

@@ -195,3 +195,17 @@ def test_a_cpu_run_compiles_only_when_long_enough_and_its_time_counts_it(monkeyp
     assert parts(few)["compiling"] == 0
     assert parts(few + 20)["compiling"] == pytest.approx(runtime.COMPILE_S["cpu"] / 3600, abs=1e-3)
     assert parts(few + 20)["session_starts"] == pytest.approx(runtime.LOCAL_START_S / 3600, abs=1e-3)
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_the_cpu_prior_is_what_bench_prior_fits_to_its_saved_step_times(precision):
+    """The constants are a measurement: scripts/bench_prior.py's own fit of the step times it saved."""
+    import importlib.util
+    from lab.sizing.priors import CPU_PARTS
+    scripts = Path(__file__).resolve().parents[2] / "scripts"
+    spec = importlib.util.spec_from_file_location("bench_prior", scripts / "bench_prior.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    times = bench.load_times(str(scripts / "measured" / f"bench_prior-epyc-1core-{precision}.json"))
+    assert sorted(times) == sorted(bench.GRID)
+    assert CPU_PARTS[precision] == pytest.approx(bench.fit_parts(times), rel=5e-3, abs=1e-15)
