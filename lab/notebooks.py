@@ -38,6 +38,9 @@ SESSION_PARAMETERS = {
     "plot_x": ("step", "x axis of the plot: step or tokens"),
     "expect_data_sha256": ("", "sha256 of the data's manifest.json this session must find; empty: any"),
     "expect_ckpt_sha256": ("", "sha256 of the checkpoint this session must resume from; empty: any"),
+    "nnodes": (1, "hosts that train this run together under torchrun (a group of the lab's boxes); 1: this one"),
+    "node_rank": (0, "this host's place in the group: 0 for the first, whose outputs are the run's"),
+    "rdzv_endpoint": ("", "where the group's hosts meet: HOST:PORT on the first host"),
 }
 
 _LAB_IMPORT = re.compile(r"^(from lab(\.\w+)* import .*|import lab(\.\w+)*.*)$")
@@ -153,7 +156,8 @@ RUN = '''cfg = RunConfig.from_dict({name: globals()[name] for name in field_name
 session = inputs_as_sent(cfg, out_dir, given_fields, expect_data_sha256, expect_ckpt_sha256)'''
 
 TRAIN = '''result = run_session(session.cfg, session, KERNEL_PY, nproc=nproc, allow_fallback=allow_fallback,
-                     plot_every_s=plot_every_s, plot_x=plot_x, started=SESSION_STARTED, given=session.given)
+                     plot_every_s=plot_every_s, plot_x=plot_x, started=SESSION_STARTED, given=session.given,
+                     nodes=Nodes(nnodes, node_rank, rdzv_endpoint))
 result'''
 
 

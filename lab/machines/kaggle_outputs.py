@@ -25,7 +25,7 @@ def download(run_id: str, n: int, ctx: LinkContext) -> dict:
     slug = link.detail["kernel"]["slug"]
     for _ in range(2):  # one more download when the first came incomplete
         files = c.kernel_output(slug, folder)
-        check = _check_output(folder)
+        check = check_output(folder)
         if not check.get("problem"):
             break
         say(f"link {n}: {check['problem']}; downloading again")
@@ -37,7 +37,7 @@ def download(run_id: str, n: int, ctx: LinkContext) -> dict:
     return output
 
 
-def _check_output(folder: Path) -> dict:
+def check_output(folder: Path) -> dict:
     """The session's result and its newest whole checkpoint (sha256 recomputed here)."""
     out: dict = {}
     marker = folder / INPUT_NOT_READY

@@ -22,6 +22,37 @@ def need_hours(run: Run) -> float | None:
         return None
 
 
+def finish_hours(run: Run, machines: list) -> dict[str, float | None]:
+    """Hours the rest of the run takes on each Kaggle account and box, by the speed measured on
+    its cards (the calculator's figure; None where it has none): what the Auto rule ranks by
+    among the machines that cover the run. Asked only where a box is among them (the lab's
+    Kaggle accounts all have the same cards)."""
+    if not any(m.kind == "ssh" for m in machines):
+        return {}
+    on_card: dict[str, float | None] = {}
+    for m in machines:
+        gpu = "2xT4" if m.kind == "kaggle" else m.gpu
+        if m.kind in ("kaggle", "ssh") and gpu not in on_card:
+            on_card[gpu] = _hours_on(run, gpu, kaggle=m.kind == "kaggle")
+    return {m.name: on_card["2xT4" if m.kind == "kaggle" else m.gpu] for m in machines if m.kind in ("kaggle", "ssh")}
+
+
+def _hours_on(run: Run, gpu: str, kaggle: bool) -> float | None:
+    from dataclasses import replace
+
+    from lab import sizing
+    ckpt = {"step": run.step, "config": run.cfg.to_dict()} if run.step else None
+    try:
+        est = sizing.estimate(replace(run.cfg, gpu=gpu), checkpoint=ckpt)
+    except (UserError, ValueError):
+        return None
+    if kaggle:
+        return est.hours_to_finish  # its start-ups included
+    hours = est.run_hours
+    return None if hours.value is None else float((getattr(hours, "extra", None) or {}).get("to_steps_until",
+                                                                                           hours.value))
+
+
 def found_data(cfg: RunConfig) -> Path | None:
     """The data folder the run trains on: its pinned `data_dir`, else the one prepared for its
     constellations with their current text; None when none is prepared yet. An unknown

@@ -21,6 +21,7 @@ from lab.runs import Link
 KINDS: dict[str, str | type[Host]] = {
     "local": "lab.machines.local:LocalHost",  # this computer, always named "local"
     "kaggle": "lab.machines.kaggle:KaggleHost",  # each Kaggle account of lab.kaggle.accounts
+    "ssh": "lab.machines.ssh:SshHost",  # each of the lab's own boxes (or groups) of lab.machines.ssh_boxes
 }
 
 
