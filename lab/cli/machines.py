@@ -71,7 +71,8 @@ def _add(args: argparse.Namespace) -> int:
         record = check_machine(box.name, say=lambda s: print(s, flush=True))
     except UserError as e:  # unreachable, a changed host key, no Python there: not worth keeping
         remove_box(box.name)
-        raise UserError(f"{e}. The machine was not added.") from None
+        text = str(e)
+        raise UserError(text + (" " if text.endswith((".", "?")) else ". ") + "The machine was not added.") from None
     return _print_check(record, False)
 
 
@@ -89,7 +90,8 @@ def _print_check(record: dict, as_json: bool) -> int:
             print(f"  {h['host']}: Python {h.get('python')}, torch {h.get('torch') or '-'}, CUDA {h.get('cuda') or '-'}; "
                   f"{gpus}; {h.get('free_gb')} GB free in {h.get('workdir')}; rsync {'yes' if h.get('rsync') else 'no'}")
     if record.get("can_run") is False:
-        raise UserError(f"{record['machine']} cannot run the lab's sessions: {record['why']}")
+        from lab.machines.ssh_boxes import check_problem
+        raise UserError(f"{record['machine']} cannot run the lab's sessions: {check_problem(record['machine'])}")
     return 0
 
 

@@ -25,6 +25,7 @@ from lab.machines.ssh_client import Address
 NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,39}")
 DEFAULT_PYTHON = "python3"
 DEFAULT_WORKDIR = "lab-box"  # relative: in the remote user's home
+ROOM_GB = 0.1  # room a session needs in a box's workdir beyond what is copied (its checkpoints, its log)
 MACHINE_FILE, CHECK_FILE, HOLDS_FILE, BURST_FOLDER = "machine.json", "check.json", "holds.json", "check"
 
 

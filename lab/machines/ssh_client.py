@@ -73,7 +73,8 @@ def options() -> list[str]:
         "-o", f"ServerAliveInterval={ALIVE_S}", "-o", f"ServerAliveCountMax={ALIVE_COUNT}"]
 
 
-def _client(name: str) -> str:
+def client(name: str) -> str:
+    """The OpenSSH client's program `name` (ssh, sftp) or rsync, found on PATH."""
     found = shutil.which(name)
     if found is None:
         raise UserError(f"the OpenSSH client's `{name}` is not installed here: install it (Debian/Ubuntu: "
@@ -84,7 +85,7 @@ def _client(name: str) -> str:
 def ssh_argv(address: Address, command: str) -> list[str]:
     """ssh to `address` running `command` (one shell command line, quoted by the caller)."""
     port = ["-p", str(address.port)] if address.port else []
-    return [_client("ssh"), *options(), *port, address.host, command]
+    return [client("ssh"), *options(), *port, address.host, command]
 
 
 def python_word(python: str) -> str:
@@ -142,7 +143,7 @@ def copy_up(address: Address, local: Path, remote: str, rsync: bool, there: dict
     where both sides have it, else sftp. `there`: the files already in `remote` with their sizes
     (relative paths): a whole one is skipped, a shorter one continued (sftp's reput)."""
     if rsync and shutil.which("rsync"):
-        cmd = [_client("rsync"), "-a", "--partial", "--protect-args", "-e", shlex.join(_rsh(address)),
+        cmd = [client("rsync"), "-a", "--partial", "--protect-args", "-e", shlex.join(_rsh(address)),
                f"{local}/", f"{address.host}:{remote}/"]
         _copy(address, cmd, None, timeout_s)
         return
@@ -168,7 +169,7 @@ def copy_down(address: Address, remote: str, files: dict[str, int], local: Path,
         return
     local.mkdir(parents=True, exist_ok=True)
     if rsync and shutil.which("rsync"):
-        cmd = [_client("rsync"), "-a", "--partial", "--protect-args", "--files-from=-", "-e",
+        cmd = [client("rsync"), "-a", "--partial", "--protect-args", "--files-from=-", "-e",
                shlex.join(_rsh(address)), f"{address.host}:{remote}/", f"{local}/"]
         _copy(address, cmd, "".join(f"{rel}\n" for rel in sorted(files)), timeout_s)
         return
@@ -185,13 +186,13 @@ def copy_down(address: Address, remote: str, files: dict[str, int], local: Path,
 
 
 def _rsh(address: Address) -> list[str]:
-    return [_client("ssh"), *options(), *(["-p", str(address.port)] if address.port else [])]
+    return [client("ssh"), *options(), *(["-p", str(address.port)] if address.port else [])]
 
 
 def _sftp_argv(address: Address) -> list[str]:
     # sftp takes ssh's -o options; its port flag is -P, and "-b -" reads the batch from stdin
     # (a failing command ends the batch with a non-zero status).
-    return [_client("sftp"), *options(), *(["-P", str(address.port)] if address.port else []), "-q", "-b", "-",
+    return [client("sftp"), *options(), *(["-P", str(address.port)] if address.port else []), "-q", "-b", "-",
             address.host]
 
 

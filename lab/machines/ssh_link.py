@@ -30,12 +30,10 @@ from lab.corpus.manifests import data_id_of
 from lab.kernel.checkpoint import sha256_file
 from lab.machines import ssh_remote
 from lab.machines.kaggle_data import get_link, set_link, stage_checkpoint
-from lab.machines.ssh_boxes import Box, note_data
-from lab.machines.ssh_client import Address, copy_up, options, remote_python
-from lab.notebooks import TRAIN_NOTEBOOK, parameterized
+from lab.machines.ssh_boxes import ROOM_GB, Box, note_data
+from lab.machines.ssh_client import Address, client, copy_up, options, remote_python
 
 REMOTE = Path(ssh_remote.__file__).read_text(encoding="utf-8")
-MARGIN_GB = 0.1  # room a session needs on the box beyond what is copied (its checkpoints, logs)
 
 
 @dataclass
@@ -109,6 +107,7 @@ def stage(ctx: BoxLink) -> list[dict]:
 
 def _up_folder(ctx: BoxLink, run_folder: Path, source: dict | None) -> Path:
     """What goes into the link's folder on each host: the notebook, the box's half, the checkpoint."""
+    from lab.notebooks import TRAIN_NOTEBOOK  # nbformat, imported only for a link
     up = ctx.folder / ".up"
     shutil.rmtree(up, ignore_errors=True)
     up.mkdir(parents=True)
@@ -125,11 +124,11 @@ def _stage_host(ctx: BoxLink, i: int, data_dir: Path, key: str, up: Path) -> dic
     st = remote(box, i, "stage", box.workdir, key, link_rel)
     sizes = _sizes(data_dir)
     missing = 0 if st["whole"] else sum(s for rel, s in sizes.items() if st["there"].get(rel) != s)
-    need_gb = (missing + sum(_sizes(up).values())) / 1e9 + MARGIN_GB
+    need_gb = (missing + sum(_sizes(up).values())) / 1e9 + ROOM_GB
     if st["free_gb"] < need_gb:
         raise UserError(f"{box.where}: {address.host} has {st['free_gb'] * 1000:.1f} MB free in {st['workdir']}, "
                         f"and this link needs {need_gb * 1000:.1f} MB there (the data, the notebook and the "
-                        f"checkpoint, and {MARGIN_GB * 1000:.0f} MB for the session's own): free some space there, "
+                        f"checkpoint, and {ROOM_GB * 1000:.0f} MB for the session's own): free some space there, "
                         "or give the machine another --workdir. Nothing was copied; the run keeps its checkpoint.")
     if not st["whole"]:
         ctx.say(f"link {ctx.n}: copying the data ({missing / 1e6:.1f} MB) to {address.host}")
@@ -176,6 +175,7 @@ def launch(ctx: BoxLink, hosts: list[dict]) -> list[dict]:
 def node_params(cfg: RunConfig, source: dict | None, host: dict, node: int, nodes: int,
                 endpoint: str | None) -> dict:
     """The notebook's parameters on one host: its own paths, the sha256 of what it must find."""
+    from lab.notebooks import parameterized
     resume = f"{host['link']}/resume/{source['name']}" if source else ""
     link_cfg = RunConfig.from_dict({**cfg.to_dict(), "data_dir": host["data"], "resume_from": resume})
     manifest = sha256_of_manifest(cfg)
@@ -194,8 +194,8 @@ def rendezvous_host(address: Address) -> str:
     other hosts reach its rendezvous."""
     port = ["-p", str(address.port)] if address.port else []
     try:
-        out = subprocess.run(["ssh", "-G", *options(), *port, address.host], capture_output=True, text=True,
-                             timeout=30).stdout
+        out = subprocess.run([client("ssh"), "-G", *options(), *port, address.host], capture_output=True,
+                             text=True, timeout=30).stdout
     except (OSError, subprocess.SubprocessError):
         out = ""
     for line in out.splitlines():

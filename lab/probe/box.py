@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Callable
 
 from lab.config import UserError, card_set
-from lab.machines.ssh_boxes import Box, burst_folder, get_box, write_check
+from lab.machines.ssh_boxes import ROOM_GB, Box, burst_folder, get_box, write_check
 from lab.machines.ssh_client import remote_python
 from lab.probe.account import CPU_SIZE, GPU_SIZE, session_source, worker_source
 from lab.probe.record import store_measurement
@@ -67,7 +67,7 @@ def check_machine(name: str, say: Callable[[str], None] = print, plan: BoxPlan |
 def _check_host(box: Box, i: int, script: str, plan: BoxPlan) -> dict:
     address = box.hosts[i]
     args = json.dumps({"workdir": box.workdir, "gpu_size": plan.gpu_size, "cpu_size": plan.cpu_size,
-                       "steps": plan.steps, "timeout_s": plan.timeout_s, "burst": i == 0})
+                       "steps": plan.steps, "timeout_s": plan.timeout_s, "burst": i == 0, "min_free_gb": ROOM_GB})
     proc = remote_python(address, box.python, script, [args], timeout_s=plan.timeout_s + 120)
     if proc.returncode in (126, 127):
         raise UserError(f"{box.where}: there is no Python at {box.python} on {address.host}: give the box's Python "
@@ -122,6 +122,11 @@ def _problems(box: Box, h: dict) -> list[tuple[str, str]]:
         return [(f"{host} cannot make the workdir {h['workdir']} ({h['workdir_error']}): give another with --workdir.",
                  f"на {host} не создать рабочую папку {h['workdir']} ({h['workdir_error']}): укажите другую "
                  "через --workdir.")]
+    if h.get("disk_full"):
+        return [(f"{host} has {h['free_gb'] * 1000:.1f} MB free in {h['workdir']}, too little for a run's data and "
+                 f"checkpoints: free some space there, or give the machine another --workdir.",
+                 f"на {host} свободно {h['free_gb'] * 1000:.1f} МБ в {h['workdir']}, слишком мало для данных и "
+                 "чекпоинтов прогона: освободите место или укажите машине другую --workdir.")]
     if h.get("missing"):
         line = f"ssh {host} {shlex.quote(python)} -m pip install {' '.join(h['missing'])}"
         return [(f"{host} lacks {', '.join(h['missing'])}, which the training notebook needs: install them with "

@@ -38,7 +38,7 @@ def package_facts() -> dict:
 
 
 def box_main(workdir: str, gpu_size: dict, cpu_size: dict, steps: int, timeout_s: float, burst: bool,
-             worker_source: str) -> dict:
+             min_free_gb: float, worker_source: str) -> dict:
     w = Path(workdir).expanduser()
     w = (w if w.is_absolute() else Path.home() / w).resolve()
     facts = {"format": 1, "python": sys.version.split()[0], "executable": sys.executable,
@@ -49,7 +49,10 @@ def box_main(workdir: str, gpu_size: dict, cpu_size: dict, steps: int, timeout_s
     except OSError as e:
         facts["workdir_error"] = f"{type(e).__name__}: {e}"
         return facts
-    facts["free_gb"] = free_disk_gb(w)
+    facts["free_gb"] = round(shutil.disk_usage(w).free / 1e9, 4)
+    if facts["free_gb"] is not None and facts["free_gb"] < min_free_gb:
+        facts["disk_full"] = True  # no room for a run there: nothing more is written
+        return facts
     if "torch" in facts["missing"]:
         return facts
     facts.update(gpu_facts())
@@ -74,4 +77,5 @@ def box_main(workdir: str, gpu_size: dict, cpu_size: dict, steps: int, timeout_s
 if __name__ == "__main__" and len(sys.argv) > 1:
     args = json.loads(sys.argv[1])
     print(json.dumps(box_main(args["workdir"], args["gpu_size"], args["cpu_size"], args["steps"], args["timeout_s"],
-                              args["burst"], WORKER_SOURCE)), flush=True)  # noqa: F821 - pasted in by lab.probe.box
+                              args["burst"], args["min_free_gb"], WORKER_SOURCE)),  # noqa: F821 - lab.probe.box
+          flush=True)
