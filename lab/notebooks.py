@@ -156,7 +156,7 @@ RUN = '''cfg = RunConfig.from_dict({name: globals()[name] for name in field_name
 session = inputs_as_sent(cfg, out_dir, given_fields, expect_data_sha256, expect_ckpt_sha256)'''
 
 TRAIN = '''result = run_session(session.cfg, session, KERNEL_PY, nproc=nproc, allow_fallback=allow_fallback,
-                     plot_every_s=plot_every_s, plot_x=plot_x, started=SESSION_STARTED, given=session.given,
+                     plot_every_s=plot_every_s, plot_x=plot_x, started=SESSION_STARTED,
                      nodes=Nodes(nnodes, node_rank, rdzv_endpoint))
 result'''
 

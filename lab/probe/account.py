@@ -37,6 +37,8 @@ MARKER = "lab-probe-marker.json"
 TERMINAL = ("COMPLETE", "ERROR", "CANCEL_ACKNOWLEDGED")
 GPU_SIZE = {"context": 1024, "width": 512, "heads": 8, "layers": 8, "vocab": 4000, "batch_per_card": 6}
 CPU_SIZE = {"context": 32, "width": 32, "heads": 2, "layers": 2, "vocab": 512, "batch_per_card": 4}
+# What lab.probe.worker imports of the kernel side, in the order the training notebook pastes it.
+WORKER_USES = ("config", "model", "speed", "step")
 
 
 @dataclass(frozen=True)
@@ -76,15 +78,17 @@ def cost_line(plan: ProbePlan, ru: bool = False) -> str:
 
 
 def worker_source() -> str:
-    """The probe's worker as one script for torchrun: the lab's GPT, then the burst (a box's
-    check, lab.probe.box, runs the same)."""
+    """The probe's worker as one script for torchrun: the kernel modules it trains with (the
+    loop's own step), then the burst (a box's check, lab.probe.box, runs the same)."""
     from lab.notebooks import kernel_source
-    return kernel_source("model") + "\n\n" + _pasted(Path(__file__).resolve().parent / "worker.py")
+    worker = _pasted(Path(__file__).resolve().parent / "worker.py")
+    return "\n\n".join([*map(kernel_source, WORKER_USES), worker])
 
 
 def session_source() -> str:
     """The probe session's code, as the probe notebook pastes it (a box's check sends it too)."""
-    return _pasted(Path(__file__).resolve().parent / "session.py")
+    from lab.notebooks import kernel_source
+    return kernel_source("signals") + "\n\n" + _pasted(Path(__file__).resolve().parent / "session.py")
 
 
 def probe_notebook(plan: ProbePlan) -> dict:

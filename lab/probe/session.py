@@ -1,7 +1,7 @@
 """The probe session: what one short Kaggle session finds out about an account's machine.
 
-Pasted into the probe notebook (lab.probe.account builds it) after the worker script, and run
-on Kaggle's image: stdlib and torch only. It records whether the session has GPUs, which, the
+Pasted into the probe notebook (lab.probe.account builds it) after the worker script and
+lab.kernel.signals, and run on Kaggle's image: stdlib and torch only. It records whether the session has GPUs, which, the
 driver, CUDA, torch and NCCL versions, where /kaggle/input mounts the lab's probe dataset (its
 marker file), free disk, then runs the worker under torchrun (an all-reduce across the cards and
 a short training burst) with a timeout, so a hung NCCL costs minutes, not the session. It
@@ -17,6 +17,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+from lab.kernel.signals import run_group
 
 
 def kaggle_dir() -> Path:
@@ -77,13 +79,13 @@ def free_disk_gb(path: Path) -> float | None:
 
 
 def run_worker(worker: Path, out: Path, procs: int, size: dict, steps: int, timeout_s: float) -> dict:
-    """The worker under torchrun; its JSON, or what went wrong (a timeout: a hang)."""
+    """The worker under torchrun; its JSON, or what went wrong (a timeout: a hang, and then
+    torchrun's whole process group is ended, its workers with it)."""
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={procs}",
            str(worker), str(out), json.dumps(size), str(steps)]
     started = time.monotonic()
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
-    except subprocess.TimeoutExpired:
+    proc, timed_out = run_group(cmd, timeout_s)
+    if timed_out:
         return {"error": f"the workers did not finish within {timeout_s:.0f} s (a hang in NCCL?)"}
     print(proc.stdout[-4000:], end="", flush=True)
     if proc.returncode != 0 or not out.is_file():
