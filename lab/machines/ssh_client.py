@@ -161,10 +161,11 @@ def copy_up(address: Address, local: Path, remote: str, rsync: bool, there: dict
         _copy(address, _sftp_argv(address), "\n".join(lines) + "\n", timeout_s)
 
 
-def copy_down(address: Address, remote: str, files: dict[str, int], local: Path, rsync: bool,
+def copy_down(address: Address, remote: str, files: dict[str, int | None], local: Path, rsync: bool,
               timeout_s: float = 3600.0) -> None:
-    """Copies `files` (paths relative to the box's folder `remote`, with their sizes) into the
-    folder `local`, resumable the same way: a file whole here is skipped, a shorter one continued."""
+    """Copies `files` (paths relative to the box's folder `remote`, with their sizes; None: copy
+    it whole) into the folder `local`, resumable the same way: a file whole here is skipped, a
+    shorter one continued."""
     if not files:
         return
     local.mkdir(parents=True, exist_ok=True)
@@ -178,8 +179,8 @@ def copy_down(address: Address, remote: str, files: dict[str, int], local: Path,
         here = local / rel
         here.parent.mkdir(parents=True, exist_ok=True)
         have = here.stat().st_size if here.is_file() else None
-        if have != size:
-            verb = "reget" if have is not None and have < size else "get"
+        if size is None or have != size:
+            verb = "reget" if size is not None and have is not None and have < size else "get"
             lines.append(f"{verb} {_sftp_quote(f'{remote}/{rel}')} {_sftp_quote(str(here))}")
     if lines:
         _copy(address, _sftp_argv(address), "\n".join(lines) + "\n", timeout_s)

@@ -6,12 +6,10 @@ newest checkpoints), and the link's outcome.
 """
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 
 from lab.corpus.manifests import data_id_of
-from lab.kernel.checkpoint import checkpoint_step
 from lab.kernel.plots import save_loss_plot
 from lab.machines.kaggle_data import get_link, set_link
 from lab.machines.kaggle_outputs import check_output, merge_checkpoint, merge_metrics
@@ -30,60 +28,34 @@ def collect(ctx: BoxLink, hosts: list[dict]) -> dict:
     _, link = get_link(ctx.run_id, ctx.n)
     if (link.detail.get("output") or {}).get("done"):
         return link.detail["output"]
-    folder, first = ctx.folder, hosts[0]
-    address = ctx.box.hosts[0]
+    folder, first, address = ctx.folder, hosts[0], ctx.box.hosts[0]
     for attempt in range(2):  # once more when the first copy came incomplete
         listing = remote(ctx.box, 0, "outputs", first["link"])
-        files = {rel: size for rel, size in listing["out"].items() if not rel.startswith("checkpoints/")}
-        copy_down(address, f"{first['link']}/out", files, folder, first["rsync"])
-        copy_down(address, first["link"], listing["link"], folder, first["rsync"])
-        wanted = _checkpoint_files(listing["out"], folder / "result.json")
+        ckpt = listing["checkpoint"]
+        wanted = {rel: size for rel, size in listing["out"].items() if not rel.startswith("checkpoints/")
+                  or ckpt and rel in (f"checkpoints/{ckpt}", f"checkpoints/{ckpt[:-3]}.json")}
         copy_down(address, f"{first['link']}/out", wanted, folder, first["rsync"])
+        copy_down(address, first["link"], listing["link"], folder, first["rsync"])
         check = check_output(folder)
         if not check.get("problem"):
             break
         ctx.say(f"link {ctx.n}: {check['problem']}; copying it again")
         for rel in wanted:
-            (folder / rel).unlink(missing_ok=True)
-    for i, host in enumerate(hosts[1:], start=1):
-        logs = remote(ctx.box, i, "outputs", host["link"])["link"]
-        copy_down(ctx.box.hosts[i], host["link"], {k: v for k, v in logs.items() if k == "session.log"},
-                  folder / f"node-{i}", host["rsync"])
+            if rel.startswith("checkpoints/"):
+                (folder / rel).unlink(missing_ok=True)
+    for i, host in enumerate(hosts[1:], start=1):  # their logs, for when something went wrong there
+        copy_down(ctx.box.hosts[i], host["link"], {"session.log": None}, folder / f"node-{i}", host["rsync"])
     output = {"done": True, "collected_at": now(), "exit": listing.get("exit"), **check}
     set_link(ctx.run_id, ctx.n, output=output, phase="collected")
-    ctx.say(f"link {ctx.n}: brought back {len(files) + len(wanted)} files into {folder}")
+    ctx.say(f"link {ctx.n}: brought back {len(wanted) + len(listing['link'])} files into {folder}")
     return output
-
-
-def _checkpoint_files(out: dict[str, int], result: Path) -> dict[str, int]:
-    """The checkpoint the session named in its result (else its newest committed one) and its
-    sidecar, as paths of the box's out folder with their sizes."""
-    names = {rel.split("/", 1)[1] for rel in out if rel.startswith("checkpoints/") and rel.count("/") == 1}
-    committed = sorted((n for n in names if n.endswith(".pt") and n[:-3] + ".json" in names), key=_step)
-    named = None
-    if result.is_file():
-        try:
-            named = Path(json.loads(result.read_text(encoding="utf-8")).get("checkpoint") or "").name or None
-        except ValueError:
-            named = None
-    pick = named if named in committed else (committed[-1] if committed else None)
-    if pick is None:
-        return {}
-    return {f"checkpoints/{name}": out[f"checkpoints/{name}"] for name in (pick, pick[:-3] + ".json")}
-
-
-def _step(name: str) -> int:
-    try:
-        return checkpoint_step(name)
-    except (AttributeError, ValueError):
-        return -1
 
 
 def finish(ctx: BoxLink, last: dict, output: dict) -> Link:
     """Merges the link's outputs into the run folder and records how the link ended."""
     run, link = get_link(ctx.run_id, ctx.n)
     folder = ctx.folder
-    ckpt, result = output.get("checkpoint"), output.get("result")
+    ckpt = output.get("checkpoint")
     if ckpt and ckpt["step"] >= link.from_step:
         merge_checkpoint(folder / "checkpoints" / ckpt["name"], run.folder)
     merge_metrics(run.folder, folder / "metrics.jsonl", link.from_step)

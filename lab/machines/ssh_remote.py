@@ -228,12 +228,18 @@ def stop(link: str, reason: str) -> dict:
 
 
 def outputs(link: str) -> dict:
+    """The session's output files with their sizes, the checkpoint the run goes on from (the one
+    its result names, else its newest committed one: its sidecar written) and how it ended."""
     here = Path(link)
     out = here / "out"
     files = _sizes(out) if out.is_dir() else {}
     extra = {name: (here / name).stat().st_size for name in ("executed.ipynb", "session.log", "exit.json")
              if (here / name).is_file()}
-    return {"out": files, "link": extra, "exit": _read_json(here / "exit.json")}
+    committed = sorted(name[len("checkpoints/"):] for name in files if name.startswith("checkpoints/ckpt_")
+                       and name.endswith(".pt") and name[:-3] + ".json" in files)
+    named = Path(str((_read_json(out / "result.json") or {}).get("checkpoint") or "")).name
+    pick = named if named in committed else (committed[-1] if committed else None)
+    return {"out": files, "link": extra, "exit": _read_json(here / "exit.json"), "checkpoint": pick}
 
 
 def port() -> dict:

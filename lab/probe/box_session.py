@@ -55,7 +55,7 @@ def box_main(workdir: str, gpu_size: dict, cpu_size: dict, steps: int, timeout_s
         return facts
     if "torch" in facts["missing"]:
         return facts
-    facts.update(gpu_facts())
+    facts.update(gpu_facts())  # noqa: F821 - lab.probe.session's, pasted before this
     if facts["missing"] or not burst:
         return facts
     folder = w / "check"
@@ -65,8 +65,8 @@ def box_main(workdir: str, gpu_size: dict, cpu_size: dict, steps: int, timeout_s
     cards = len(facts["gpus"])
     size = gpu_size if cards else cpu_size
     procs = cards if cards else 2  # on CPU two gloo processes still take the all-reduce path
-    facts.update(size=size, procs=procs, worker=run_worker(worker, folder / "worker.json", procs, size, steps,
-                                                           timeout_s))
+    ran = run_worker(worker, folder / "worker.json", procs, size, steps, timeout_s)  # noqa: F821 - pasted too
+    facts.update(size=size, procs=procs, worker=ran)
     metrics = folder / "metrics.jsonl"
     facts["metrics"] = metrics.read_text(encoding="utf-8") if metrics.is_file() else ""
     for path in (metrics, folder / "worker.json", worker):

@@ -118,10 +118,10 @@ def _ssh_config(root: Path, servers: dict[str, Sshd], user_key: Path) -> Path:
                      + f"box-rekeyed {other}\n")
     common = [f"  User {os.environ.get('USER') or 'root'}", f"  IdentityFile {user_key}", "  IdentitiesOnly yes",
               f"  UserKnownHostsFile {known}", "  GlobalKnownHostsFile /dev/null", "  SetEnv OMP_NUM_THREADS=1"]
-    blocks = {"box-a": [f"  HostName 127.0.0.1", f"  Port {servers['a'].port}"],
-              "box-b": [f"  HostName 127.0.0.1", f"  Port {servers['b'].port}"],
-              "box-rekeyed": [f"  HostName 127.0.0.1", f"  Port {servers['a'].port}", "  HostKeyAlias box-rekeyed"],
-              "box-off": [f"  HostName 127.0.0.1", f"  Port {free_port()}"]}
+    blocks = {"box-a": ["  HostName 127.0.0.1", f"  Port {servers['a'].port}"],
+              "box-b": ["  HostName 127.0.0.1", f"  Port {servers['b'].port}"],
+              "box-rekeyed": ["  HostName 127.0.0.1", f"  Port {servers['a'].port}", "  HostKeyAlias box-rekeyed"],
+              "box-off": ["  HostName 127.0.0.1", f"  Port {free_port()}"]}
     config = root / "ssh_config"
     config.write_text("".join(f"Host {name}\n" + "\n".join(lines + common) + "\n" for name, lines in blocks.items()))
     return config
