@@ -46,7 +46,12 @@ def run(args: argparse.Namespace) -> int:
     if args.action == "add":
         return _add(args)
     if args.action == "remove":
+        from lab.machines.control import active_runs
         from lab.machines.ssh_boxes import remove_box
+        running = active_runs().get(args.name)
+        if running:
+            raise UserError(f"machine '{args.name}' runs {', '.join(running)} now: `lab cancel {running[0]}` first "
+                            "(its outputs come back), then remove it")
         remove_box(args.name)
         print(f"Removed machine '{args.name}' (what the kit left on it stays there).")
         return 0

@@ -291,7 +291,7 @@ def _next_choice(run: Run, state: _Driving) -> tuple[Choice, list[Machine]]:
             return choice, mine
     machines = _considered(state)
     return pick(run.cfg, need_hours(run), machines, holdings(machines, run.cfg, run), pinned, went_on,
-                finish_hours(run, machines)), machines
+                finish_hours(run.cfg, run.step, machines)), machines
 
 
 def _considered(state: _Driving, only: str | None = None) -> list[Machine]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import shlex
 import subprocess
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -23,7 +24,7 @@ from pathlib import Path
 from lab.config import UserError
 from lab.kernel.checkpoint import atomic_write
 from lab.machines.kaggle_data import get_link, set_link
-from lab.machines.ssh_client import SshError, python_word, ssh_argv
+from lab.machines.ssh_client import SSH_FAILED, SshError, connection_error, python_word, ssh_argv
 from lab.machines.ssh_link import REMOTE, BoxLink, remote
 
 POLL_ENV = "LAB_SSH_POLL_S"  # how often the box says how its session goes (the person's setting)
@@ -62,8 +63,9 @@ def _stream(ctx: BoxLink, host: dict, live: Path, said: int) -> tuple[dict | Non
     """One connection's worth of the box's lines; (the last state line, the rows said so far)."""
     offset = live.stat().st_size if live.is_file() else 0
     command = " ".join([python_word(ctx.box.python), "-", "watch", _q(host["link"]), str(offset), f"{ctx.poll_s:g}"])
+    errors = tempfile.TemporaryFile(mode="w+")
     proc = subprocess.Popen(ssh_argv(ctx.box.hosts[0], command), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL, text=True, bufsize=1)
+                            stderr=errors, text=True, bufsize=1)
     threading.Thread(target=_feed, args=(proc, REMOTE), daemon=True).start()
     last = None
     try:
@@ -83,6 +85,14 @@ def _stream(ctx: BoxLink, host: dict, live: Path, said: int) -> tuple[dict | Non
         if proc.poll() is None:
             proc.kill()
         proc.wait()
+        errors.seek(0)
+        stderr = errors.read()
+        errors.close()
+    if proc.returncode == SSH_FAILED:
+        failure = connection_error(ctx.box.hosts[0], stderr)
+        if failure.kind in ("host-key", "auth"):  # waiting does not mend these: the person must
+            raise UserError(f"{failure}. The session there goes on, detached; once that is fixed, `lab watch RUN` "
+                            "follows it and collects its outputs") from None
     return last, said
 
 

@@ -190,3 +190,14 @@ def test_a_busy_box_is_passed_by_with_its_reason_and_the_lab_waits_for_it():
     assert choose(CFG, 1.0, [local(), box("gpu4")]).machine == "gpu4", "with a box, Auto does not take this computer"
     assert pick(CFG, 1.0, [ours, box("gpu4")], {}, "gpu2", went_on=False).machine is None  # picked: waits for it
     assert pick(CFG, 1.0, [box("gpu4")], {}, "gpu4", went_on=False).reason_en == "gpu4: you picked it."
+
+
+def test_the_hours_each_machine_needs_come_from_the_calculator_on_its_own_cards(lab_home):
+    from lab.machines.needs import finish_hours
+    cfg = RunConfig(steps_until=2000)
+    machines_ = [local(), acct("alice", 30.0), box("cpubox", gpu="cpu"), box("new", gpu="unchecked")]
+    hours = finish_hours(cfg, 500, machines_)
+    assert hours["cpubox"] > hours["alice"] > 0, "two CPU cores against two T4s (their start-up included)"
+    assert finish_hours(cfg, 1500, machines_)["cpubox"] < hours["cpubox"], "the rest of the run, from its step"
+    assert hours["new"] is None and "local" not in hours
+    assert finish_hours(cfg, 0, [acct("alice", 30.0)]) == {}, "Kaggle accounts alone: their cards are the same"

@@ -63,8 +63,14 @@ def test_adding_a_box_checks_it_and_the_calculator_counts_its_burst_as_measured(
     assert "password" not in (ssh_home["home"] / "machines" / "a" / "machine.json").read_text().lower()
     listing = here("machines")
     assert any(line.split()[:3] == ["a", "ssh", "cpu"] and "min ago" in line for line in listing.splitlines())
+    from lab.config import RunConfig
+    from lab.probe.account import CPU_SIZE
+    from lab.sizing import estimate
     from lab.sizing.speeds import measured_runs
     assert [m.gpu for m in measured_runs() if m.run == "check:a"] == ["cpu"]
+    size = {k: v for k, v in CPU_SIZE.items() if k != "vocab"}
+    est = estimate(RunConfig(**size, gpu="cpu", precision="fp32"), vocab=CPU_SIZE["vocab"])
+    assert est.tok_s.kind == "measured" and "check:a" in est.tok_s.note, "the calculator reads the burst"
 
 
 def test_a_run_on_a_box_continues_here_then_there_again_as_one_curve(ssh_home, tmp_path, monkeypatch):
