@@ -37,7 +37,7 @@ def _start(lab, monkeypatch, grace_s: float = 300.0):
     cfg = RunConfig(**TINY, data_dir=str(lab.data), constellations=["pydoc"])
     run = settle.register_run(cfg.to_dict(), machine="alice")
     lines: list[str] = []
-    kaggle_settings(monkeypatch, km.KaggleSettings(poll_s=0.2, retry_base_s=0.01, dataset_wait_s=20,
+    kaggle_settings(monkeypatch, km.KaggleSettings(poll_s=0.2, retry_base_s=0.01, dataset_wait_s=20, allow_cpu=True,
                                                    log_grace_s=grace_s))
     t = threading.Thread(target=machines.drive, args=(run.id,), kwargs=dict(say=lines.append, progress=False),
                          daemon=True)
@@ -80,7 +80,7 @@ def test_the_monitor_and_watch_see_a_kaggle_runs_curve_while_its_session_runs(pa
 
 
 def test_an_account_whose_probe_found_the_log_kept_until_the_end_is_said_so_at_once(paced, monkeypatch):
-    from lab.probe.account import store
+    from lab.probe.record import store_probe as store
     lab = paced()
     lab.emu.log_while_running = False
     store("alice", {"account": "alice", "at": "2026-11-30T10:00:00+00:00", "can_run": True, "gpu": "2xT4",

@@ -15,7 +15,7 @@ from lab.probe.account import ProbePlan, cost_line, probe_account, probe_noteboo
 from lab.probe.record import cannot_run, probe_path, read_probe, summary
 
 # The emulator runs 60 emulated seconds per wall second: a 2-hour timeout is 2 wall minutes.
-FAST = ProbePlan(hold_s=4.0, poll_s=0.2, log_grace_s=60.0, worker_timeout_s=120.0, session_timeout_s=7200)
+FAST = ProbePlan(hold_s=4.0, poll_s=0.2, log_grace_s=60.0, worker_timeout_s=120.0, session_timeout_s=7200, allow_cpu=True)
 
 
 @pytest.fixture
@@ -76,7 +76,7 @@ def test_an_account_kaggle_gives_no_gpu_is_recorded_and_auto_skips_it(probing):
 def test_a_probe_finds_out_when_kaggle_keeps_a_running_sessions_log_until_the_end(probing):
     probing.emu.log_while_running = False
     record = probe_account("alice", ProbePlan(hold_s=4.0, poll_s=0.2, log_grace_s=1.0, worker_timeout_s=120.0,
-                                              session_timeout_s=7200),
+                                              session_timeout_s=7200, allow_cpu=True),
                            say=lambda s: None)
     assert record["can_run"] and record["log_while_running"] is False, {k: record.get(k) for k in ("status", "why")}
     assert "log only at the end" in summary(record)
