@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -79,10 +80,21 @@ def run_worker(worker: Path, out: Path, procs: int, size: dict, steps: int, time
         return {"error": f"the workers did not finish within {timeout_s:.0f} s (a hang in NCCL?)"}
     print(proc.stdout[-4000:], end="", flush=True)
     if proc.returncode != 0 or not out.is_file():
-        return {"error": f"the workers failed (exit {proc.returncode}): {proc.stderr.strip()[-1500:]}"}
+        return {"error": f"the workers failed (exit {proc.returncode}): {root_cause(proc.stderr)}"
+                         f"{proc.stderr.strip()[-1500:]}"}
     result = json.loads(out.read_text(encoding="utf-8"))
     result["seconds"] = round(time.monotonic() - started, 1)
     return result
+
+
+def root_cause(stderr: str) -> str:
+    """The first error a worker raised, as one line ahead of torchrun's own summary ("" if none)."""
+    for line in stderr.splitlines():
+        text = re.sub(r"^\[rank\d+\]:\s*", "", line.strip())  # torch prefixes each rank's lines
+        head = text.split(":", 1)[0]
+        if re.fullmatch(r"[\w.]*(Error|Exception)", head) and "ChildFailedError" not in head and ":" in text:
+            return text[:300] + " | "
+    return ""
 
 
 P2P_OFF = {"NCCL_P2P_DISABLE": "1"}  # the one retry: NCCL without peer-to-peer between the cards
@@ -98,7 +110,7 @@ def _cards_talk(worker: Path, out: Path, procs: int, size: dict, steps: int, tim
     print(f"probe: {why}; once more with NCCL_P2P_DISABLE=1", flush=True)
     again = run_worker(worker, out, procs, size, steps, timeout_s, env=P2P_OFF)
     fixed = not again.get("error") and (again.get("all_reduce") or {}).get("ok")
-    return again, {"nccl_env": dict(P2P_OFF) if fixed else {}, "nccl_first_try": why[-500:]}
+    return again, {"nccl_env": dict(P2P_OFF) if fixed else {}, "nccl_first_try": why[:500]}
 
 
 def probe_main(marker: str, gpu_size: dict, cpu_size: dict, steps: int, hold_s: float, timeout_s: float,

@@ -84,9 +84,15 @@ def test_an_account_whose_probe_found_the_log_kept_until_the_end_is_said_so_at_o
     lab = paced()
     lab.emu.log_while_running = False
     store("alice", {"account": "alice", "at": "2026-11-30T10:00:00+00:00", "can_run": True, "gpu": "2xT4",
-                    "log_while_running": False})
+                    "log_while_running": False, "nccl_env": {"NCCL_P2P_DISABLE": "1"}})
     run_id, lines, t = _start(lab, monkeypatch, grace_s=3600)  # no waiting an hour: the probe already knows
     state = _while_running(run_id, lambda s: s["live"] and s["live"]["note_en"])
     assert "the account's probe found so" in state["live"]["note_en"]
     t.join(180)
     assert machines.status(run_id)["status"] == "done"
+    # The NCCL setting the account's probe found working: the push carries it, the session sets it.
+    from lab.runs import load_run
+    link = load_run(run_id).links[0]
+    assert link.detail["kernel"]["nccl_env"] == {"NCCL_P2P_DISABLE": "1"}
+    log = (load_run(run_id).folder / link.detail["folder"] / f"{km.kernel_slug(run_id, 1)}.log").read_text()
+    assert "NCCL NCCL_P2P_DISABLE=1 (the account's probe)" in log
