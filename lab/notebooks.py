@@ -162,7 +162,7 @@ timeline.mark("inputs_checked")'''
 
 TRAIN = '''try:
     result = run_session(session.cfg, session, KERNEL_PY, nproc=nproc, allow_fallback=allow_fallback,
-                         plot_every_s=plot_every_s, plot_x=plot_x, started=SESSION_STARTED, given=session.given)
+                         plot_every_s=plot_every_s, plot_x=plot_x, started=SESSION_STARTED)
 finally:
     timeline.mark("ended")
 result'''

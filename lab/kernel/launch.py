@@ -23,7 +23,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import traceback
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -33,6 +32,7 @@ from typing import Callable, Iterator
 from lab.config import UserError
 from lab.kernel.checkpoint import CheckpointError
 from lab.kernel.data import DataError
+from lab.kernel.signals import catching_stop_signals
 
 RESULT = "RESULT "
 FAILED = "FAILED "
@@ -87,27 +87,14 @@ def _die_with_parent() -> None:
 def _stop_requests(stop_file: Path, say: Callable[[str], None]) -> Iterator[dict]:
     """While inside, SIGINT and SIGTERM (the stop button, Ctrl-C, a cancel) write the stop file
     instead of interrupting; a second one interrupts as usual."""
-    state: dict = {"reason": None}
-
-    def handler(signum, frame):
-        name = signal.Signals(signum).name
-        if state["reason"]:
-            raise KeyboardInterrupt
-        state["reason"] = f"{name} received"
+    def request(name: str) -> None:
         tmp = stop_file.with_name(".stop.tmp")  # whole or absent: every rank reads the same reason
-        tmp.write_text(state["reason"], encoding="utf-8")
+        tmp.write_text(f"{name} received", encoding="utf-8")
         os.replace(tmp, stop_file)
         say(f"{name}: every rank saves a checkpoint at its next step and stops (again to abandon)")
 
-    previous = {}
-    if threading.current_thread() is threading.main_thread():
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            previous[sig] = signal.signal(sig, handler)
-    try:
-        yield state
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
+    with catching_stop_signals(request) as caught:
+        yield caught
 
 
 def launch(nproc: int, target: list[str], on_line: Callable[[str], None] = lambda s: print(s, end="", flush=True),
@@ -137,7 +124,7 @@ def launch(nproc: int, target: list[str], on_line: Callable[[str], None] = lambd
         returncode = proc.wait()
     stop_file.unlink(missing_ok=True)
     folder.rmdir()
-    return Launched(returncode, result, failures, stop["reason"])
+    return Launched(returncode, result, failures, stop["signal"] and f"{stop['signal']} received")
 
 
 def _parse(line: str) -> tuple[str | None, dict | None]:

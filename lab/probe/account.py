@@ -36,6 +36,8 @@ MARKER = "lab-probe-marker.json"
 TERMINAL = ("COMPLETE", "ERROR", "CANCEL_ACKNOWLEDGED")
 GPU_SIZE = {"context": 1024, "width": 512, "heads": 8, "layers": 8, "vocab": 4000, "batch_per_card": 6}
 CPU_SIZE = {"context": 32, "width": 32, "heads": 2, "layers": 2, "vocab": 512, "batch_per_card": 4}
+# What lab.probe.worker imports of the kernel side, in the order the training notebook pastes it.
+WORKER_USES = ("config", "model", "speed", "step")
 
 
 @dataclass(frozen=True)
@@ -82,7 +84,9 @@ def probe_notebook(plan: ProbePlan) -> dict:
 
     from lab.notebooks import kernel_source
     here = Path(__file__).resolve().parent
-    worker = kernel_source("model") + "\n\n" + _pasted(here / "worker.py")
+    # The worker trains with the loop's own step: the kernel modules it uses come first.
+    worker = "\n\n".join([*map(kernel_source, WORKER_USES), _pasted(here / "worker.py")])
+    session = "\n\n".join([kernel_source("signals"), kernel_source("preflight"), _pasted(here / "session.py")])
     md, code = nbformat.v4.new_markdown_cell, nbformat.v4.new_code_cell
     params = (f"marker = {MARKER!r}\ngpu_size = {plan.gpu_size!r}\ncpu_size = {plan.cpu_size!r}\n"
               f"steps = {plan.steps!r}\nhold_s = {plan.hold_s!r}\nworker_timeout_s = {plan.worker_timeout_s!r}\n")
@@ -91,7 +95,7 @@ def probe_notebook(plan: ProbePlan) -> dict:
                 "in `probe/probe.json`."),
              code(params, metadata={"tags": ["parameters"]}),
              code("%%writefile lab_probe_worker.py\n" + worker),
-             code(kernel_source("preflight") + "\n\n" + _pasted(here / "session.py")),
+             code(session),
              code("facts = probe_main(marker, gpu_size, cpu_size, steps, hold_s, worker_timeout_s)\n"
                   "Path('lab_probe_worker.py').unlink(missing_ok=True)")]
     nb = nbformat.v4.new_notebook(cells=cells)

@@ -1,14 +1,14 @@
 """The probe session: what one short Kaggle session finds out about an account's machine.
 
 Pasted into the probe notebook (lab.probe.account builds it) after the worker script and
-lab.kernel.preflight, and run on Kaggle's image: stdlib and torch only. It records whether the
-session has GPUs, which, the image (Kaggle's version files, Python, torch, CUDA, the driver) and
-NCCL's version, where /kaggle/input mounts the lab's probe dataset (its marker file), free disk,
-then runs the worker under torchrun (an all-reduce across the cards and a short training burst)
-with a timeout, so a hung NCCL costs minutes, not the session; when the all-reduce fails or
-hangs, once more with NCCL_P2P_DISABLE=1, recording which worked (the runs on the account push
-with it). It prints as it goes: the control side also learns whether Kaggle shows a running
-session's log.
+lab.kernel.signals and lab.kernel.preflight, and run on Kaggle's image: stdlib and torch only. It
+records whether the session has GPUs, which, the image (Kaggle's version files, Python, torch,
+CUDA, the driver) and NCCL's version, where /kaggle/input mounts the lab's probe dataset (its
+marker file), free disk, then runs the worker under torchrun (an all-reduce across the cards and a
+short training burst) with a timeout, so a hung NCCL costs minutes, not the session; when the
+all-reduce fails or hangs, once more with NCCL_P2P_DISABLE=1, recording which worked (the runs on
+the account push with it). It prints as it goes: the control side also learns whether Kaggle shows
+a running session's log.
 Everything lands in `probe.json` in the outputs; a failed part is recorded, never raised.
 """
 from __future__ import annotations
@@ -17,12 +17,12 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 from lab.kernel.preflight import cards_found, image_facts
+from lab.kernel.signals import run_group
 
 
 def kaggle_dir() -> Path:
@@ -70,13 +70,12 @@ def free_disk_gb(path: Path) -> float | None:
 def run_worker(worker: Path, out: Path, procs: int, size: dict, steps: int, timeout_s: float,
                env: dict | None = None) -> dict:
     """The worker under torchrun, with `env` on top of this process's; its JSON, or what went
-    wrong (a timeout: a hang)."""
+    wrong (a timeout: a hang, and then torchrun's whole process group is ended, its workers with it)."""
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={procs}",
            str(worker), str(out), json.dumps(size), str(steps)]
     started = time.monotonic()
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env={**os.environ, **(env or {})})
-    except subprocess.TimeoutExpired:
+    proc, timed_out = run_group(cmd, timeout_s, env={**os.environ, **(env or {})})
+    if timed_out:
         return {"error": f"the workers did not finish within {timeout_s:.0f} s (a hang in NCCL?)"}
     print(proc.stdout[-4000:], end="", flush=True)
     if proc.returncode != 0 or not out.is_file():

@@ -133,3 +133,19 @@ def test_a_probe_that_failed_on_its_own_does_not_bar_the_account():
     assert record["can_run"] is None and cannot_run(record) is None  # Auto still tries the account
     assert summary(record).startswith("the probe failed: ") and "ERROR" in summary(record)
     assert summary(record, ru=True).startswith("проба не удалась: ")
+
+
+def test_the_pasted_worker_has_every_kernel_module_it_imports():
+    """The probe's worker trains with the loop's own step: what it imports of lab is pasted before it."""
+    import ast
+    from pathlib import Path
+
+    import lab.probe.worker
+    from lab.probe.account import WORKER_USES
+    tree = ast.parse(Path(lab.probe.worker.__file__).read_text(encoding="utf-8"))
+    used = {node.module.rpartition(".")[2] for node in ast.walk(tree)
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("lab.")}
+    assert used and used <= set(WORKER_USES)
+    source = "".join(probe_notebook(ProbePlan())["cells"][2]["source"])
+    assert "def one_step(" in source and "def pick_precision(" in source and "def make_optimizer(" in source
+    assert source.count("def one_step(") == 1 and "torch.optim.AdamW(model.parameters()" not in source
