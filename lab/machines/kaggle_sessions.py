@@ -8,8 +8,9 @@ step, the final save) and what the control side saw (the push, the first RUNNING
     boot_s          from the push to the notebook's first cell (the queue, the machine, the mounts)
     data_checks_s   from the first cell to the inputs checked (imports, the cards, the sha256 of the inputs)
     compile_s       the model's compile
-    first_step_s    from the first cell to the first steps synced
-    final_save_s    the last checkpoint save
+    first_step_s    from the loop's clock start (the first cell; a torchrun worker's own start) to
+                    the first steps synced
+    final_save_s    the last checkpoint save (the unsaved result of a failed save has none)
     overrun_s       how far past its own limit the notebook ran (a link stopped by its time limit)
     output_copy_s   from the notebook's end until Kaggle reported the session ended
     ended           the status, whether outputs came back, whether it was cut off (it ended before
