@@ -324,8 +324,13 @@ def test_a_session_stopped_at_its_time_limit_gets_sigterm_first(kaggle_lab, tmp_
 
 def test_a_session_stopped_when_the_quota_runs_out_gets_sigterm_first(kaggle_lab, tmp_path):
     bob = kaggle_lab.client("bob")
-    kaggle_lab.emu.set_quota("bob", total_s=360, used_s=0)  # 6 wall seconds of GPU
     bob.push_kernel("long-run", "long-run", make_notebook(SAVER_CELL, SLEEP_CELL), timeout_s=12 * 3600)
+    working = kaggle_lab.emu.session("bob", "long-run").working
+    deadline = time.monotonic() + 60
+    while not (working / "started.txt").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)  # the notebook's handler is in place, however slow this machine is
+    used = kaggle_lab.emu.account("bob").gpu_used_s
+    kaggle_lab.emu.set_quota("bob", total_s=used + 60)  # one wall second of GPU left
     status, failure = wait_kernel(bob, "long-run", timeout_s=40)
     assert status == "ERROR" and "quota ran out" in failure
     bob.kernel_output("long-run", tmp_path / "out")
@@ -436,7 +441,7 @@ def test_pushes_kaggle_would_refuse_are_refused_before_sending(kaggle_lab):
 
 def test_checkpoint_datasets_of_finished_runs_are_listed_with_size_and_removed_on_request(kaggle_lab, tmp_path,
                                                                                         capsys):
-    from lab.machines.kaggle_data import ckpt_slug
+    from lab.machines.kaggle_names import ckpt_slug
     from lab.runs import create_run, updating
     from lab.config import RunConfig
     done, going = create_run(RunConfig(steps_until=5)), create_run(RunConfig(steps_until=5))
@@ -461,6 +466,9 @@ def test_checkpoint_datasets_of_finished_runs_are_listed_with_size_and_removed_o
     assert len(listed) == 2 and "my-own-dataset" not in out
     assert any(done.id in line and "3.0 MB" in line and "done" in line for line in listed)
     assert any(going.id in line and "1.0 MB" in line and "running" in line for line in listed)
+    # Each account's dataset storage, all of it and the lab's (the lab keeps no older versions).
+    assert "Dataset storage" in out and "kaggle-cli#284" in out
+    assert "alice: 4.0 MB in 3 dataset(s), the lab's 4.0 MB in 2" in out and "bob: 0.0 MB in 0 dataset(s)" in out
 
     assert accounts("checkpoints", "alice", "--remove", going.id) == 2  # a run going on keeps its hand-off
     assert "cancel it first" in capsys.readouterr().err
