@@ -168,7 +168,7 @@ def _after(run_id: str, ended: Link, state: _Driving, say: Callable[[str], None]
             else f"{out.reason} The lab waits for it and asks again.")
         return None
     if out.kind is End.UNFIT:  # the machine is marked so: the rule passes it over from now on
-        say(f"{out.reason} The lab goes on on another machine.")
+        say(f"{out.reason} The lab continues the run on another machine.")
         return None
     if out.kind is End.PUSH_AGAIN:
         if _in_a_row(load_run(run_id), End.PUSH_AGAIN) < MAX_INPUT_WAITS:

@@ -560,7 +560,7 @@ def test_a_session_without_its_cards_stops_before_training_and_the_account_is_ma
     assert json.loads((folder / "no-gpu.json").read_text())["expected"] == "2xT4"
     assert not (folder / "metrics.jsonl").exists() and final.step == 0, "it stopped before training"
     assert "phone" in first.reason and f"lab probe {first.machine}" in first.reason
-    assert any("goes on on another machine" in line for line in lines), lines
+    assert any("continues the run on another machine" in line for line in lines), lines
     for name in ("alice", "bob"):  # marked as a failed probe would: the Auto rule passes them over
         record = read_probe(name)
         assert record["can_run"] is False and record["seen_in"].startswith(f"run {run.id} link")

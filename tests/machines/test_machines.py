@@ -423,6 +423,14 @@ def test_the_driver_decides_from_each_outcome_alone(pydoc_data, tmp_path, monkey
     assert any("card: busy. The lab waits for it and asks again." in line for line in lines)
     assert "3 sessions in a row found their inputs not mounted" in machines.status(final.id)["message"]
 
+    # A session without its cards: the machine marked it so itself; the run goes on, and that session
+    # counts as no loss (the next lost one is the first in a row).
+    unfit = Outcome(End.UNFIT, "card: no GPU in the session.")
+    final, lines = run_with(unfit, lost, lost)
+    assert final.status == "failed" and len(final.links) == 3
+    assert any("card: no GPU in the session. The lab continues the run on another machine." in line for line in lines)
+    assert sum("only that session is lost" in line for line in lines) == 1
+
     failed = Outcome(End.FAILED, "card: the disk is full.", "card: диск заполнен.", session=False)
     final, _ = run_with(again, lost, failed)
     state = machines.status(final.id)
