@@ -248,6 +248,9 @@ CONTROL_CELLS = [
     ("code", "ui.runs()"),
     ("markdown", "## 8. Рецепты · The recipe lab"),
     ("code", "# Points, the law L(N, D), cooldown branches\nfrom lab.ui.recipes import recipe_lab\n\nrecipe_lab()"),
+    ("markdown", "## 9. Модель в деле · Try the model\nПрогон, его чекпоинт, начало текста — и модель пишет дальше.\n\n"
+                 "*A run, one of its checkpoints, a prompt: the model writes on.*"),
+    ("code", "ui.try_model()"),
 ]
 
 
