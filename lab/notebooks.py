@@ -40,7 +40,8 @@ SESSION_PARAMETERS = {
     "expect_ckpt_sha256": ("", "sha256 of the checkpoint this session must resume from; empty: any"),
     "expect_cards": ("", "the cards this session was pushed for ('2xT4'): without them it stops before training "
                          "and leaves no-gpu.json; empty: no check"),
-    "allow_cpu": (False, "with expect_cards: train on the CPU when the cards are missing (LAB_KAGGLE_ALLOW_CPU=1)"),
+    "allow_cpu": (False, "with expect_cards: train on the CPU when the cards are missing (the person set "
+                         "LAB_KAGGLE_ALLOW_CPU to 1)"),
     "nccl_env": ({}, "NCCL settings for this session's workers, from the account's probe, e.g. "
                      "{'NCCL_P2P_DISABLE': '1'}"),
 }

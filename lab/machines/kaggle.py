@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from lab.config import KAGGLE_TIMEOUT_MAX_S, RunConfig, UserError, field_names
+from lab.config import KAGGLE_MARGIN_FLOOR_MIN, KAGGLE_TIMEOUT_MAX_S, RunConfig, UserError, field_names
 from lab.faults import reached
 from lab.kaggle.accounts import list_accounts
 from lab.kaggle.client import (AccountClient, KaggleError, RetryPolicy, check_no_global_token, client_for, get_account,
@@ -92,7 +92,7 @@ def kernel_notebook(cfg: RunConfig, resume_name: str, limit_min: float, data_sha
     return json.loads(nbformat.writes(nb))
 
 
-def link_limit_min(run_limit_min: float, quota_left_s: float, margin_min: float = STARTUP_MIN) -> float:
+def link_limit_min(run_limit_min: float, quota_left_s: float, margin_min: float = KAGGLE_MARGIN_FLOOR_MIN) -> float:
     """A link's time limit: the run's, or what the account's quota allows after the margin, or
     what the longest session timeout allows after it, so a link normally ends by its own
     time-limit save rather than by Kaggle's kill."""
