@@ -11,6 +11,9 @@ from lab.models.card import LOAD_BACK
 from lab.models.export import export
 from tests.conftest import lab_here
 
+# Its module-scoped fixture is made once: every test of the file on one xdist worker.
+pytestmark = pytest.mark.xdist_group("export")
+
 
 @pytest.fixture(scope="module")
 def exported(trained, tmp_path_factory):
