@@ -31,6 +31,9 @@ COMMANDS = {
     "branch": ("lab.cli.branch", "a cooldown branch: a short decay from a checkpoint of a WSD run"),
     "sweep": ("lab.cli.sweep", "a grid of runs (sizes, learning rates, schedules, cooldown points) with one table"),
     "fit": ("lab.cli.fit", "fit L(N, D) = E + A/N^alpha + B/D^beta to the lab's points, with intervals and plots"),
+    "sample": ("lab.cli.sample", "text from a trained model (a run or a checkpoint), streamed as it is generated"),
+    "eval": ("lab.cli.eval", "a trained model's loss per token and bits per byte on any text"),
+    "export": ("lab.cli.export", "a trained model as safetensors + config + tokenizer + a model card"),
 }
 
 

@@ -54,6 +54,7 @@ def configure_listing(parser: argparse.ArgumentParser) -> None:
 
 def run_listing(args: argparse.Namespace) -> int:
     from lab.kernel.metrics import read_metrics
+    from lab.models.bpb import last_val, val_bpb  # bits per byte: runs of any tokenizer on one scale
     from lab.runs import lineage, list_runs
     runs = list_runs()
     if args.json:
@@ -63,16 +64,16 @@ def run_listing(args: argparse.Namespace) -> int:
     if not runs:
         print("no runs yet: start one with `lab run`")
         return 0
-    print(f"{'run':<32} {'status':<8} {'step':>13} {'loss':>7} {'val':>7}  links / from")
+    print(f"{'run':<32} {'status':<8} {'step':>13} {'loss':>7} {'val':>7} {'val bpb':>7}  links / from")
     for r in runs:
         rows = read_metrics(r.folder)
         loss = next((m["loss"] for m in reversed(rows) if "loss" in m), None)
-        val = next((m["val_loss"] for m in reversed(rows) if "val_loss" in m), None)
+        val = last_val(rows)
         machines = ",".join(link.machine for link in r.links) or "-"
         chain = lineage(r)
         origin = f" <- {chain[-2]}" if len(chain) > 1 else ""
         print(f"{r.id:<32} {r.status:<8} {f'{r.step:,}/{r.cfg.steps_until:,}':>13} "
-              f"{_fmt(loss):>7} {_fmt(val):>7}  {machines}{origin}")
+              f"{_fmt(loss):>7} {_fmt(val and val['val_loss']):>7} {_fmt(val_bpb(val, r.cfg)):>7}  {machines}{origin}")
     return 0
 
 

@@ -37,6 +37,11 @@ def on_kaggle() -> bool:
     return (kaggle_root() / "input").is_dir()
 
 
+def output_dir(out_dir: str = "") -> Path:
+    """Where this session writes: `out_dir`, else /kaggle/working on Kaggle, else ./run."""
+    return Path(out_dir) if out_dir else (kaggle_root() / "working" if on_kaggle() else Path.cwd() / "run")
+
+
 @dataclass
 class SessionPaths:
     data: Path
@@ -74,7 +79,7 @@ def resolve_session(cfg: RunConfig, out_dir: str = "", given_fields: list[str] |
     the kernel side's one merge of a run's fields with its checkpoint's: the loop, here or in
     the torchrun workers, gets the settled config and only checks it against the checkpoint."""
     roots = [kaggle_root() / "input"] if on_kaggle() else [Path.cwd()]
-    out = Path(out_dir) if out_dir else (kaggle_root() / "working" if on_kaggle() else Path.cwd() / "run")
+    out = output_dir(out_dir)
     resume = find_checkpoint(cfg.resume_from, roots + [out]) if cfg.resume_from else None
     given = fields_off_defaults(cfg) | set(given_fields or ())
     if resume is not None:
@@ -99,7 +104,7 @@ def inputs_as_sent(cfg: RunConfig, out_dir: str = "", given_fields: list[str] | 
     never resumes from another checkpoint; the control side waits and pushes again."""
     if not data_sha256 and not ckpt_sha256:
         return resolve_session(cfg, out_dir, given_fields)
-    out = Path(out_dir) if out_dir else (kaggle_root() / "working" if on_kaggle() else Path.cwd() / "run")
+    out = output_dir(out_dir)
     try:
         paths = resolve_session(cfg, out_dir, given_fields)
         found = {"data": sha256_file(paths.data / "manifest.json") if data_sha256 else "",

@@ -167,6 +167,9 @@ def _after(run_id: str, ended: Link, state: _Driving, say: Callable[[str], None]
         say(f"{out.reason} The lab tries another machine." if load_run(run_id).cfg.machine in ("auto", "", None)
             else f"{out.reason} The lab waits for it and asks again.")
         return None
+    if out.kind is End.UNFIT:  # the machine is marked so: the rule passes it over from now on
+        say(f"{out.reason} The lab continues the run on another machine.")
+        return None
     if out.kind is End.PUSH_AGAIN:
         if _in_a_row(load_run(run_id), End.PUSH_AGAIN) < MAX_INPUT_WAITS:
             return None  # the machine waited; the next link pushes again
@@ -193,7 +196,8 @@ def _failed_or_cancelled(run_id: str) -> str:
 
 def _lost_in_a_row(run: Run) -> int:
     """How many sessions were lost one after another at the run's end. Links that were refused,
-    interrupted, waited for their inputs or failed before their session are passed over."""
+    interrupted, waited for their inputs, came without their cards or failed before their session
+    are passed over."""
     count = 0
     for link in reversed(run.links):
         kind = link.outcome.kind if link.outcome else None

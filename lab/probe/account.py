@@ -28,8 +28,7 @@ from typing import Callable
 from lab.config import UserError, card_set
 from lab.kaggle.client import AccountClient, KaggleError, RetryPolicy, client_for, get_account
 from lab.kaggle.logs import LiveLog
-from lab.kernel.checkpoint import atomic_write
-from lab.probe.record import MEASURED_FOLDER, probe_path, store_measurement
+from lab.probe.record import MEASURED_FOLDER, store_measurement, store_probe
 
 KERNEL_SLUG = "lab-probe"
 DATASET_SLUG = "lab-probe-input"
@@ -55,6 +54,7 @@ class ProbePlan:
     session_timeout_s: int = 1200
     poll_s: float = 30.0
     dataset_wait_s: float = 900.0
+    allow_cpu: bool = False  # a session without GPU is no verdict against the account (LAB_KAGGLE_ALLOW_CPU=1)
     gpu_size: dict = field(default_factory=lambda: dict(GPU_SIZE))
     cpu_size: dict = field(default_factory=lambda: dict(CPU_SIZE))
 
@@ -88,7 +88,8 @@ def worker_source() -> str:
 def session_source() -> str:
     """The probe session's code, as the probe notebook pastes it (a box's check sends it too)."""
     from lab.notebooks import kernel_source
-    return kernel_source("signals") + "\n\n" + _pasted(Path(__file__).resolve().parent / "session.py")
+    return "\n\n".join([kernel_source("signals"), kernel_source("preflight"),
+                        _pasted(Path(__file__).resolve().parent / "session.py")])
 
 
 def probe_notebook(plan: ProbePlan) -> dict:
@@ -131,7 +132,8 @@ def probe_account(name: str, plan: ProbePlan | None = None, say: Callable[[str],
     polled as often as the person's LAB_KAGGLE_POLL_S says (default 30 s)."""
     if plan is None:
         from lab.machines.kaggle_data import KaggleSettings
-        plan = ProbePlan(poll_s=KaggleSettings.from_env().poll_s)
+        settings = KaggleSettings.from_env()
+        plan = ProbePlan(poll_s=settings.poll_s, allow_cpu=settings.allow_cpu)
     account = get_account(name)
     c = client_for(account, retry=RetryPolicy(attempts=4, base_s=1.0, cap_s=20.0))
     say(f"{name}: {cost_line(plan)}")
@@ -148,7 +150,8 @@ def probe_account(name: str, plan: ProbePlan | None = None, say: Callable[[str],
         pushed = e.push  # it runs without the marker: the mount check says so
     say(f"{name}: pushed {slug} version {pushed.version}; waiting for it to end")
     status, failure, log_mode = _follow(c, slug, pushed.version, account.folder / "probe-log", plan, say)
-    return _collect(name, c, slug, pushed.version, status, failure, log_mode, nonce, started, account.folder)
+    return _collect(name, c, slug, pushed.version, status, failure, log_mode, nonce, started, account.folder,
+                    plan.allow_cpu)
 
 
 def _upload_marker(c: AccountClient, folder: Path, nonce: str, plan: ProbePlan, say) -> str:
@@ -198,7 +201,7 @@ def _follow(c: AccountClient, slug: str, version: int | None, log_folder: Path, 
 
 
 def _collect(name: str, c: AccountClient, slug: str, version: int | None, status: str, failure: str,
-             log_mode: str, nonce: str, started: datetime, folder: Path) -> dict:
+             log_mode: str, nonce: str, started: datetime, folder: Path, allow_cpu: bool = False) -> dict:
     """Downloads the probe's outputs and stores the verdict."""
     out = Path(tempfile.mkdtemp(prefix="lab-probe-out-", dir=folder))
     try:
@@ -208,17 +211,17 @@ def _collect(name: str, c: AccountClient, slug: str, version: int | None, status
             facts = json.loads((out / "probe" / "probe.json").read_text(encoding="utf-8"))
         except (UserError, OSError, ValueError):
             pass
-        record = _verdict(name, slug, version, status, failure, log_mode, nonce, started, facts)
+        record = _verdict(name, slug, version, status, failure, log_mode, nonce, started, facts, allow_cpu)
         if facts is not None and (facts.get("worker") or {}).get("burst"):
             store_measurement(folder / MEASURED_FOLDER, out / "probe" / "metrics.jsonl", facts, record["gpu"])
-        store(name, record)
+        store_probe(name, record)
         return record
     finally:
         shutil.rmtree(out, ignore_errors=True)
 
 
 def _verdict(name: str, slug: str, version: int | None, status: str, failure: str, log_mode: str, nonce: str,
-             started: datetime, facts: dict | None) -> dict:
+             started: datetime, facts: dict | None, allow_cpu: bool = False) -> dict:
     record = {"format": 1, "account": name, "at": started.isoformat(timespec="seconds"), "kernel": slug,
               "version": version, "status": status, "can_run": True, "why": None, "why_ru": None,
               "log_while_running": {"live": True, "at_end": False}.get(log_mode), "facts": facts}
@@ -233,21 +236,34 @@ def _verdict(name: str, slug: str, version: int | None, status: str, failure: st
     record["gpu"] = card_set(gpus[0]["name"], len(gpus)) if gpus else "cpu"
     record["all_reduce"] = worker.get("all_reduce")
     record["tok_s"] = (worker.get("burst") or {}).get("tok_s")
+    record["image"], record["nccl_env"] = facts.get("image"), facts.get("nccl_env") or {}
     marker = facts.get("input_marker") or ""
     record["input"] = {"mount": facts.get("input_mount"), "this_version": nonce in marker}
-    if worker.get("error"):
-        record.update(can_run=False, why=f"the cards' check failed: {worker['error']}",
-                      why_ru=f"проверка карт не прошла: {worker['error']}")
-    elif not (worker.get("all_reduce") or {}).get("ok"):
-        record.update(can_run=False, why="the all-reduce across the cards gave a wrong result",
-                      why_ru="all-reduce между картами дал неверный результат")
-    if not gpus:
-        record.update(warning="the session had no GPU: a run there trains on the CPU",
-                      warning_ru="в сессии не было GPU: прогон там учился бы на CPU")
-    elif not record["input"]["mount"]:
+    record.update(_cards_verdict(name, gpus, worker, allow_cpu))
+    if not gpus and allow_cpu:
+        record.update(warning="the session had no GPU: a run there trains on the CPU (LAB_KAGGLE_ALLOW_CPU=1)",
+                      warning_ru="в сессии не было GPU: прогон там учился бы на CPU (LAB_KAGGLE_ALLOW_CPU=1)")
+    elif gpus and not record["input"]["mount"]:
         record.update(warning="the session did not find the probe's input under /kaggle/input",
                       warning_ru="сессия не нашла вход пробы в /kaggle/input")
     return record
+
+
+def _cards_verdict(name: str, gpus: list, worker: dict, allow_cpu: bool) -> dict:
+    """{"can_run", "why", "why_ru"} from what the session found of its cards."""
+    if not gpus and not allow_cpu:
+        return {"can_run": False,
+                "why": "the session had no GPU (Kaggle offers GPUs only to phone-verified accounts): verify the "
+                       f"account's phone number at kaggle.com/settings, then `lab probe {name}` again",
+                "why_ru": "в сессии не было GPU (Kaggle даёт GPU только аккаунтам с подтверждённым телефоном): "
+                          f"подтвердите телефон на kaggle.com/settings, затем снова `lab probe {name}`"}
+    if worker.get("error"):
+        return {"can_run": False, "why": f"the cards' check failed: {worker['error']}",
+                "why_ru": f"проверка карт не прошла: {worker['error']}"}
+    if not (worker.get("all_reduce") or {}).get("ok"):
+        return {"can_run": False, "why": "the all-reduce across the cards gave a wrong result",
+                "why_ru": "all-reduce между картами дал неверный результат"}
+    return {}
 
 
 def _refused(name: str, c: AccountClient, e: KaggleError, started: datetime) -> dict:
@@ -269,12 +285,7 @@ def _refused(name: str, c: AccountClient, e: KaggleError, started: datetime) -> 
               "why_ru": f"Kaggle отказал в сессии GPU: {e.what}. Kaggle даёт GPU только аккаунтам с подтверждённым "
                         "телефоном.",
               "log_while_running": None, "facts": None}
-    store(name, record)
+    store_probe(name, record)
     return record
 
 
-def store(name: str, record: dict) -> Path:
-    """Writes the account's probe record (no secret inside)."""
-    path = probe_path(name)
-    atomic_write(path, lambda f: f.write(json.dumps(record, indent=1, ensure_ascii=False).encode("utf-8")))
-    return path

@@ -7,6 +7,7 @@
     ui.start(form)               # 5. Start, and where the run went
     ui.monitor(form)             # 6. links, log tail and the loss plot, refreshed while it runs
     ui.runs()                    # 7. the lab's runs, lineage, overlay plot, "when to grow"
+    ui.try_model()               # 9. a run's checkpoint writing text from a prompt, streamed
 
 Each call shows its panel and returns it (for `form.set(layers=12)`, `monitor.refresh()`...).
 The panels live in `lab.ui_form` (the form), `lab.ui_calc` (the calculator) and
@@ -19,9 +20,10 @@ from __future__ import annotations
 from lab.ui.form import NewRunForm
 from lab.ui.panels import MachinesPanel, Monitor, RunsPanel, SetupPanel, StartPanel, lineage_rows
 from lab.ui.text import language_switch, set_language
+from lab.ui.trymodel import TryModel
 
-__all__ = ["setup", "machines", "new_run", "start", "monitor", "runs", "set_language", "language_switch",
-           "NewRunForm", "MachinesPanel", "Monitor", "RunsPanel", "SetupPanel", "StartPanel", "lineage_rows"]
+__all__ = ["setup", "machines", "new_run", "start", "monitor", "runs", "try_model", "set_language", "language_switch",
+           "NewRunForm", "MachinesPanel", "Monitor", "RunsPanel", "SetupPanel", "StartPanel", "TryModel", "lineage_rows"]
 
 
 def setup() -> SetupPanel:
@@ -63,3 +65,8 @@ def monitor(form: NewRunForm | None = None, run: str | None = None, wait_minutes
 def runs() -> RunsPanel:
     """Cell 7: the lab's runs with lineage, an overlay plot of chosen runs, "when to grow"."""
     return RunsPanel().show()
+
+
+def try_model(run: str | None = None) -> TryModel:
+    """Cell 9: a run's checkpoint writes text from a prompt, streamed into the cell."""
+    return TryModel(run).show()

@@ -123,12 +123,12 @@ from lab.kernel.train import OutOfMemory, Trainer
 
 block_forward = model.Block.forward
 
-def small_card(self, x):  # a card that holds 3 rows: more run out of memory mid-backward
+def small_card(self, x, cache=None):  # a card that holds 3 rows: more run out of memory mid-backward
     if x.requires_grad and x.size(0) > 3:
         def oom(grad):
             raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
         x.register_hook(oom)  # reached after this block's weights got their gradients (DDP marked them ready)
-    return block_forward(self, x)
+    return block_forward(self, x, cache)
 
 model.Block.forward = small_card
 cfg = RunConfig(context=32, width=32, heads=2, layers=2, batch_per_card=8, steps_until=5, eval_every=100,

@@ -10,6 +10,9 @@ from conftest import FP32, TINY, lab, lab_here
 from lab.config import cpu_precision
 from lab.kernel.step import pick_precision
 
+# Its module-scoped fixture is made once: every test of the file on one xdist worker.
+pytestmark = pytest.mark.xdist_group("trained-run")
+
 
 def train_here(*args: str) -> str:
     code, out, err = lab_here("train", *args)
