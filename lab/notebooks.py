@@ -44,6 +44,9 @@ SESSION_PARAMETERS = {
                          "LAB_KAGGLE_ALLOW_CPU to 1)"),
     "nccl_env": ({}, "NCCL settings for this session's workers, from the account's probe, e.g. "
                      "{'NCCL_P2P_DISABLE': '1'}"),
+    "nnodes": (1, "hosts that train this run together under torchrun (a group of the lab's boxes); 1: this one"),
+    "node_rank": (0, "this host's place in the group: 0 for the first, whose outputs are the run's"),
+    "rdzv_endpoint": ("", "where the group's hosts meet: HOST:PORT on the first host"),
 }
 
 _LAB_IMPORT = re.compile(r"^(from lab(\.\w+)* import .*|import lab(\.\w+)*.*)$")
@@ -163,7 +166,8 @@ timeline.mark("inputs_checked")'''
 
 TRAIN = '''try:
     result = run_session(session.cfg, session, KERNEL_PY, nproc=nproc, allow_fallback=allow_fallback,
-                         plot_every_s=plot_every_s, plot_x=plot_x, started=SESSION_STARTED)
+                         plot_every_s=plot_every_s, plot_x=plot_x, started=SESSION_STARTED,
+                         nodes=Nodes(nnodes, node_rank, rdzv_endpoint))
 finally:
     timeline.mark("ended")
 result'''

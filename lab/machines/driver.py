@@ -38,7 +38,7 @@ from lab.machines.control import (DriverLock, active_link, active_runs, cancel_f
                                   driver_alive, logged, read_control, set_control, spawn_driver, spawned, tail)
 from lab.machines.live import live_curve
 from lab.machines.local import local_cards, local_gpu  # noqa: F401 - the API
-from lab.machines.needs import data_id, need_hours, pin_data, source_checkpoint
+from lab.machines.needs import data_id, finish_hours, need_hours, pin_data, source_checkpoint
 from lab.machines.outcome import REFUSED, End
 from lab.machines.registry import host_for, host_of, hosts, machine_names  # noqa: F401 - the API
 from lab.runs import Link, Run, load_run, now, updating
@@ -294,7 +294,8 @@ def _next_choice(run: Run, state: _Driving) -> tuple[Choice, list[Machine]]:
         if choice.machine is not None or not went_on:
             return choice, mine
     machines = _considered(state)
-    return pick(run.cfg, need_hours(run), machines, holdings(machines, run.cfg, run), pinned, went_on), machines
+    return pick(run.cfg, need_hours(run), machines, holdings(machines, run.cfg, run), pinned, went_on,
+                finish_hours(run.cfg, run.step, machines)), machines
 
 
 def _considered(state: _Driving, only: str | None = None) -> list[Machine]:

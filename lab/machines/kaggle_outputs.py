@@ -40,7 +40,7 @@ def download(run_id: str, n: int, ctx: LinkContext) -> dict:
     slug = link.detail["kernel"]["slug"]
     for _ in range(2):  # one more download when the first came incomplete
         files, refused = _listed_output(c, slug, folder, ctx.settings.poll_s)
-        check = _check_output(folder)
+        check = check_output(folder)
         if refused:
             check["problem"] = f"Kaggle answered {refused} when asked for the session's outputs: none came back"
             break
@@ -80,7 +80,7 @@ def _read_marker(path: Path) -> dict | None:
     return got if isinstance(got, dict) else {"found": "unreadable marker"}
 
 
-def _check_output(folder: Path) -> dict:
+def check_output(folder: Path) -> dict:
     """The session's result and its newest whole checkpoint (sha256 recomputed here); the
     markers of a session that stopped before training (its inputs, its cards)."""
     out: dict = {}

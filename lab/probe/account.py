@@ -28,7 +28,7 @@ from typing import Callable
 from lab.config import UserError, card_set
 from lab.kaggle.client import AccountClient, KaggleError, RetryPolicy, client_for, get_account
 from lab.kaggle.logs import LiveLog
-from lab.probe.record import MEASURED_FOLDER, store_probe
+from lab.probe.record import MEASURED_FOLDER, store_measurement, store_probe
 
 KERNEL_SLUG = "lab-probe"
 DATASET_SLUG = "lab-probe-input"
@@ -77,16 +77,27 @@ def cost_line(plan: ProbePlan, ru: bool = False) -> str:
 # The notebook that is pushed
 
 
+def worker_source() -> str:
+    """The probe's worker as one script for torchrun: the kernel modules it trains with (the
+    loop's own step), then the burst (a box's check, lab.probe.box, runs the same)."""
+    from lab.notebooks import kernel_source
+    worker = _pasted(Path(__file__).resolve().parent / "worker.py")
+    return "\n\n".join([*map(kernel_source, WORKER_USES), worker])
+
+
+def session_source() -> str:
+    """The probe session's code, as the probe notebook pastes it (a box's check sends it too)."""
+    from lab.notebooks import kernel_source
+    return "\n\n".join([kernel_source("signals"), kernel_source("preflight"),
+                        _pasted(Path(__file__).resolve().parent / "session.py")])
+
+
 def probe_notebook(plan: ProbePlan) -> dict:
     """The probe notebook: its parameters, the worker script (the lab's GPT and the burst) as a
     file for torchrun, the session code, and the call."""
     import nbformat
 
-    from lab.notebooks import kernel_source
-    here = Path(__file__).resolve().parent
-    # The worker trains with the loop's own step: the kernel modules it uses come first.
-    worker = "\n\n".join([*map(kernel_source, WORKER_USES), _pasted(here / "worker.py")])
-    session = "\n\n".join([kernel_source("signals"), kernel_source("preflight"), _pasted(here / "session.py")])
+    worker = worker_source()
     md, code = nbformat.v4.new_markdown_cell, nbformat.v4.new_code_cell
     params = (f"marker = {MARKER!r}\ngpu_size = {plan.gpu_size!r}\ncpu_size = {plan.cpu_size!r}\n"
               f"steps = {plan.steps!r}\nhold_s = {plan.hold_s!r}\nworker_timeout_s = {plan.worker_timeout_s!r}\n")
@@ -95,7 +106,7 @@ def probe_notebook(plan: ProbePlan) -> dict:
                 "in `probe/probe.json`."),
              code(params, metadata={"tags": ["parameters"]}),
              code("%%writefile lab_probe_worker.py\n" + worker),
-             code(session),
+             code(session_source()),
              code("facts = probe_main(marker, gpu_size, cpu_size, steps, hold_s, worker_timeout_s)\n"
                   "Path('lab_probe_worker.py').unlink(missing_ok=True)")]
     nb = nbformat.v4.new_notebook(cells=cells)
@@ -202,7 +213,7 @@ def _collect(name: str, c: AccountClient, slug: str, version: int | None, status
             pass
         record = _verdict(name, slug, version, status, failure, log_mode, nonce, started, facts, allow_cpu)
         if facts is not None and (facts.get("worker") or {}).get("burst"):
-            _store_measurement(folder / MEASURED_FOLDER, out / "probe" / "metrics.jsonl", facts, record["gpu"])
+            store_measurement(folder / MEASURED_FOLDER, out / "probe" / "metrics.jsonl", facts, record["gpu"])
         store_probe(name, record)
         return record
     finally:
@@ -278,23 +289,3 @@ def _refused(name: str, c: AccountClient, e: KaggleError, started: datetime) -> 
     return record
 
 
-
-
-def _store_measurement(folder: Path, metrics: Path, facts: dict, gpu: str) -> None:
-    """The burst as a run folder the calculator reads (lab.sizing.measured_runs)."""
-    if not metrics.is_file():
-        return
-    burst = facts["worker"]["burst"]
-    tmp = folder.with_name(folder.name + ".new")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    shutil.copy2(metrics, tmp / "metrics.jsonl")
-    (tmp / "config.json").write_text(json.dumps({**burst["size"], "gpu": gpu, "precision": burst["precision"]}),
-                                     encoding="utf-8")
-    (tmp / "device.json").write_text(json.dumps({"gpu": gpu, "device": "cuda" if facts.get("gpus") else "cpu",
-                                                 "cards": max(1, len(facts.get("gpus") or [])),
-                                                 "world": facts.get("procs"), "precision": burst["precision"],
-                                                 "vocab": burst["size"]["vocab"], "torch": facts.get("torch")}),
-                                     encoding="utf-8")
-    shutil.rmtree(folder, ignore_errors=True)
-    tmp.rename(folder)

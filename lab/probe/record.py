@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -108,3 +109,24 @@ def summary(record: dict | None, ru: bool = False) -> str:
         parts.append("внимание: " + str(record.get("warning_ru") or record["warning"]) if ru else
                      "warning: " + str(record["warning"]))
     return ", ".join(parts)
+
+
+def store_measurement(folder: Path, metrics: Path, facts: dict, gpu: str) -> None:
+    """The burst as a run folder the calculator reads (lab.sizing.measured_runs): its metrics, the
+    size and precision it trained at (config.json) and the cards it ran on (device.json)."""
+    if not metrics.is_file():
+        return
+    burst = facts["worker"]["burst"]
+    tmp = folder.with_name(folder.name + ".new")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    shutil.copy2(metrics, tmp / "metrics.jsonl")
+    (tmp / "config.json").write_text(json.dumps({**burst["size"], "gpu": gpu, "precision": burst["precision"]}),
+                                     encoding="utf-8")
+    (tmp / "device.json").write_text(json.dumps({"gpu": gpu, "device": "cuda" if facts.get("gpus") else "cpu",
+                                                 "cards": max(1, len(facts.get("gpus") or [])),
+                                                 "world": facts.get("procs"), "precision": burst["precision"],
+                                                 "vocab": burst["size"]["vocab"], "torch": facts.get("torch")}),
+                                     encoding="utf-8")
+    shutil.rmtree(folder, ignore_errors=True)
+    tmp.rename(folder)
