@@ -12,8 +12,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add_config_flags(parser)
     parser.add_argument("--config", metavar="FILE", help="JSON file with run fields (flags override it)")
     parser.add_argument("--machine", default="auto",
-                        help="where it runs: auto (the guide's rule over the Kaggle accounts; this computer "
-                             "when the lab has none), local (this computer), or a Kaggle account's name")
+                        help="where it runs: auto (the guide's rule over the Kaggle accounts and the lab's boxes; "
+                             "this computer when the lab has none), local (this computer), or a machine's name "
+                             "(a Kaggle account, a box: `lab machines`)")
     parser.add_argument("--detach", action="store_true",
                         help="start it in the background and return; `lab watch RUN` follows it")
     parser.add_argument("--nproc", type=int, default=0, help="processes under torchrun; 0: one per GPU")
@@ -25,7 +26,8 @@ def run(args: argparse.Namespace) -> int:
     from lab.machines.control import read_control, spawn_driver
     from lab.settle import register_run
     if args.nproc and args.machine != "local":
-        raise UserError("--nproc applies to this computer only (--machine local): Kaggle sessions use both T4s")
+        raise UserError("--nproc applies to this computer only (--machine local): Kaggle sessions use both T4s, "
+                        "a box all of its GPUs")
     target = register_run(fields_from_args(args), machine=args.machine, warn=lambda p: print(f"warning: {p.en}"))
     print(f"run {target.id}: {target.folder}", flush=True)
     if args.detach:

@@ -3,4 +3,4 @@ only `lab.config` and the ones before it). It runs on a bare Kaggle image: torch
 sentencepiece, matplotlib, and nothing of the control side."""
 
 READING_ORDER = ["model", "schedule", "data", "signals", "checkpoint", "metrics", "launch", "speed", "step", "loop",
-                 "train", "plots", "session"]
+                 "train", "plots", "session", "preflight"]

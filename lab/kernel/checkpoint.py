@@ -290,7 +290,8 @@ class StopGuard:
     The handlers only set a flag; the loop saves at the next step boundary. Stopping at
     the limit leaves room for one more step and the save, with a second's margin: the margin
     for the session's boot, the output copy and Kaggle's kill lies in the session timeout the
-    control side asks for (the limit plus ten minutes), not here.
+    control side asks for (the limit plus a margin sized from the account's measured sessions,
+    at least ten minutes), not here.
     """
 
     def __init__(self, limit_min: float, started: float | None = None, margin_s: float = 1.0,

@@ -23,7 +23,7 @@ from lab.config import RunConfig, fields_off_defaults, resumed_config
 from lab.kernel.checkpoint import (INPUT_NOT_READY, CheckpointError, checkpoint_meta, list_checkpoints,
                                    newest_whole_checkpoint, resolve_checkpoint, sha256_file)
 from lab.kernel.data import find_data
-from lab.kernel.launch import Launched, launch, report_result, reporting_failure, stop_file_from_env
+from lab.kernel.launch import Launched, Nodes, launch, report_result, reporting_failure, stop_file_from_env
 from lab.kernel.metrics import METRICS, MetricsTail, read_metrics
 from lab.kernel.plots import LiveCurve, figure_png, loss_figure, save_loss_plot
 from lab.kernel.train import train
@@ -35,6 +35,11 @@ def kaggle_root() -> Path:
 
 def on_kaggle() -> bool:
     return (kaggle_root() / "input").is_dir()
+
+
+def output_dir(out_dir: str = "") -> Path:
+    """Where this session writes: `out_dir`, else /kaggle/working on Kaggle, else ./run."""
+    return Path(out_dir) if out_dir else (kaggle_root() / "working" if on_kaggle() else Path.cwd() / "run")
 
 
 @dataclass
@@ -74,7 +79,7 @@ def resolve_session(cfg: RunConfig, out_dir: str = "", given_fields: list[str] |
     the kernel side's one merge of a run's fields with its checkpoint's: the loop, here or in
     the torchrun workers, gets the settled config and only checks it against the checkpoint."""
     roots = [kaggle_root() / "input"] if on_kaggle() else [Path.cwd()]
-    out = Path(out_dir) if out_dir else (kaggle_root() / "working" if on_kaggle() else Path.cwd() / "run")
+    out = output_dir(out_dir)
     resume = find_checkpoint(cfg.resume_from, roots + [out]) if cfg.resume_from else None
     given = fields_off_defaults(cfg) | set(given_fields or ())
     if resume is not None:
@@ -99,7 +104,7 @@ def inputs_as_sent(cfg: RunConfig, out_dir: str = "", given_fields: list[str] | 
     never resumes from another checkpoint; the control side waits and pushes again."""
     if not data_sha256 and not ckpt_sha256:
         return resolve_session(cfg, out_dir, given_fields)
-    out = Path(out_dir) if out_dir else (kaggle_root() / "working" if on_kaggle() else Path.cwd() / "run")
+    out = output_dir(out_dir)
     try:
         paths = resolve_session(cfg, out_dir, given_fields)
         found = {"data": sha256_file(paths.data / "manifest.json") if data_sha256 else "",
@@ -155,14 +160,19 @@ class TrainingFailed(RuntimeError):
 
 def run_session(cfg: RunConfig, paths: SessionPaths, kernel_py: Path, nproc: int = 0,
                 allow_fallback: bool = False, plot_every_s: float = 30.0, plot_x: str = "step",
-                started: float | None = None) -> dict:
-    """Trains in this process, or under torchrun with one process per GPU; writes
-    `result.json` (where training stopped and why) beside the metrics, and the plot. A failed
-    session writes them too, naming the newest checkpoint, then raises with the error."""
+                started: float | None = None, nodes: Nodes = Nodes()) -> dict:
+    """Trains in this process, or under torchrun with one process per GPU (on a group of hosts,
+    this host's part of the run); writes `result.json` (where training stopped and why) beside
+    the metrics, and the plot. A failed session writes them too, naming the newest checkpoint,
+    then raises with the error."""
     plot = LivePlot(paths.out, plot_every_s, plot_x)
     procs = gpus_for(cfg, nproc)
-    if procs > 1:
-        ended = _run_torchrun(cfg, paths, kernel_py, procs, allow_fallback, plot, started)
+    if procs > 1 or nodes.count > 1:
+        ended = _run_torchrun(cfg, paths, kernel_py, max(procs, 1), allow_fallback, plot, started, nodes)
+        if nodes.rank > 0 and ended.returncode == 0:  # the first host's rank 0 writes the run's files
+            print(f"this host (node {nodes.rank} of {nodes.count}) trained its part; the first host has the "
+                  "run's outputs", flush=True)
+            return {"node_rank": nodes.rank, "nodes": nodes.count}
         if ended.failed:
             result = failed_result(paths.out, ended.failure_text())
             _write_outputs(paths.out, result, plot, plot_x)
@@ -198,7 +208,7 @@ def _write_outputs(out: Path, result: dict, plot: LivePlot, plot_x: str) -> None
     print(f"plot       {save_loss_plot(out, x=plot_x)}")
 
 
-def _run_torchrun(cfg, paths, kernel_py, procs, allow_fallback, plot, started) -> Launched:
+def _run_torchrun(cfg, paths, kernel_py, procs, allow_fallback, plot, started, nodes) -> Launched:
     paths.out.mkdir(parents=True, exist_ok=True)
     config_path = paths.out / "session-config.json"
     # The workers start their clock later: give them what is left of the session's limit.
@@ -210,8 +220,9 @@ def _run_torchrun(cfg, paths, kernel_py, procs, allow_fallback, plot, started) -
         target += ["--resume", str(paths.resume)]
     if allow_fallback:
         target.append("--allow-fallback")
-    print(f"launching {procs} processes under torchrun (DDP)", flush=True)
-    ended = launch(procs, target, on_tick=plot.update)
+    group = f" on node {nodes.rank} of {nodes.count} (rendezvous {nodes.endpoint})" if nodes.count > 1 else ""
+    print(f"launching {procs} processes under torchrun (DDP){group}", flush=True)
+    ended = launch(procs, target, on_tick=plot.update, nodes=nodes)
     for failure in ended.failures:
         print(f"rank {failure['rank']} failed: {failure['error']}", flush=True)
     return ended

@@ -165,6 +165,7 @@ class Trainer:
                                          batches=cfg.eval_batches, context=cfg.context)
         self.batches = Prefetcher(self._read_batch, rt.device)
         self.compile_s, self.eval_failed = None, False  # compile(): the seconds compiling took, None uncompiled
+        self.first_step_s: float | None = None  # from the loop's clock start to the first steps synced
 
     def _read_batch(self, step: int, micro: int) -> tuple[torch.Tensor, torch.Tensor]:
         cfg, rt = self.cfg, self.rt
@@ -307,6 +308,8 @@ class Trainer:
                 if not (reason or eval_due or window.due(self.step)):
                     continue  # no host sync between sync points: the card never waits for us
                 rows, reason, save_due = self._sync_point(window, guard, saver, reason)
+                if self.first_step_s is None:  # the session's time to its first steps, for the control side
+                    self.first_step_s = round(guard.elapsed(), 3)
                 if eval_due:
                     last_eval = self.step
                     self._evaluate_into(rows)
@@ -317,7 +320,7 @@ class Trainer:
                     break
                 progress.show(rows)
                 window.restart(self.tokens)
-        return self._result(reason, saver.path, window.skipped)
+        return {**self._result(reason, saver.path, window.skipped), "save_s": round(saver.cost_s, 3)}
 
     def _start_outputs(self) -> None:
         """The run folder as this session starts: the metrics cut at the checkpoint's step, the
@@ -360,7 +363,7 @@ class Trainer:
         self.log(f"stopped at step {self.step:,} ({reason}); checkpoint {path}")
         return {"step": self.step, "tokens": self.tokens, "reason": reason, "checkpoint": str(path),
                 "steps_until": self.cfg.steps_until, "done": self.step >= self.cfg.steps_until,
-                "compile_s": self.compile_s, "skipped_steps": skipped}
+                "compile_s": self.compile_s, "first_step_s": self.first_step_s, "skipped_steps": skipped}
 
     def _unsaved_result(self, reason: str) -> dict:
         """The last save failed: the run continues from the newest whole checkpoint, so that is

@@ -12,7 +12,7 @@ from typing import Any, Callable, Iterable
 
 from lab.config import RunConfig, card_set
 from lab.corpus.manifests import read_json_cached, stat_key
-from lab.home import accounts_dir, runs_dir
+from lab.home import accounts_dir, machines_dir, runs_dir
 from lab.sizing.cards import CARDS, REFERENCE, flops_per_token
 from lab.sizing.inputs import find_manifest, resolve_vocab
 
@@ -196,10 +196,16 @@ def probe_bursts() -> list[tuple[str, str]]:
             if os.path.isdir(os.path.join(path, "probe"))]
 
 
+def box_checks() -> list[tuple[str, str]]:
+    """Each box's `lab machines check` burst, a run folder too: ("check:NAME", folder)."""
+    return [(f"check:{name}", os.path.join(path, "check")) for name, path in _scan(machines_dir())
+            if os.path.isdir(os.path.join(path, "check"))]
+
+
 # Where measurements come from: each source lists (name, run folder) pairs, the folder holding
 # config.json, device.json and metrics.jsonl as `lab train` writes them. Another kind of burst
-# (an SSH machine's check) is one more function here.
-SOURCES: list[Callable[[], list[tuple[str, str]]]] = [lab_runs, probe_bursts]
+# is one more function here.
+SOURCES: list[Callable[[], list[tuple[str, str]]]] = [lab_runs, probe_bursts, box_checks]
 
 
 def measured_runs(gpu: str | None = None, root: Path | None = None) -> list[Measured]:
