@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from lab.config import MODEL_FIELDS, Problem, RunConfig
+from lab.home import machines_dir
 from lab.sizing.cards import AUTO_GPU, CARDS, TOKENS_PER_WEIGHT, Card, weight_count
 from lab.sizing.checks import problems
 from lab.sizing.figures import Estimate, Figure, unknown
@@ -140,9 +141,10 @@ def _time_figures(est: Estimate, cfg: RunConfig, card: Card, runs: list[Measured
 
 
 def on_kaggle(machine: str) -> bool:
-    """Whether the run spends Kaggle quota: on a named account, or on Auto's pick, which is a
-    Kaggle account whenever the lab has one (lab.machines.auto.choose)."""
-    if machine == "local":
+    """Whether the run spends Kaggle quota: on a named account (not this computer, not one of
+    the lab's boxes), or on Auto's pick, which is a Kaggle account whenever the lab has one
+    (lab.machines.auto.choose)."""
+    if machine == "local" or (machine != "auto" and (machines_dir() / machine).is_dir()):  # a box of the lab's
         return False
     if machine != "auto":
         return True

@@ -209,3 +209,23 @@ def test_the_cpu_prior_is_what_bench_prior_fits_to_its_saved_step_times(precisio
     times = bench.load_times(str(scripts / "measured" / f"bench_prior-epyc-1core-{precision}.json"))
     assert sorted(times) == sorted(bench.GRID)
     assert CPU_PARTS[precision] == pytest.approx(bench.fit_parts(times), rel=5e-3, abs=1e-15)
+
+
+def test_a_kaggle_accounts_measured_sessions_are_its_start_and_output_copy(home):
+    """What lab.machines.kaggle_sessions recorded of an account's sessions enters its run time."""
+    from lab.sizing.runtime import kaggle_session_costs
+    assert kaggle_session_costs("alice").start_s == sizing.STARTUP_MIN * 60  # nothing measured yet
+    folder = home / "accounts" / "alice"
+    folder.mkdir(parents=True)
+    rows = [{"boot_s": b, "data_checks_s": 30.0, "output_copy_s": 45.0} for b in (100.0, 140.0, 900.0)]
+    (folder / "sessions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    costs = kaggle_session_costs("alice")
+    assert (costs.start_s, costs.end_s) == (140.0 + 30.0, 45.0)  # the medians
+    assert "3 session(s) of alice" in costs.note
+    assert kaggle_session_costs(None).start_s == sizing.STARTUP_MIN * 60  # Auto, before it picks
+
+
+def test_one_of_the_labs_boxes_spends_no_kaggle_quota(home):
+    from lab.sizing.estimate import on_kaggle
+    (home / "machines" / "box-a").mkdir(parents=True)  # as `lab machines add` keeps a box
+    assert on_kaggle("alice") and not on_kaggle("box-a") and not on_kaggle("local") and not on_kaggle("auto")
