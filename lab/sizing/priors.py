@@ -16,15 +16,16 @@ from lab.sizing.cards import REFERENCE, Card
 from lab.sizing.steptime import Point, Size
 
 # This CPU's parts, measured by `OMP_NUM_THREADS=1 scripts/bench_prior.py --cpu-clock --rounds 3`:
-# the lean step (model, fused AdamW, clipping, autocast) on its grid of 20 sizes, on one core of a
-# 2-core AMD EPYC (Zen 5, AVX512-BF16), torch 2.13 CPU build, timed in CPU seconds so that the
-# other work on the shared machine does not move them (each size's median step in the fastest of
-# 3 rounds; the fit's worst misfit on the grid 17% in fp32, 6% in bf16). The step times are kept
-# in scripts/measured/bench_prior-epyc-1core-*.json; `scripts/bench_prior.py --fit fp32 FILE`
-# prints these lines again from them. Seconds per unit of (matmul FLOP, attention FLOP,
-# activation element, logit, weight, layer, micro-step); the first five run on every core, per
-# layer and per step they do not. bf16 autocast is the slower of the two here at these sizes
-# (1.05-1.8x): its casts cost more than its products save.
+# the lean step (model, fused AdamW, clipping, autocast) on its grid of 20 sizes, on one core of
+# the 2-vCPU Intel Xeon VM the kit is developed on (lscpu: "Intel(R) Xeon(R) Processor",
+# AVX512-BF16/FP16), torch 2.13 CPU build, timed in CPU seconds so that the other work on that
+# shared machine does not move them (each size's median step in the fastest of 3 rounds; the
+# fit's worst misfit on the grid 17% in fp32, 6% in bf16). The step times are kept in
+# scripts/measured/bench_prior-xeon-1core-*.json; `scripts/bench_prior.py --fit fp32 FILE` prints
+# these lines again from them (tests/sizing holds the two equal). Seconds per unit of (matmul
+# FLOP, attention FLOP, activation element, logit, weight, layer, micro-step); the first five run
+# on every core, per layer and per step they do not. bf16 autocast is the slower of the two here
+# at these sizes (1.05-1.8x): its casts cost more than its products save.
 CPU_CORES_MEASURED = 1
 CPU_PARTS = {
     "fp32": (7.76e-12, 3.44e-12, 2.66e-08, 5.95e-09, 2.51e-09, 9.52e-04, 0.0),
@@ -117,8 +118,8 @@ def _cpu_prior(card: Card, precision: str) -> Prior:
     anchor = Point("guess", size, sum(c * x for c, x in zip(parts, size.parts())), CPU_ANCHOR_NOISE)
     return Prior("cpu", precision, parts, SHAPE_SPREAD["cpu"], anchor, False,
                  f"the lab's rough guess for {cores} CPU core(s) in {precision} (measured on "
-                 f"{CPU_CORES_MEASURED} core(s) of an AMD EPYC; yours may differ 3× either way: a short run here "
+                 f"{CPU_CORES_MEASURED} core(s) of an Intel Xeon; yours may differ 3× either way: a short run here "
                  f"measures it)",
-                 f"грубой прикидки лабы для {cores} ядер CPU в {precision} (замер на AMD EPYC, "
+                 f"грубой прикидки лабы для {cores} ядер CPU в {precision} (замер на Intel Xeon, "
                  f"ядер: {CPU_CORES_MEASURED}; ваш может отличаться втрое в любую сторону: короткий прогон "
                  f"здесь измерит его)")

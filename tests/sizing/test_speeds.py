@@ -206,7 +206,7 @@ def test_the_cpu_prior_is_what_bench_prior_fits_to_its_saved_step_times(precisio
     spec = importlib.util.spec_from_file_location("bench_prior", scripts / "bench_prior.py")
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
-    times = bench.load_times(str(scripts / "measured" / f"bench_prior-epyc-1core-{precision}.json"))
+    times = bench.load_times(str(scripts / "measured" / f"bench_prior-xeon-1core-{precision}.json"))
     assert sorted(times) == sorted(bench.GRID)
     assert CPU_PARTS[precision] == pytest.approx(bench.fit_parts(times), rel=5e-3, abs=1e-15)
 
