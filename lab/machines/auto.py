@@ -127,11 +127,12 @@ def choose(cfg: RunConfig, need_hours: float | None, machines: list[Machine],
     local_en, local_ru = (_LOCAL_EN, _LOCAL_RU) if has_local else ("", "")
     if covers(best):
         held = has(best)
+        other_en, other_ru = _passed_over(best, candidates, holds, need_hours)
         return Choice(best.name,
                       f"{best.name}: its {_h(best.quota_left_h)} h of GPU quota cover the whole run "
-                      f"({_h(need_hours)} h){_HOLDS_EN.get(held, '')}.{local_en}",
+                      f"({_h(need_hours)} h){_HOLDS_EN.get(held, '')}{other_en}.{local_en}",
                       f"{best.name}: его {_h(best.quota_left_h, True)} ч квоты GPU хватит на весь прогон "
-                      f"({_h(need_hours, True)} ч){_HOLDS_RU.get(held, '')}.{local_ru}")
+                      f"({_h(need_hours, True)} ч){_HOLDS_RU.get(held, '')}{other_ru}.{local_ru}")
     most = max(m.quota_left_h for m in candidates)
     if has(best) == both and best.quota_left_h < most:
         left_en = (f"it already holds the data and the checkpoint, with {_h(best.quota_left_h)} h of quota left "
@@ -153,6 +154,29 @@ def choose(cfg: RunConfig, need_hours: float | None, machines: list[Machine],
               f"({_h(need_hours, True)} ч); {left_ru}. Когда она "
               f"кончится, лаба продолжит прогон с чекпоинта на другой свободной машине.")
     return Choice(best.name, en + local_en, ru + local_ru, continues=True)
+
+
+def _passed_over(best: Machine, candidates: list[Machine], holds: dict[str, set[str]],
+                 need_hours: float) -> tuple[str, str]:
+    """Why an account that holds more of the link than `best` was not picked, as a clause of the
+    reason: its quota does not cover the run (covering comes first), or it holds only part of
+    it and `best` has more quota; ("", "") when no account holds more."""
+    mine = holds.get(best.name, set()) & {"data", "checkpoint"}
+    richer = [m for m in candidates if m.name != best.name and len(holds.get(m.name, set()) & {"data", "checkpoint"})
+              > len(mine)]
+    if not richer:
+        return "", ""
+    m = max(richer, key=lambda m: (len(holds.get(m.name, set())), m.quota_left_h))
+    what = frozenset(holds.get(m.name, set()) & {"data", "checkpoint"})
+    en = {frozenset({"data", "checkpoint"}): "the data and the checkpoint", frozenset({"data"}): "the data",
+          frozenset({"checkpoint"}): "the checkpoint"}[what]
+    ru = {frozenset({"data", "checkpoint"}): "данные и чекпоинт", frozenset({"data"}): "данные",
+          frozenset({"checkpoint"}): "чекпоинт"}[what]
+    if m.quota_left_h >= need_hours:
+        return (f"; {m.name} holds {en} too, but only both count, and {best.name} has more quota left",
+                f"; у {m.name} тоже есть {ru}, но считается только всё вместе, а квоты больше у {best.name}")
+    return (f"; {m.name} holds {en}, but its {_h(m.quota_left_h)} h do not cover the run",
+            f"; у {m.name} есть {ru}, но его {_h(m.quota_left_h, True)} ч не хватит на весь прогон")
 
 
 def _local_only(machines: list[Machine]) -> Choice:
