@@ -160,8 +160,9 @@ def _checked_sources(name: str, sources: list[str]) -> list[str]:
                             ru=f"в источнике {spec!r} созвездия {name!r} перевод строки: по одному пути на источник")
         if spec.startswith("builtin:"):
             _builtin(spec, name)
-        else:
-            source_files(spec, name)  # raises when it matches nothing
+        elif not any(f.stat().st_size > 3 for f in source_files(spec, name)):  # raises when it matches nothing
+            raise UserError(f"constellation {name!r}: source {spec!r} holds only empty files: add text to them",
+                            ru=f"созвездие {name!r}: в источнике {spec!r} только пустые файлы: добавьте в них текст")
     return sources
 
 

@@ -113,10 +113,7 @@ def add_account(name: str, *, kaggle_json: str | Path | bytes | None = None, tok
         if not username or not _KAGGLE_USER.fullmatch(username):
             raise UserError("An account added with a token needs its Kaggle username.",
                             ru="Аккаунту, добавленному по токену, нужно имя пользователя Kaggle.")
-    folder = accounts_dir() / name
-    if folder.exists():
-        raise UserError(f"Account '{name}' already exists; `lab accounts remove {name}` first to replace it.",
-                        ru=f"Аккаунт '{name}' уже есть; чтобы заменить его, сначала удалите его.")
+    folder = check_new_name(name)
     twin = next((a for a in list_accounts() if a.username.lower() == username.lower()), None)
     if twin is not None:
         raise UserError(f"Kaggle user {username} is already account '{twin.name}': two names for one "
@@ -132,6 +129,15 @@ def add_account(name: str, *, kaggle_json: str | Path | bytes | None = None, tok
         _write_private(folder / "access_token", token + "\n")
         _write_private(folder / "account.json", json.dumps({"username": username}))
     return get_account(name)
+
+
+def check_new_name(name: str) -> Path:
+    """The folder a new account of this name gets; an error when the name is bad or taken."""
+    folder = accounts_dir() / _check_name(name)
+    if folder.exists():
+        raise UserError(f"Account '{name}' already exists; `lab accounts remove {name}` first to replace it.",
+                        ru=f"Аккаунт '{name}' уже есть; чтобы заменить его, сначала удалите его.")
+    return folder
 
 
 def get_account(name: str) -> Account:
