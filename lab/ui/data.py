@@ -110,6 +110,7 @@ class ConstellationForm:
     def __init__(self, on_saved):
         self.on_saved = on_saved
         self.editing: str | None = None
+        self.skipped: list[str] = []  # uploaded files that were no text files
         self.title = html()
         self.inputs = {"name": widgets.Text(layout=widgets.Layout(width="16em")),
                        "sources": widgets.Textarea(rows=3, layout=widgets.Layout(width="32em")),
@@ -165,6 +166,7 @@ class ConstellationForm:
     def submit(self) -> None:
         for m in (*self.messages.values(), self.done):
             m.value = ""
+        self.skipped = []
         v = {k: w.value for k, w in self.inputs.items() if k != "files"}
         name = v["name"].strip()
         if not name:
@@ -188,10 +190,14 @@ class ConstellationForm:
             return []
         self.inputs["files"].value = ()
         folder, skipped = backend.save_uploads(name, files)
+        self.skipped = skipped
         if skipped:
-            self.messages["files"].value = note(tr(f"Skipped, not text files: {', '.join(skipped)}",
-                                                   f"Пропущены, не текстовые файлы: {', '.join(skipped)}"), "warning")
+            self.messages["files"].value = self._skipped_note()
         return [folder]
+
+    def _skipped_note(self) -> str:
+        return note(tr(f"Skipped, not text files: {', '.join(self.skipped)}",
+                       f"Пропущены, не текстовые файлы: {', '.join(self.skipped)}"), "warning")
 
     def _write(self, name: str, sources: list[str], v: dict) -> None:
         change = backend.update_constellation if self.editing else backend.add_constellation
@@ -203,6 +209,8 @@ class ConstellationForm:
         self.done.value = note(tr(f"{name} is in constellations.ini; prepare it below.",
                                   f"{name} записано в constellations.ini; подготовьте его ниже."), "ok")
         self.edit(None)
+        if self.skipped:
+            self.messages["files"].value = self._skipped_note()
         self.on_saved()
 
 
@@ -258,8 +266,8 @@ class Preparing:
 
     def _done(self, folder) -> None:
         self.go.disabled, self.bar.value = False, 1.0
+        self.on_prepared()  # the lists that show token counts first, then the word that it is done
         self.stage.value = note(tr(f"Prepared: {folder}", f"Подготовлено: {folder}"), "ok")
-        self.on_prepared()
 
     def _failed(self, e: Exception) -> None:
         self.go.disabled = False
