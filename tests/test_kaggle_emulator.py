@@ -213,7 +213,8 @@ def test_the_kernel_page_the_kit_links_for_stop_session_serves_a_stop_button_tha
     assert stopped.status_code == 200 and stopped.url == pushed.url
     done = kaggle_lab.emu.wait_session("alice", "stop-me", timeout_s=20)
     assert done.status == "CANCEL_ACKNOWLEDGED" and (done.working / "sigterm.txt").read_text() == "saved at SIGTERM"
-    assert "No session is running" in requests.get(pushed.url, timeout=10).text
+    page = requests.get(pushed.url, timeout=10).text
+    assert "No session is running" in page and "Stop session" not in page and "refresh" not in page
     assert requests.get(f"{kaggle_lab.emu.url}/code/alice/nothing-here", timeout=10).status_code == 404
 
 

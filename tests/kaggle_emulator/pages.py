@@ -21,12 +21,16 @@ class Pages:
                 return 404, _page(f"{owner}/{slug}", "<p>No such notebook.</p>")
             rows = "".join(f"<tr><td>{v.number}</td><td class='status'>{html.escape(v.session.status)}</td>"
                            f"<td>{html.escape(v.session.failure or '')}</td></tr>" for v in kernel.versions)
-            running = any(v.session.status in ACTIVE for v in kernel.versions)
-        button = (f"<form method='post' action='/code/{html.escape(owner)}/{html.escape(slug)}/stop'>"
-                  "<button id='stop-session' type='submit'>Stop session</button></form>" if running
-                  else "<p id='no-session'>No session is running.</p>")
-        body = (f"<table><tr><th>version</th><th>status</th><th>failure</th></tr>{rows}</table>{button}")
-        return 200, _page(f"{owner}/{slug}", body)
+            states = {v.session.status for v in kernel.versions}
+        if states & {"QUEUED", "RUNNING"}:
+            action = (f"<form method='post' action='/code/{html.escape(owner)}/{html.escape(slug)}/stop'>"
+                      "<button id='stop-session' type='submit'>Stop session</button></form>")
+        elif "CANCEL_REQUESTED" in states:
+            action = "<p id='stopping'>Stopping the session…</p>"
+        else:
+            action = "<p id='no-session'>No session is running.</p>"
+        body = f"<table><tr><th>version</th><th>status</th><th>failure</th></tr>{rows}</table>{action}"
+        return 200, _page(f"{owner}/{slug}", body, refresh=bool(states & set(ACTIVE)))
 
     def stop_from_page(self, owner: str, slug: str) -> int:
         """The page's Stop session: the newest running session of the kernel stops; the HTTP status."""
@@ -42,6 +46,8 @@ class Pages:
         return 303
 
 
-def _page(title: str, body: str) -> bytes:
-    return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)} · Kaggle emulator</title>"
-            f"</head><body><h1>{html.escape(title)}</h1>{body}</body></html>").encode("utf-8")
+def _page(title: str, body: str, refresh: bool = False) -> bytes:
+    """The page; `refresh`: it reloads itself every 2 s while a session is there, as Kaggle's updates."""
+    meta = "<meta http-equiv='refresh' content='2'>" if refresh else ""
+    return (f"<!doctype html><html><head><meta charset='utf-8'>{meta}<title>{html.escape(title)} · Kaggle emulator"
+            f"</title></head><body><h1>{html.escape(title)}</h1>{body}</body></html>").encode("utf-8")
