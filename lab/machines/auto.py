@@ -172,9 +172,9 @@ def _passed_over(best: Machine, candidates: list[Machine], holds: dict[str, set[
           frozenset({"checkpoint"}): "the checkpoint"}[what]
     ru = {frozenset({"data", "checkpoint"}): "данные и чекпоинт", frozenset({"data"}): "данные",
           frozenset({"checkpoint"}): "чекпоинт"}[what]
-    if m.quota_left_h >= need_hours:
-        return (f"; {m.name} holds {en} too, but only both count, and {best.name} has more quota left",
-                f"; у {m.name} тоже есть {ru}, но считается только всё вместе, а квоты больше у {best.name}")
+    if m.quota_left_h >= need_hours:  # it holds only part of the link: the most quota decides
+        return (f"; {m.name} holds {en} but not all of the link, and {best.name} has more quota left",
+                f"; у {m.name} есть {ru}, но не всё для звена, а квоты больше у {best.name}")
     return (f"; {m.name} holds {en}, but its {_h(m.quota_left_h)} h do not cover the run",
             f"; у {m.name} есть {ru}, но его {_h(m.quota_left_h, True)} ч не хватит на весь прогон")
 
@@ -182,10 +182,10 @@ def _passed_over(best: Machine, candidates: list[Machine], holds: dict[str, set[
 def _local_only(machines: list[Machine]) -> Choice:
     local = next((m for m in machines if m.kind == "local"), None)
     if local is not None and local.free:
-        return Choice(local.name, "This computer: the lab has no Kaggle account yet (add one with "
-                             "`lab accounts add NAME --kaggle-json PATH`).",
-                      "Этот компьютер: в лабе пока нет аккаунтов Kaggle (добавить: "
-                      "`lab accounts add ИМЯ --kaggle-json ПУТЬ`).")
+        return Choice(local.name, "This computer: the lab has no Kaggle account yet (add one in the control "
+                             "notebook's machines cell, or with `lab accounts add NAME --kaggle-json PATH`).",
+                      "Этот компьютер: в лабе пока нет аккаунтов Kaggle (добавьте в ячейке «Машины» пульта "
+                      "или командой `lab accounts add ИМЯ --kaggle-json ПУТЬ`).")
     busy = ", ".join(local.running) if local else ""
     return Choice(None, f"No machine is free: the lab has no Kaggle account and this computer runs {busy}. "
                         "The lab waits until it is free.",

@@ -53,7 +53,8 @@ def test_a_pick_that_passes_over_an_account_holding_the_data_and_checkpoint_says
     assert "у bob есть данные и чекпоинт, но его 5,0 ч не хватит на весь прогон" in choice.reason_ru
     assert "\n" not in choice.reason_en and choice.reason_en.endswith(".")  # one line
     partly = choose(CFG, 2.0, [acct("alice", 25.0), acct("bob", 5.0)], {"bob": {"data"}})
-    assert partly.machine == "alice" and "bob holds the data too, but only both count" in partly.reason_en
+    assert partly.machine == "alice" and "bob holds the data but not all of the link, and alice has more" in \
+        partly.reason_en
     assert "bob" not in choose(CFG, 8.0, [acct("alice", 25.0), acct("bob", 5.0)], {}).reason_en
 
 
