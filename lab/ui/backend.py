@@ -200,13 +200,18 @@ def check_account_name(name: str) -> None:
 
 
 def add_account(name: str, kaggle_json: bytes | None = None, token: str | None = None,
-                username: str | None = None) -> tuple[str, str, float | None, float | None, UserError | None]:
+                username: str | None = None, filename: str = "kaggle.json"
+                ) -> tuple[str, str, float | None, float | None, UserError | None]:
     """Stores a Kaggle account as `lab accounts add` does (its folder 0700, the file 0600) and
     checks it with Kaggle: (name, Kaggle user, quota left h, total h, why it could not be
-    checked). Credentials Kaggle refuses are removed again and raised."""
+    checked). Credentials Kaggle refuses are removed again and raised. `filename`: the uploaded
+    file's, for its errors."""
     global _overview
     from lab.kaggle import client as kc
+    from lab.kaggle.accounts import parse_kaggle_json
     name = (name or "").strip()
+    if kaggle_json is not None:
+        parse_kaggle_json(kaggle_json, filename)  # an error names the person's file
     if token is not None:
         token = token.strip()
         username = (username or "").strip() or kc.token_username(token, account=name or "new account")

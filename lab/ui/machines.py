@@ -138,8 +138,8 @@ class MachinesPanel(Panel):
         ok.description, no.description = yes, tr("Cancel", "Отмена")
         ok.on_click(lambda _: self._confirmed(name, action))
         no.on_click(lambda _: self._unask(name))
-        return widgets.HBox([html(value=note(text, "warning"), margin="0 0 0 2em"), ok, no],
-                            layout=widgets.Layout(align_items="center"))
+        buttons = widgets.HBox([ok, no], layout=widgets.Layout(margin="0 0 4px 2em"))
+        return widgets.VBox([html(value=note(text, "warning"), margin="0 0 0 2em"), buttons])
 
     # -- actions ----------------------------------------------------------------------------
 
@@ -214,6 +214,7 @@ class AddAccount:
 
     def __init__(self, on_added):
         self.on_added = on_added
+        self.filename = "kaggle.json"
         self.title = html()
         self.name = widgets.Text(layout=widgets.Layout(width="14em"))
         self.name.add_class("lab-account-name")
@@ -249,6 +250,7 @@ class AddAccount:
         """What was given, taken out of the widgets at once: they hold no credential after."""
         files = self.upload.value
         data = bytes(files[0]["content"]) if files else None
+        self.filename = files[0]["name"] if files else "kaggle.json"
         token = self.token.value or None
         username = self.username.value
         self.upload.value = ()
@@ -284,10 +286,12 @@ class AddAccount:
     def _store(self, name: str, data: bytes | None, token: str | None, username: str) -> None:
         try:
             added, user, left, total, unchecked = backend.add_account(name, kaggle_json=data, token=token,
-                                                                      username=username)
+                                                                      username=username, filename=self.filename)
         except UserError as e:
             self.messages["file" if data is not None else "token"].value = note(error_text(e), "error")
             return
+        self.name.value, self.username.value = "", ""
+        self.on_added()  # its row first, then the word that it is added
         if unchecked is not None:
             text = tr(f"Added {added} (Kaggle user {user}), but Kaggle could not be asked: ",
                       f"Аккаунт {added} (пользователь Kaggle {user}) добавлен, но спросить Kaggle не удалось: ")
@@ -297,8 +301,6 @@ class AddAccount:
                                                   f"of GPU quota left.",
                                                   f"Аккаунт {added} (пользователь Kaggle {user}) добавлен: квоты GPU "
                                                   f"осталось {hours(left)} из {hours(total)}."), "ok")
-        self.name.value, self.username.value = "", ""
-        self.on_added()
 
 
 # ---------------------------------------------------------------------------------------

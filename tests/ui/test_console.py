@@ -233,7 +233,7 @@ def test_a_broken_kaggle_json_is_a_message_beside_the_field(kaggle_lab):
     add.name.value = "carol"
     add.upload.value = uploaded("kaggle.json", b"{not json at all")
     add.submit()
-    assert "✖" in add.messages["file"].value and "не kaggle.json" in text(add.messages["file"].value)
+    assert "✖" in add.messages["file"].value and "kaggle.json — не kaggle.json" in text(add.messages["file"].value)
     assert add.upload.value == () and not (kaggle_lab.home / "accounts" / "carol").exists()
     add.name.value = "Bad Name!"
     add.submit()
