@@ -75,9 +75,10 @@ class DataPanel(Panel):
             yes.description, no.description = tr("Remove it", "Удалить его"), tr("Cancel", "Отмена")
             yes.on_click(lambda _: self._remove(name))
             no.on_click(lambda _: self._ask(None))
-            parts += [html(value=note(tr(f"Remove {name} from constellations.ini? Its files and prepared data stay.",
-                                         f"Убрать {name} из constellations.ini? Его файлы и подготовленные данные "
-                                         "останутся."), "warning")), yes, no]
+            question = html(value=note(tr(f"Remove {name} from constellations.ini? Its files and prepared data stay.",
+                                          f"Убрать {name} из constellations.ini? Его файлы и подготовленные данные "
+                                          "останутся."), "warning"))
+            return widgets.VBox([widgets.HBox(parts), question, widgets.HBox([yes, no])])
         return widgets.HBox(parts, layout=widgets.Layout(align_items="center"))
 
     def _ask(self, name: str | None) -> None:
@@ -206,12 +207,12 @@ class ConstellationForm:
         except UserError as e:
             self.messages[_field_of(str(e))].value = note(error_text(e), "error")
             return
-        self.done.value = note(tr(f"{name} is in constellations.ini; prepare it below.",
-                                  f"{name} записано в constellations.ini; подготовьте его ниже."), "ok")
         self.edit(None)
         if self.skipped:
             self.messages["files"].value = self._skipped_note()
-        self.on_saved()
+        self.on_saved()  # the lists first (the table, Prepare's, the form's), then the word that it is done
+        self.done.value = note(tr(f"{name} is in constellations.ini; prepare it below.",
+                                  f"{name} записано в constellations.ini; подготовьте его ниже."), "ok")
 
 
 def _field_of(message: str) -> str:
@@ -260,8 +261,7 @@ class Preparing:
         if stage == self._last[0] and now - self._last[1] < 0.2 and done != total:
             return  # a document at a time would flood the browser: five redraws a second
         self._last = (stage, now)
-        if total:
-            self.bar.value = min(1.0, done / total)
+        self.bar.value = max(self.bar.value, _overall(stage, done, total))
         self.stage.value = note(_stage_words(stage))
 
     def _done(self, folder) -> None:
@@ -273,6 +273,18 @@ class Preparing:
         self.go.disabled = False
         self.bar.layout.display = "none"
         self.stage.value = note(error_text(e), "error")
+
+
+# `lab prepare`'s stages in their order, each a third of the bar: reading the sources (their size is
+# not known ahead), reading them for the tokenizer (when one is trained), writing the shards.
+_STAGE_ORDER = ("reading for the tokenizer", "tokenizing ")
+
+
+def _overall(stage: str, done: int, total: int | None) -> float:
+    """Where the whole prepare is, 0 to 1, from one stage's bytes: the bar never goes back."""
+    at = next((i + 1 for i, s in enumerate(_STAGE_ORDER) if stage.startswith(s)), 0)
+    part = min(1.0, done / total) if total else 0.0
+    return (at + part) / 3 if stage.startswith(("reading", "tokenizing")) else 0.0
 
 
 _STAGES_RU = (("reading for the tokenizer", "читаю текст для токенизатора"), ("reading ", "читаю "),
