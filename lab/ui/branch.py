@@ -37,6 +37,7 @@ class BranchRow:
         self.run = widgets.Dropdown(layout=widgets.Layout(width="26em"), style={"description_width": "initial"})
         self.step = widgets.Dropdown(layout=widgets.Layout(width="12em"), style={"description_width": "initial"})
         self.frac = widgets.BoundedFloatText(value=0.2, min=0.05, max=0.5, step=0.05, style={"description_width": "initial"},
+                                             continuous_update=True,
                                              layout=widgets.Layout(width="10em"))
         for w, cls in ((self.run, "lab-branch-run"), (self.step, "lab-branch-step"), (self.frac, "lab-branch-frac")):
             w.add_class(cls)

@@ -167,12 +167,12 @@ class Monitor(Panel):
         from lab.runs import load_run
         run = load_run(self.run_id)
         rows = curve_rows(run, self.status.get("live") or None)
+        self._draw(run, rows)  # the plot first: when the header says a run ended, its curve is the final one
         self._header(run, rows)
         self.links.value = _links_table(self.status.get("links", []))
         tail = "\n".join((self.status.get("log_tail") or "").splitlines()[-LOG_LINES:])
         self.log.value = (f"<pre class='lab-log' style='overflow-x:auto;white-space:pre-wrap;font-size:80%;background:#f7f7f7;"
                           f"padding:4px'>{esc(tail)}</pre>") if tail else ""
-        self._draw(run, rows)
         if self._seen_status not in (None, self.status["status"]):
             tell("runs")  # the runs cell and the form's checkpoints see it too
         self._seen_status = self.status["status"]

@@ -152,7 +152,8 @@ class MoreSteps:
         self.on_started = on_started
         self.title, self.info = html(), html("lab-more-info")
         self.run = widgets.Dropdown(layout=widgets.Layout(width="26em"), style={"description_width": "initial"})
-        self.steps = widgets.IntText(layout=widgets.Layout(width="14em"), style={"description_width": "initial"})
+        self.steps = widgets.IntText(layout=widgets.Layout(width="14em"), style={"description_width": "initial"},
+                                     continuous_update=True)
         self.machine = widgets.Dropdown(layout=widgets.Layout(width="16em"), style={"description_width": "initial"})
         for w, cls in ((self.run, "lab-more-run"), (self.steps, "lab-more-steps"), (self.machine, "lab-more-machine")):
             w.add_class(cls)
