@@ -112,3 +112,9 @@ def test_a_probe_that_failed_on_its_own_does_not_bar_the_account():
     assert record["can_run"] is None and cannot_run(record) is None  # Auto still tries the account
     assert summary(record).startswith("the probe failed: ") and "ERROR" in summary(record)
     assert summary(record, ru=True).startswith("проба не удалась: ")
+
+
+def test_a_probes_speed_is_grouped_as_its_language_writes_numbers():
+    record = {"can_run": True, "gpu": "cpu", "tok_s": 31802.4}
+    assert "31,802 tok/s" in summary(record)
+    assert "31 802 ток/с" in summary(record, ru=True)  # "31,802" reads as thirty-one point eight in Russian
