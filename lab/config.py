@@ -26,6 +26,12 @@ PRECISIONS = ("auto", "fp32", "fp16", "bf16")
 GPUS = ("auto", "2xT4", "T4", "rtx3050", "cpu")
 COMPILE_MODES = ("auto", "on", "off")
 KAGGLE_SESSION_MIN = 720  # Kaggle ends a batch GPU session after 12 hours.
+# The push asks a session timeout "lower than the global maximum" (kagglesdk's SaveKernel request),
+# a minute below the 12 hours, and keeps at least this floor between it and the notebook's own
+# limit (boot, the final save, the output copy): no run's limit_min on Kaggle may be above the rest.
+KAGGLE_TIMEOUT_MAX_S = KAGGLE_SESSION_MIN * 60 - 60
+KAGGLE_MARGIN_FLOOR_MIN = 10.0
+KAGGLE_LIMIT_MAX_MIN = KAGGLE_TIMEOUT_MAX_S / 60 - KAGGLE_MARGIN_FLOOR_MIN
 LIMIT_WARN_MIN = 690
 
 
@@ -338,11 +344,15 @@ def check(cfg: RunConfig) -> list[Problem]:
     if cfg.limit_min <= 0:
         out.append(Problem("limit_min", f"limit_min must be positive (got {cfg.limit_min})",
                            f"лимит должен быть больше нуля (сейчас {cfg.limit_min})"))
-    elif cfg.limit_min > KAGGLE_SESSION_MIN and cfg.machine != "local":
-        out.append(Problem("limit_min", f"limit_min {cfg.limit_min:g} is above Kaggle's 12-hour session "
-                                        f"({KAGGLE_SESSION_MIN} min): the session would be killed before the checkpoint",
-                           f"лимит {cfg.limit_min:g} мин больше 12-часовой сессии Kaggle ({KAGGLE_SESSION_MIN} мин): "
-                           f"сессию убьют раньше чекпоинта"))
+    elif cfg.limit_min > KAGGLE_LIMIT_MAX_MIN and cfg.machine != "local":
+        out.append(Problem("limit_min", f"limit_min {cfg.limit_min:g} leaves no room before Kaggle's 12-hour session "
+                                        f"({KAGGLE_SESSION_MIN} min): its timeout must stay below that, with at least "
+                                        f"{KAGGLE_MARGIN_FLOOR_MIN:g} min for the start and the final save; use at most "
+                                        f"{KAGGLE_LIMIT_MAX_MIN:g} (the lab uses 630)",
+                           f"лимит {cfg.limit_min:g} мин не оставляет запаса до 12-часовой сессии Kaggle "
+                           f"({KAGGLE_SESSION_MIN} мин): её тайм-аут должен быть меньше, и ещё нужно не меньше "
+                           f"{KAGGLE_MARGIN_FLOOR_MIN:g} мин на запуск и последнее сохранение; не больше "
+                           f"{KAGGLE_LIMIT_MAX_MIN:g} (лаба берёт 630)"))
     elif cfg.limit_min > LIMIT_WARN_MIN and cfg.machine != "local":
         out.append(Problem("limit_min", f"limit_min {cfg.limit_min:g} leaves little margin before Kaggle's "
                                         f"12-hour limit; the lab uses 630",

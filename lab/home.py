@@ -30,3 +30,8 @@ def runs_dir() -> Path:
 
 def accounts_dir() -> Path:
     return lab_home() / "accounts"
+
+
+def machines_dir() -> Path:
+    """The lab's own machines over SSH (lab.machines.ssh_boxes): one folder per box or group."""
+    return lab_home() / "machines"

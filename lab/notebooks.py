@@ -38,6 +38,15 @@ SESSION_PARAMETERS = {
     "plot_x": ("step", "x axis of the plot: step or tokens"),
     "expect_data_sha256": ("", "sha256 of the data's manifest.json this session must find; empty: any"),
     "expect_ckpt_sha256": ("", "sha256 of the checkpoint this session must resume from; empty: any"),
+    "expect_cards": ("", "the cards this session was pushed for ('2xT4'): without them it stops before training "
+                         "and leaves no-gpu.json; empty: no check"),
+    "allow_cpu": (False, "with expect_cards: train on the CPU when the cards are missing (the person set "
+                         "LAB_KAGGLE_ALLOW_CPU to 1)"),
+    "nccl_env": ({}, "NCCL settings for this session's workers, from the account's probe, e.g. "
+                     "{'NCCL_P2P_DISABLE': '1'}"),
+    "nnodes": (1, "hosts that train this run together under torchrun (a group of the lab's boxes); 1: this one"),
+    "node_rank": (0, "this host's place in the group: 0 for the first, whose outputs are the run's"),
+    "rdzv_endpoint": ("", "where the group's hosts meet: HOST:PORT on the first host"),
 }
 
 _LAB_IMPORT = re.compile(r"^(from lab(\.\w+)* import .*|import lab(\.\w+)*.*)$")
@@ -125,6 +134,7 @@ from IPython import get_ipython
 from IPython.core.magic import register_cell_magic
 
 SESSION_STARTED = time.monotonic()  # the time limit counts from here
+SESSION_STARTED_AT = time.time()  # the same moment on the wall clock: the first mark of the session's timeline
 KERNEL_PY = Path(tempfile.mkdtemp(prefix="lab-kernel-")) / "lab_kernel.py"
 KERNEL_PY.write_text("from __future__ import annotations\\n# The code of the training notebook, for torchrun workers.\\n")
 
@@ -149,11 +159,17 @@ if __name__ == "__main__" and "LOCAL_RANK" in os.environ:
 
 # The control side settled and checked the run's fields once (`lab.settle`); the loop checks them
 # against the data and the checkpoint it opens.
-RUN = '''cfg = RunConfig.from_dict({name: globals()[name] for name in field_names()})
-session = inputs_as_sent(cfg, out_dir, given_fields, expect_data_sha256, expect_ckpt_sha256)'''
+RUN = '''timeline = preflight(expect_cards, allow_cpu, nccl_env, output_dir(out_dir), SESSION_STARTED_AT)
+cfg = RunConfig.from_dict({name: globals()[name] for name in field_names()})
+session = inputs_as_sent(cfg, out_dir, given_fields, expect_data_sha256, expect_ckpt_sha256)
+timeline.mark("inputs_checked")'''
 
-TRAIN = '''result = run_session(session.cfg, session, KERNEL_PY, nproc=nproc, allow_fallback=allow_fallback,
-                     plot_every_s=plot_every_s, plot_x=plot_x, started=SESSION_STARTED, given=session.given)
+TRAIN = '''try:
+    result = run_session(session.cfg, session, KERNEL_PY, nproc=nproc, allow_fallback=allow_fallback,
+                         plot_every_s=plot_every_s, plot_x=plot_x, started=SESSION_STARTED,
+                         nodes=Nodes(nnodes, node_rank, rdzv_endpoint))
+finally:
+    timeline.mark("ended")
 result'''
 
 
@@ -165,7 +181,8 @@ def build_train_notebook() -> nbformat.NotebookNode:
     for module in KERNEL_MODULES:
         cells += [md(_module_title(module)), code(f"%%kernel_source {module}\n" + kernel_source(module))]
     cells += [code("%%kernel_source entry\n" + WORKER_ENTRY),
-              md("## Run\nThe run's config from the parameters, and where this session reads and writes."),
+              md("## Run\nThe session's cards and image checked, the run's config from the parameters, and where "
+                 "this session reads and writes."),
               code(RUN),
               md("## Train\nProgress below; the loss plot refreshes while it trains and is saved as `loss.png`."),
               code(TRAIN)]
@@ -241,6 +258,9 @@ CONTROL_CELLS = [
     ("code", "ui.runs()"),
     ("markdown", "## 8. Рецепты · The recipe lab"),
     ("code", "# Points, the law L(N, D), cooldown branches\nfrom lab.ui.recipes import recipe_lab\n\nrecipe_lab()"),
+    ("markdown", "## 9. Модель в деле · Try the model\nПрогон, его чекпоинт, начало текста — и модель пишет дальше.\n\n"
+                 "*A run, one of its checkpoints, a prompt: the model writes on.*"),
+    ("code", "ui.try_model()"),
 ]
 
 

@@ -12,6 +12,8 @@ import signal
 from contextlib import contextmanager
 from typing import Iterator
 
+from lab.kernel.signals import catching_stop_signals
+
 
 def descendants(pid: int) -> list[int]:
     """All live processes below `pid` (empty where there is no /proc)."""
@@ -47,21 +49,10 @@ def signal_quietly(pid: int, sig: int) -> None:
 def forwarding_stop_signals(say=print) -> Iterator[dict]:
     """While inside, the first SIGINT or SIGTERM is passed on to every descendant as SIGTERM
     (they save and stop); a second one interrupts this process as usual."""
-    state = {"stopping": False}
-    previous = {}
-
-    def handler(signum, frame):
-        if state["stopping"]:
-            raise KeyboardInterrupt
-        state["stopping"] = True
+    def forward(name: str) -> None:
         say("stopping: the run saves a checkpoint at the next step (press Ctrl-C again to abandon it)")
         for pid in descendants(os.getpid()):
             signal_quietly(pid, signal.SIGTERM)
 
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        previous[sig] = signal.signal(sig, handler)
-    try:
-        yield state
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
+    with catching_stop_signals(forward) as caught:
+        yield caught

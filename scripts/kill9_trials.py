@@ -32,15 +32,16 @@ TINY = dict(context=32, width=32, heads=2, layers=2, batch_per_card=4, eval_ever
             constellations=["pydoc"])
 
 
-def _train_until_killed(cfg: dict, data_dir: str, out: str) -> None:
-    """The trial: a plain resume from the run folder when it has a checkpoint, else a fresh start."""
+def _train_until_killed(cfg: dict, data_dir: str, out: str, training) -> None:
+    """The trial: a plain resume from the run folder when it has a checkpoint, else a fresh start.
+    `training` is set at the loop's first log line, so a kill's moment is counted from there."""
     import torch
     from lab.config import RunConfig
     from lab.kernel.checkpoint import list_checkpoints
     from lab.kernel.train import train
     torch.set_num_threads(1)
     resume = out if list_checkpoints(Path(out) / "checkpoints") else None
-    train(RunConfig.from_dict(cfg), out, data_dir, resume=resume, given=set(cfg), log=lambda s: None)
+    train(RunConfig.from_dict(cfg), out, data_dir, resume=resume, log=lambda s: training.set())
 
 
 def _losses(out: Path) -> dict[int, float]:
@@ -61,8 +62,12 @@ def run_trials(trials: int, data_dir: str | os.PathLike, out: str | os.PathLike,
                "child_errors": 0, "steps": []}
     last_step, started = 0, time.monotonic()
     for i in range(trials):
-        child = ctx.Process(target=_train_until_killed, args=(TINY, str(data_dir), str(out)))
+        training = ctx.Event()
+        child = ctx.Process(target=_train_until_killed, args=(TINY, str(data_dir), str(out), training))
         child.start()
+        # The random moment is counted from the loop's start: on a loaded machine a child may
+        # spend the whole window starting up, and the run would never move on.
+        training.wait(timeout=120)
         if i == 0:  # the first kill only once there is a checkpoint: a run killed earlier has none to resume
             while not list_checkpoints(out / "checkpoints") and child.is_alive():
                 time.sleep(0.01)

@@ -3,7 +3,8 @@
 `make_kaggle_emulator(**options)` starts an emulator (127.0.0.1, a free port) and stops it at
 the end of the test; `kaggle_emulator` is one with the usual test settings.
 `kaggle_lab(kaggle_emulator)` is a fresh lab home pointed at it (LAB_HOME, LAB_KAGGLE_API_URL,
-HOME set; no global Kaggle token) with two key accounts added: `alice` and `bob`.
+HOME set; no global Kaggle token; LAB_KAGGLE_ALLOW_CPU=1, since the emulator's sessions have no
+GPU) with two key accounts added: `alice` and `bob`.
 `kaggle_lab.client(name)` gives that account's AccountClient with fast retries.
 `kaggle_settings(monkeypatch, settings)`: every Kaggle host made in this process builds these.
 """
@@ -114,6 +115,8 @@ def lab_for(emu: KaggleEmulator, tmp_path: Path, monkeypatch) -> KaggleLab:
     monkeypatch.setenv("LAB_HOME", str(home))
     monkeypatch.setenv("LAB_KAGGLE_API_URL", emu.url)
     monkeypatch.setenv("HOME", str(user_home))  # no ~/.kaggle/access_token from this machine
+    # The emulator's sessions have no GPU: they train on their CPU (a test that shows the stop unsets it).
+    monkeypatch.setenv("LAB_KAGGLE_ALLOW_CPU", "1")
     for var in ("KAGGLE_API_TOKEN", "KAGGLE_KERNEL_RUN_TYPE", "KAGGLE_USERNAME", "KAGGLE_KEY"):
         monkeypatch.delenv(var, raising=False)
     lab = KaggleLab(emu, home, files)

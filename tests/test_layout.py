@@ -11,7 +11,7 @@ from conftest import ROOT
 MAX_LINES = 550
 MAX_FUNCTION_LINES = 60
 # Over the limit today and shortened on other branches of this wave: the lead empties this at the merge.
-LONG_FUNCTIONS_BEING_SPLIT = {"lab/kernel/train.py:Trainer.run", "lab/ui/calc.py:calculator_html"}
+LONG_FUNCTIONS_BEING_SPLIT = {"lab/ui/calc.py:calculator_html"}
 # What the driver once read out of `Link.detail`, flags only one machine sets: it decides from the
 # link's typed outcome instead (lab.machines.outcome).
 HOST_FLAGS = {"input_not_ready", "abandoned", "refused", "session_started", "limit_min", "in_driver"}

@@ -24,12 +24,16 @@ COMMANDS = {
     "plot": ("lab.cli.runs:plot", "redraw a run's loss plot"),
     "accounts": ("lab.cli.accounts", "the lab's Kaggle accounts: list with quota, add, remove"),
     "probe": ("lab.cli.probe", "test Kaggle accounts with a short session: GPUs, versions, NCCL, speed, data mount"),
-    "machines": ("lab.cli.watch:machines", "this computer and the Kaggle accounts: GPU, quota, what runs there"),
+    "machines": ("lab.cli.machines", "every machine (this computer, Kaggle accounts, the lab's boxes over SSH); "
+                                     "add, remove and check boxes"),
     "watch": ("lab.cli.watch", "drive or follow a run to its end; resumes it after a crash, a fix or a cancel"),
-    "cancel": ("lab.cli.watch:cancel", "stop a run: no further link; say how to stop its Kaggle session"),
+    "cancel": ("lab.cli.watch:cancel", "stop a run: no further link; a session here or on a box saves and stops"),
     "branch": ("lab.cli.branch", "a cooldown branch: a short decay from a checkpoint of a WSD run"),
     "sweep": ("lab.cli.sweep", "a grid of runs (sizes, learning rates, schedules, cooldown points) with one table"),
     "fit": ("lab.cli.fit", "fit L(N, D) = E + A/N^alpha + B/D^beta to the lab's points, with intervals and plots"),
+    "sample": ("lab.cli.sample", "text from a trained model (a run or a checkpoint), streamed as it is generated"),
+    "eval": ("lab.cli.eval", "a trained model's loss per token and bits per byte on any text"),
+    "export": ("lab.cli.export", "a trained model as safetensors + config + tokenizer + a model card"),
 }
 
 

@@ -1,10 +1,12 @@
 """`lab accounts`: the lab's Kaggle accounts.
 
-    lab accounts                      list them: user, GPU quota left, refresh time, what runs, the last probe
+    lab accounts                      list them: user, GPU quota left, refresh time, what runs, the last probe,
+                                      and what their sessions measured
     lab accounts add NAME --kaggle-json PATH | --token-file PATH [--username U] [--no-check]
     lab accounts remove NAME
     lab accounts checkpoints [NAME] [--remove RUN ... | --remove-finished]
-                                      checkpoint datasets kept on Kaggle, with size; remove some
+                                      checkpoint datasets kept on Kaggle, with size, and each account's
+                                      dataset storage; remove some
 """
 from __future__ import annotations
 
@@ -103,7 +105,18 @@ def _list(offline: bool) -> int:
         refresh = q.refresh_time.strftime("%Y-%m-%d %H:%M") if q.refresh_time else "?"
         rows.append((a.name, a.username, f"{_hours(q.left_s)} / {_hours(q.total_s)}", refresh, *runs))
     _print_table(rows)
+    _print_sessions_seen([a.name for a in accounts])
     return 1 if failed else 0
+
+
+def _print_sessions_seen(names: list[str]) -> None:
+    """What each account's sessions measured (lab.machines.kaggle_sessions), under the table."""
+    from lab.machines.kaggle_sessions import seen_line
+    lines = [line for line in map(seen_line, names) if line]
+    if lines:
+        print("\nSessions seen:")
+        for line in lines:
+            print("  " + line)
 
 
 def _probe(name: str) -> str:
@@ -124,13 +137,17 @@ def _print_table(rows: list[tuple[str, ...]]) -> None:
 
 
 def _checkpoints(args: argparse.Namespace) -> int:
-    from lab.machines.kaggle_data import checkpoint_datasets, remove_checkpoint_dataset
+    from lab.machines.kaggle_data import account_storage, checkpoint_datasets, remove_checkpoint_dataset
     kc.check_no_global_token()
     accounts = [kc.get_account(args.name)] if args.name else kc.list_accounts()
     wanted, rows, failed = set(args.remove), [("ACCOUNT", "DATASET", "SIZE", "RUN", "STATE")], 0
+    storage: list[str] = []
     for a in accounts:
         try:
             c = kc.client_for(a, retry=_LIST_RETRY, timeout_s=30.0)
+            held = account_storage(c)
+            storage.append(f"  {a.name}: {_gb(held['bytes'])} in {held['datasets']} dataset(s), the lab's "
+                           f"{_gb(held['lab_bytes'])} in {held['lab_datasets']}")
             for d in checkpoint_datasets(c):
                 state = d["status"]
                 if (args.remove_finished and d["finished"]) or (d["run"] in wanted):
@@ -147,4 +164,13 @@ def _checkpoints(args: argparse.Namespace) -> int:
         print("No checkpoint datasets on the lab's accounts.")
     else:
         _print_table(rows)
+    if storage:
+        print("\nDataset storage (each dataset at its current version; the lab keeps no older ones). Kaggle's "
+              "private storage is about 100 GB an account, not documented; over it uploads are reported to fail "
+              "without a clear error (kaggle-cli#284):")
+        print("\n".join(storage))
     return 1 if failed else 0
+
+
+def _gb(n: int) -> str:
+    return f"{n / 1e9:.2f} GB" if n >= 1e8 else f"{n / 1e6:.1f} MB"

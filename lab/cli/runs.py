@@ -12,8 +12,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add_config_flags(parser)
     parser.add_argument("--config", metavar="FILE", help="JSON file with run fields (flags override it)")
     parser.add_argument("--machine", default="auto",
-                        help="where it runs: auto (the guide's rule over the Kaggle accounts; this computer "
-                             "when the lab has none), local (this computer), or a Kaggle account's name")
+                        help="where it runs: auto (the guide's rule over the Kaggle accounts and the lab's boxes; "
+                             "this computer when the lab has none), local (this computer), or a machine's name "
+                             "(a Kaggle account, a box: `lab machines`)")
     parser.add_argument("--detach", action="store_true",
                         help="start it in the background and return; `lab watch RUN` follows it")
     parser.add_argument("--nproc", type=int, default=0, help="processes under torchrun; 0: one per GPU")
@@ -25,7 +26,8 @@ def run(args: argparse.Namespace) -> int:
     from lab.machines.control import read_control, spawn_driver
     from lab.settle import register_run
     if args.nproc and args.machine != "local":
-        raise UserError("--nproc applies to this computer only (--machine local): Kaggle sessions use both T4s")
+        raise UserError("--nproc applies to this computer only (--machine local): Kaggle sessions use both T4s, "
+                        "a box all of its GPUs")
     target = register_run(fields_from_args(args), machine=args.machine, warn=lambda p: print(f"warning: {p.en}"))
     print(f"run {target.id}: {target.folder}", flush=True)
     if args.detach:
@@ -52,6 +54,7 @@ def configure_listing(parser: argparse.ArgumentParser) -> None:
 
 def run_listing(args: argparse.Namespace) -> int:
     from lab.kernel.metrics import read_metrics
+    from lab.models.bpb import last_val, val_bpb  # bits per byte: runs of any tokenizer on one scale
     from lab.runs import lineage, list_runs
     runs = list_runs()
     if args.json:
@@ -61,16 +64,16 @@ def run_listing(args: argparse.Namespace) -> int:
     if not runs:
         print("no runs yet: start one with `lab run`")
         return 0
-    print(f"{'run':<32} {'status':<8} {'step':>13} {'loss':>7} {'val':>7}  links / from")
+    print(f"{'run':<32} {'status':<8} {'step':>13} {'loss':>7} {'val':>7} {'val bpb':>7}  links / from")
     for r in runs:
         rows = read_metrics(r.folder)
         loss = next((m["loss"] for m in reversed(rows) if "loss" in m), None)
-        val = next((m["val_loss"] for m in reversed(rows) if "val_loss" in m), None)
+        val = last_val(rows)
         machines = ",".join(link.machine for link in r.links) or "-"
         chain = lineage(r)
         origin = f" <- {chain[-2]}" if len(chain) > 1 else ""
         print(f"{r.id:<32} {r.status:<8} {f'{r.step:,}/{r.cfg.steps_until:,}':>13} "
-              f"{_fmt(loss):>7} {_fmt(val):>7}  {machines}{origin}")
+              f"{_fmt(loss):>7} {_fmt(val and val['val_loss']):>7} {_fmt(val_bpb(val, r.cfg)):>7}  {machines}{origin}")
     return 0
 
 

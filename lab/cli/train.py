@@ -77,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         with reporting_failure(rank) if "WORLD_SIZE" in os.environ else nullcontext():
             result = train(cfg, args.out, data_dir, resume=cfg.resume_from or None,
-                           allow_fallback=args.allow_fallback, given=given, log=lambda s: print(s, flush=True),
+                           allow_fallback=args.allow_fallback, log=lambda s: print(s, flush=True),
                            stop_file=stop_file_from_env())
     except (CheckpointError, DataError, OutOfMemory) as e:
         raise UserError(str(e)) from None

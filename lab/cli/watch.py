@@ -1,12 +1,11 @@
-"""`lab watch RUN`, `lab cancel RUN`, `lab machines`: follow, resume and stop runs; see the machines.
+"""`lab watch RUN`, `lab cancel RUN`: follow, resume and stop runs.
 
     lab watch RUN       drives the run to its end here, resuming it where it stopped (after the
                         control side crashed or was killed, a failure you fixed, a cancel);
                         when another process already drives it, follows that one instead
     lab watch RUN --follow    only follows
-    lab cancel RUN      no further link; a session on this computer saves and stops; for a
-                        Kaggle session, says where to press Stop (Kaggle's API cannot)
-    lab machines        this computer and each Kaggle account: GPU, quota, what runs there
+    lab cancel RUN      no further link; a session on this computer or a box saves and stops;
+                        for a Kaggle session, says where to press Stop (Kaggle's API cannot)
 
 `lab watch` drives a run with the same function as the background driver that `lab run
 --detach` and the control notebook start (`python -m lab.machines.background RUN`).
@@ -14,9 +13,7 @@
 from __future__ import annotations
 
 import argparse
-import json
 import time
-from dataclasses import asdict
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -69,26 +66,3 @@ def run_cancel(args: argparse.Namespace) -> int:
     from lab.machines import driver as machines
     print(machines.cancel(args.run))
     return 0
-
-
-def configure_machines(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--json", action="store_true", help="one JSON object per machine")
-
-
-def run_machines(args: argparse.Namespace) -> int:
-    from lab.machines import driver as machines
-    found = machines.overview()
-    if args.json:
-        for m in found:
-            print(json.dumps(asdict(m), ensure_ascii=False))
-        return 0
-    rows = [("MACHINE", "KIND", "GPU", "GPU QUOTA LEFT / TOTAL", "REFRESH (UTC)", "STATE", "RUNS")]
-    for m in found:
-        quota = "-" if m.quota_left_h is None else f"{m.quota_left_h:.1f} / {m.quota_total_h:.1f} h"
-        refresh = (m.refresh or "-")[:16].replace("T", " ")
-        state = f"error: {m.error}" if m.error else ("free" if m.free else "busy")
-        rows.append((m.name, m.kind, m.gpu, quota, refresh, state, ", ".join(m.running) or "-"))
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    for r in rows:
-        print("  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip())
-    return 1 if any(m.error for m in found) else 0

@@ -2,11 +2,13 @@
 calculator asks on every keystroke, the driver before every link.
 
 A data folder (`$LAB_HOME/data/<id>/`, written by `lab prepare`) holds `manifest.json`: the
-constellations with their sources' sha256, token counts per split, the tokenizer, the val-set
-id and `data_id`.
+constellations with their sources' sha256, token counts per split, the UTF-8 bytes of the
+held-out text (`val_bytes`; folders prepared before it was recorded lack it, see
+`lab.corpus.valtext`), the tokenizer, the val-set id and `data_id`.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from pathlib import Path
@@ -17,6 +19,8 @@ from lab.config import UserError
 
 FORMAT = 1
 MANIFEST = "manifest.json"
+# The split rule of folders prepared before manifests named theirs (`split_rule`).
+FIRST_SPLIT_RULE = "whole-docs-by-sha256/5%/eos-after-doc/v1"
 
 _cache: dict[str, tuple[tuple, Any]] = {}
 
@@ -85,6 +89,17 @@ def prepared_folders() -> list[tuple[Path, dict]]:
 def data_id_of(data_dir: str | os.PathLike) -> str:
     """The id that names a prepared data set everywhere (its Kaggle dataset too)."""
     return str(read_manifest(data_dir).get("data_id") or Path(data_dir).name)
+
+
+def val_text_id(manifest: dict) -> str:
+    """16 hex chars naming the held-out text whatever tokenizer cut it: what `val_set` covers
+    but the tokenizer (the constellations' content and the split rule). Val documents are
+    chosen by their text's hash, so data of one val text holds out the same documents (a
+    carved tail, in a constellation of one document, may end a few bytes apart)."""
+    content = {n: c.get("sha256") for n, c in manifest.get("constellations", {}).items()}
+    key = json.dumps({"constellations": dict(sorted(content.items())),
+                      "split": manifest.get("split_rule", FIRST_SPLIT_RULE)}, sort_keys=True)
+    return hashlib.sha256(key.encode("utf-8")).hexdigest()[:16]
 
 
 def write_manifest(folder: Path, manifest: dict) -> None:

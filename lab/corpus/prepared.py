@@ -119,17 +119,19 @@ def _write_shards(chosen: dict[str, Constellation], scans: dict[str, Scan], sp: 
     constellations, train, val = {}, [], []
     for name, c in chosen.items():
         s = scans[name]
-        t_entries, v_entries = write_constellation(c, s, sp, root, progress)
+        t_entries, v_entries, val_bytes = write_constellation(c, s, sp, root, progress)
         train += t_entries
         val += v_entries
         constellations[name] = {
             "sources": s.sources, "bytes": s.bytes, "sha256": s.sha256, "documents": len(s.doc_bytes),
             "train_tokens": sum(e["tokens"] for e in t_entries), "val_tokens": sum(e["tokens"] for e in v_entries),
-            "source": c.provenance(), "licence": c.licence or "unknown: set 'licence =' in constellations.ini"}
+            "val_bytes": val_bytes, "source": c.provenance(), "licence": c.licence or "unknown: set 'licence =' in constellations.ini"}
     return {"format": FORMAT, "data_id": "", "constellations": constellations, "tokenizer": {},
             "train": train, "val": val,
             "train_tokens": sum(e["tokens"] for e in train), "val_tokens": sum(e["tokens"] for e in val),
-            "shortest_val_tokens": min(e["tokens"] for e in val), "val_set": "", "dtype": "uint16",
+            "val_bytes": sum(c["val_bytes"] for c in constellations.values()),
+            "shortest_val_tokens": min(e["tokens"] for e in val), "val_set": "", "split_rule": SPLIT_RULE,
+            "dtype": "uint16",
             "created": datetime.now(timezone.utc).isoformat(timespec="seconds")}
 
 

@@ -144,12 +144,13 @@ def _batches(docs: Iterable[Document], chars: int) -> Iterator[list[Document]]:
 
 
 def write_constellation(c: Constellation, s: Scan, sp: spm.SentencePieceProcessor, root: Path,
-                         progress: Progress) -> tuple[list[dict], list[dict]]:
-    """Tokenizes one constellation into its train and val shards; returns their entries."""
+                         progress: Progress) -> tuple[list[dict], list[dict], int]:
+    """Tokenizes one constellation into its train and val shards; returns their entries and
+    the UTF-8 bytes of the held-out text (bits per byte on val need them)."""
     split = choose_val(s.doc_hashes, s.doc_bytes)
     train, val = ShardWriter(root, c.name, "train"), ShardWriter(root, c.name, "val")
     eos = np.array([EOS_ID], dtype="<u2")
-    index = 0
+    index, val_bytes = 0, 0
     with progress_bar(progress, f"tokenizing {c.name} into shards", s.bytes) as bar:
         for batch in _batches(c.documents(), ENCODE_BATCH_CHARS):
             for doc, ids in zip(batch, _encode(sp, [d.text for d in batch])):
@@ -158,22 +159,26 @@ def write_constellation(c: Constellation, s: Scan, sp: spm.SentencePieceProcesso
                     raise UserError(f"the text of constellation {c.name!r} changed while it was being prepared "
                                     f"(at {doc.name}): run lab prepare again")
                 if index == split.carve:
-                    _write_carved(ids, split.carve_fraction, train, val, c.name)
+                    val_bytes += _write_carved(ids, split.carve_fraction, train, val, c.name, sp)
+                elif index in split.val_docs:
+                    val.write(np.concatenate([ids, eos]))
+                    val_bytes += len(data)
                 else:
-                    (val if index in split.val_docs else train).write(np.concatenate([ids, eos]))
+                    train.write(np.concatenate([ids, eos]))
                 index += 1
                 bar.update(len(data))
     if index != len(s.doc_hashes):
         raise UserError(f"the text of constellation {c.name!r} changed while it was being prepared: run lab prepare again")
-    return train.close(), val.close()
+    return train.close(), val.close(), val_bytes
 
 
-def _write_carved(ids: np.ndarray, fraction: float, train: ShardWriter, val: ShardWriter, name: str) -> None:
+def _write_carved(ids: np.ndarray, fraction: float, train: ShardWriter, val: ShardWriter, name: str,
+                  sp: spm.SentencePieceProcessor) -> int:
+    """Holds out the document's tail; returns the bytes of the text it decodes to."""
     if len(ids) < 2:
         raise UserError(f"constellation {name!r} is too small to hold out a val set: add text")
     k = min(len(ids) - 1, max(1, round(len(ids) * fraction)))
     eos = np.array([EOS_ID], dtype="<u2")
     train.write(np.concatenate([ids[:-k], eos]))
     val.write(np.concatenate([ids[-k:], eos]))
-
-
+    return len(sp.decode(ids[-k:].tolist()).encode("utf-8"))

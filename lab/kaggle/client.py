@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -28,6 +27,7 @@ import requests
 from lab.config import UserError
 from lab.kaggle.accounts import (Account, add_account, check_no_global_token, get_account,  # noqa: F401 - re-exported
                                  global_token_problem, list_accounts, read_token_file, remove_account)
+from lab.kaggle.datasets import DATASET_LICENCES, DatasetCalls  # noqa: F401 - re-exported
 from lab.kaggle.replies import (DATASET_PAGE, DatasetInfo, PushResult, Quota, log_text,  # noqa: F401
                                 notebook_text, quota_from)
 from lab.kaggle.retries import RetryPolicy, is_transient, retry_after, status_of, surely_unprocessed, unwrap
@@ -37,13 +37,8 @@ DEFAULT_API_URL = "https://api.kaggle.com"
 API_URL_ENV = "LAB_KAGGLE_API_URL"
 NOTEBOOK_LIMIT_BYTES = 1_000_000  # Kaggle: "the pushed notebook must be under 1 MB"
 T4X2 = "NvidiaTeslaT4"  # the machine shape that gives 2×T4; `enable_gpu` alone asks for retired P100s
-# Licence names Kaggle's dataset metadata takes *(docs: Kaggle's dataset-metadata wiki)*.
-DATASET_LICENCES = ("CC0-1.0", "CC-BY-SA-4.0", "CC-BY-SA-3.0", "CC-BY-4.0", "CC-BY-3.0", "CC-BY-NC-4.0",
-                    "CC-BY-NC-SA-4.0", "CC-BY-ND-4.0", "CC-BY-NC-ND-4.0", "GPL-2.0", "GPL-3.0", "LGPL-3.0",
-                    "AGPL-3.0", "FDL-1.3", "ODbL-1.0", "ODC-BY-1.0", "PDDL", "DbCL-1.0", "apache-2.0", "mit",
-                    "copyright-authors", "unknown", "other")
+IMAGE_PINNING = "latest"  # kernel-metadata.json `docker_image_pinning_type`: "original" or "latest"
 _KERNEL_SLUG = re.compile(r"[a-z0-9][a-z0-9-]{3,48}[a-z0-9]")  # at least 5 characters
-_DATASET_SLUG = re.compile(r"[a-z0-9][a-z0-9-]{4,48}[a-z0-9]")  # 6 to 50 characters
 
 T = TypeVar("T")
 
@@ -95,8 +90,9 @@ def _loopback(host: str) -> bool:
 # The per-account client
 
 
-class AccountClient:
-    """One account's calls to Kaggle. Slugs are "slug" (this account's) or "owner/slug"."""
+class AccountClient(DatasetCalls):
+    """One account's calls to Kaggle (its datasets': lab.kaggle.datasets). Slugs are "slug" (this
+    account's) or "owner/slug"."""
 
     def __init__(self, account: Account, api: Any, base_url: str, retry: RetryPolicy, timeout_s: float):
         self.account, self.base_url, self.retry, self.timeout_s = account, base_url, retry, timeout_s
@@ -226,6 +222,9 @@ class AccountClient:
         }
         if gpu:
             meta["machine_shape"] = T4X2
+        # Every version on the image Kaggle runs now, the probe's and the runs' alike (the client's
+        # kernel metadata field; "original" would keep each kernel on its first version's image).
+        meta["docker_image_pinning_type"] = IMAGE_PINNING
         timeout = str(int(timeout_s)) if timeout_s else None
         # kernels_push reads a folder with kernel-metadata.json: a private temporary one.
         with tempfile.TemporaryDirectory(prefix="lab-push-") as folder:
@@ -276,115 +275,6 @@ class AccountClient:
         owner, name = self._ref(slug)
         return self._api.kernels_logs_stream(f"{owner}/{name}" + (f"/{int(version)}" if version else ""))
 
-    # -- datasets -------------------------------------------------------------------------
-
-    def upload_dataset(self, slug: str, folder: str | Path, title: str, notes: str = "", licence: str = "other") -> int:
-        """Uploads the files of `folder` as a private dataset: creates it, or adds a version.
-        Returns the dataset's version number. Kaggle then processes it: wait_dataset_ready."""
-        owner, name = self._ref(slug, own=True)
-        ref = f"{owner}/{name}"
-        if not _DATASET_SLUG.fullmatch(name):
-            raise UserError(f"Bad dataset slug {name!r}: Kaggle wants 6-50 characters a-z, 0-9 and '-'.")
-        if not 6 <= len(title) <= 50:
-            raise UserError(f"The title of dataset {ref} must be 6-50 characters long.")
-        if licence not in DATASET_LICENCES:
-            raise UserError(f"Kaggle knows no dataset licence {licence!r}: use one of {', '.join(DATASET_LICENCES)}.")
-        stage = self._stage_dataset(name, ref, title, _dataset_files(Path(folder)), licence)
-        exists = self._dataset_state(ref) is not None
-        created = False
-        if not exists:
-            resp = self._call(f"creating dataset {ref}", lambda: self._api.dataset_create_new(
-                str(stage), public=False, quiet=True, dir_mode="skip"))
-            # A create whose reply was lost and was sent again finds its own dataset there.
-            exists = bool(resp.error) and self._dataset_state(ref) is not None
-            if resp.error and not exists:
-                raise self._error(f"Kaggle refused to create dataset {ref}: {resp.error}",
-                                  "Fix what Kaggle names and upload again.")
-            created = not resp.error
-        if exists:
-            resp = self._call(f"adding a version to dataset {ref}", lambda: self._api.dataset_create_version(
-                str(stage), notes or "new version", quiet=True, dir_mode="skip"))
-            if resp.error:
-                raise self._error(f"Kaggle refused a new version of dataset {ref}: {resp.error}",
-                                  "Fix what Kaggle names and upload again.")
-        state = self._dataset_state(ref)
-        if state is None and not created:
-            raise self._error(f"dataset {ref} is not there after the upload", "Upload it again.")
-        # A dataset just created may not be visible yet (403 or 404 for a while): it is version 1.
-        return int(state.get("current_version_number") or 0) if state else 1
-
-    def _stage_dataset(self, name: str, ref: str, title: str, files: list[Path], licence: str) -> Path:
-        """The upload folder: links to the files plus dataset-metadata.json, in this account's
-        own staging folder. The client keys its resume state by file path, not by account, so
-        one path per account keeps one account from resuming another's upload."""
-        stage = self.account.folder / "staging" / name
-        if stage.exists():
-            shutil.rmtree(stage)  # links only: rmtree does not follow them
-        stage.mkdir(parents=True, mode=0o700)
-        for f in files:
-            # A symlinked file keeps its own name: the lab stages flattened names that way.
-            _link(f.resolve(), stage / f.name)
-        meta = {"title": title, "id": ref, "licenses": [{"name": licence}], "isPrivate": True}
-        (stage / "dataset-metadata.json").write_text(json.dumps(meta), encoding="utf-8")
-        return stage
-
-    def _dataset_state(self, ref: str) -> dict | None:
-        """{"status": "ready", "current_version_number": N}, or None when there is no such dataset."""
-        own = ref.split("/")[0].lower() == self.username.lower()
-        # On the account's own datasets 403 means "not there (yet)" as 404 does (kaggle-notes: unknown).
-        raw = self._call(f"reading dataset {ref}", lambda: self._api.dataset_status(ref, format="json"),
-                         missing=(403, 404) if own else (404,), own=own)
-        return None if raw is None else json.loads(raw)
-
-    def dataset_version(self, slug: str) -> int | None:
-        """The dataset's current version number, or None when there is no such dataset (yet)."""
-        owner, name = self._ref(slug)
-        state = self._dataset_state(f"{owner}/{name}")
-        return None if state is None else int(state.get("current_version_number") or 0)
-
-    def dataset_status(self, slug: str) -> str:
-        """READY, FAILED, or a processing state (BLOBS_RECEIVED, ...)."""
-        owner, name = self._ref(slug)
-        ref = f"{owner}/{name}"
-        own = owner.lower() == self.username.lower()
-        status = self._call(f"reading the status of dataset {ref}", lambda: self._api.dataset_status(ref),
-                            missing=(403, 404) if own else (), own=own)
-        return "MISSING" if status is None else str(status).upper()
-
-    def wait_dataset_ready(self, slug: str, timeout_s: float, poll_s: float = 10.0) -> int:
-        """Waits until the dataset's newest version is READY; returns its version number."""
-        owner, name = self._ref(slug)
-        ref = f"{owner}/{name}"
-        deadline = time.monotonic() + timeout_s
-        while True:
-            status = self.dataset_status(ref)
-            if status == "READY":
-                return int((self._dataset_state(ref) or {}).get("current_version_number") or 0)
-            if status == "FAILED":
-                raise self._error(f"Kaggle could not process dataset {ref} (FAILED)", "Upload it again.")
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise self._error(f"dataset {ref} is still {status} after {timeout_s:g} s",
-                                  "Kaggle may be slow: wait longer, or upload it again.", retryable=True)
-            time.sleep(min(poll_s, left))
-
-    def own_datasets(self, search: str = "") -> list[DatasetInfo]:
-        """The account's own datasets whose name holds `search`, with their size (every page)."""
-        out: list[DatasetInfo] = []
-        for page in range(1, 101):
-            found = self._call(f"listing the datasets of {self.username}", lambda: self._api.dataset_list(
-                mine=True, search=search or None, page=page)) or []
-            out += [DatasetInfo(str(d.ref), str(d.title or ""), int(d.total_bytes or 0)) for d in found if d]
-            if len(found) < DATASET_PAGE:
-                break
-        return out
-
-    def delete_dataset(self, slug: str) -> None:
-        """Deletes one of the account's own datasets; one already gone is no error."""
-        owner, name = self._ref(slug, own=True)
-        self._call(f"deleting dataset {owner}/{name}", lambda: self._api.dataset_delete(owner, name, no_confirm=True),
-                   missing=(404,), own=True)
-
     # -- who am I -------------------------------------------------------------------------
 
     def whoami(self) -> str:
@@ -411,32 +301,6 @@ def _push_advice(error: str) -> str:
     if "quota" in error.lower():
         return "Wait for the weekly quota refresh, or push from another account."
     return "Fix what Kaggle names and push again."
-
-
-def _dataset_files(folder: Path) -> list[Path]:
-    if not folder.is_dir():
-        raise UserError(f"No such folder to upload: {folder}")
-    entries = sorted(folder.iterdir())
-    subfolders = [p.name for p in entries if p.is_dir()]
-    if subfolders:
-        raise UserError(f"{folder} has subfolders ({', '.join(subfolders)}); a dataset upload takes the "
-                        "files of one flat folder.")
-    files = [p.absolute() for p in entries if p.is_file()]
-    if any(p.name in ("dataset-metadata.json", "datapackage.json") for p in files):
-        raise UserError(f"{folder} holds a dataset-metadata.json; the lab writes its own: remove it.")
-    if not files:
-        raise UserError(f"{folder} has no files to upload.")
-    return files
-
-
-def _link(target: Path, link: Path) -> None:
-    try:
-        link.symlink_to(target)
-    except OSError:  # e.g. Windows without the symlink privilege
-        try:
-            os.link(target, link)
-        except OSError:
-            shutil.copy2(target, link)
 
 
 def _short(exc: BaseException) -> str:

@@ -44,11 +44,13 @@ class LiveLog:
         self.c, self.slug, self.version, self.folder = c, slug, version, Path(folder)
         self.grace_s, self.retry_s, self.clock = grace_s, retry_s, clock
         self.mode = "waiting"
-        self.events = 0  # events handled: the stream replays from the beginning on each connection
+        before, self._rows = read_live(self.folder)  # a driver before this one may have read some
+        # Events handled, this driver's and those before it: each connection replays the log from
+        # its first line, and what was handled once is skipped, not taken into the curve again.
+        self.events = int((before or {}).get("events") or 0)
         self.error: str | None = None
         self._first_event_at: float | None = None
         self._running_since: float | None = None
-        self._rows = read_metrics(self.folder / LIVE_ROWS)  # a driver before this one may have read some
         self._keys = {_key(r) for r in self._rows}
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -102,11 +104,18 @@ class LiveLog:
     def _follow(self) -> None:
         while not self._stop.is_set():
             try:
-                for index, event in enumerate(self.c.kernel_log_events(self.slug, self.version)):
+                count = 0
+                for count, event in enumerate(self.c.kernel_log_events(self.slug, self.version), start=1):
                     if self._stop.is_set():
                         return
-                    if index >= self.events:
+                    if count > self.events:
                         self._take(event)
+                if count < self.events:
+                    # The log came back shorter than what was read (another form of it, such as the
+                    # stored log after the live one): the next connection reads it whole, and rows
+                    # already kept are not added twice.
+                    with self._lock:
+                        self.events = 0
                 self.error = None
             except Exception as e:  # noqa: BLE001 - the log is a courtesy: the status decides. The
                 # client's messages may hold URLs but no secret; only the kind is kept.

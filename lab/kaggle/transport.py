@@ -64,15 +64,27 @@ def _make_config_dir() -> None:
     os.makedirs(folder, exist_ok=True)
 
 
+LOG_STREAM_PATH = "/kernels/logs/stream/"
+LOG_READ_TIMEOUT_S = 900.0  # a running session's log may stay silent this long (compiling, mounting, a long eval)
+
+
 class TimeoutAdapter(HTTPAdapter):
-    """kagglesdk sends without a timeout; this gives every request on the session one."""
+    """kagglesdk sends without a timeout; this gives every request on the session one. A
+    session's log stream is silent while the session prints nothing (a compile, a mount) and
+    whether Kaggle sends keep-alives meanwhile is not known: its reads wait LOG_READ_TIMEOUT_S,
+    so a quiet stretch does not end the stream (each new connection replays the log from its
+    first line)."""
 
     def __init__(self, timeout_s: float):
         self._timeout_s = timeout_s
         super().__init__()
 
     def send(self, request, stream=False, timeout=None, **kwargs):  # type: ignore[override]
-        return super().send(request, stream=stream, timeout=timeout or self._timeout_s, **kwargs)
+        if timeout is None:
+            timeout = self._timeout_s
+            if stream and LOG_STREAM_PATH in (request.url or ""):
+                timeout = (self._timeout_s, max(LOG_READ_TIMEOUT_S, self._timeout_s))  # (connect, read)
+        return super().send(request, stream=stream, timeout=timeout, **kwargs)
 
 
 def _quiet_kaggle_api() -> Any:

@@ -19,9 +19,10 @@ import os
 import pickle
 import re
 import shutil
-import signal
 import time
 from pathlib import Path
+
+from lab.kernel.signals import catching_stop_signals
 
 KEEP = 2
 FORMAT = 2  # 1: RNG states as NumPy objects (loaded through an allow-list); 2: tensors and plain values
@@ -289,7 +290,8 @@ class StopGuard:
     The handlers only set a flag; the loop saves at the next step boundary. Stopping at
     the limit leaves room for one more step and the save, with a second's margin: the margin
     for the session's boot, the output copy and Kaggle's kill lies in the session timeout the
-    control side asks for (the limit plus ten minutes), not here.
+    control side asks for (the limit plus a margin sized from the account's measured sessions,
+    at least ten minutes), not here.
     """
 
     def __init__(self, limit_min: float, started: float | None = None, margin_s: float = 1.0,
@@ -299,22 +301,19 @@ class StopGuard:
         self.margin_s = margin_s
         self.stop_file = Path(stop_file) if stop_file else None
         self.signal_name: str | None = None
-        self._previous = {}
+        self._catching = None
 
     def __enter__(self) -> "StopGuard":
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            try:
-                self._previous[sig] = signal.signal(sig, self._on_signal)
-            except ValueError:
-                pass  # not the main thread: the launcher handles signals
+        # Every signal only asks again: the save at the next step boundary is never abandoned here.
+        self._catching = catching_stop_signals(self._on_signal, again_interrupts=False)
+        self._catching.__enter__()
         return self
 
     def __exit__(self, *exc) -> None:
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
+        self._catching.__exit__(*exc)
 
-    def _on_signal(self, signum, frame) -> None:
-        self.signal_name = signal.Signals(signum).name
+    def _on_signal(self, name: str) -> None:
+        self.signal_name = name
 
     def reason(self, step_s: float, save_s: float) -> str | None:
         if self.signal_name:

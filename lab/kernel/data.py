@@ -88,7 +88,10 @@ class Prefetcher:
         self.ready: tuple[tuple[int, int], torch.Tensor, torch.Tensor] | None = None
 
     def _load(self, key: tuple[int, int]):
-        x, y = self.read(*key)
+        # Contiguous first: a batch is a view into one array (inputs and targets overlap), and
+        # pinning a view keeps its strides, so the copy to the card would go through an
+        # unpinned temporary and block.
+        x, y = (t.contiguous() for t in self.read(*key))
         if self.device.type == "cuda":
             x = x.pin_memory().to(self.device, non_blocking=True)
             y = y.pin_memory().to(self.device, non_blocking=True)

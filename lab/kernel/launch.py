@@ -23,7 +23,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import traceback
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -33,6 +32,7 @@ from typing import Callable, Iterator
 from lab.config import UserError
 from lab.kernel.checkpoint import CheckpointError
 from lab.kernel.data import DataError
+from lab.kernel.signals import catching_stop_signals
 
 RESULT = "RESULT "
 FAILED = "FAILED "
@@ -49,10 +49,26 @@ def collective_env() -> dict:
             "TORCH_NCCL_DUMP_ON_TIMEOUT": "0"}
 
 
-def torchrun_command(nproc: int, target: list[str]) -> list[str]:
-    """torchrun on this machine with `nproc` workers, each running `target` (a script and its
-    arguments, or `-m module ...`)."""
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", *target]
+@dataclass(frozen=True)
+class Nodes:
+    """The hosts that train one run together: how many, which one this is (0: the first, whose
+    rank 0 writes the run's files) and where they meet (HOST:PORT on the first host)."""
+    count: int = 1
+    rank: int = 0
+    endpoint: str = ""
+
+
+def torchrun_command(nproc: int, target: list[str], nodes: Nodes = Nodes()) -> list[str]:
+    """torchrun with `nproc` workers on this machine, each running `target` (a script and its
+    arguments, or `-m module ...`); on a group of hosts, this host's part of it. The group meets
+    in torchrun's static rendezvous, a c10d store on the first host: node rank I is host I, so
+    the first host holds rank 0 (torchrun's c10d backend would rank the hosts by name instead)."""
+    if nodes.count <= 1:
+        where = ["--standalone"]
+    else:
+        where = [f"--nnodes={nodes.count}", f"--node-rank={nodes.rank}", "--rdzv-backend=static",
+                 f"--rdzv-endpoint={nodes.endpoint}"]
+    return [sys.executable, "-m", "torch.distributed.run", *where, f"--nproc_per_node={nproc}", *target]
 
 
 @dataclass
@@ -87,40 +103,28 @@ def _die_with_parent() -> None:
 def _stop_requests(stop_file: Path, say: Callable[[str], None]) -> Iterator[dict]:
     """While inside, SIGINT and SIGTERM (the stop button, Ctrl-C, a cancel) write the stop file
     instead of interrupting; a second one interrupts as usual."""
-    state: dict = {"reason": None}
-
-    def handler(signum, frame):
-        name = signal.Signals(signum).name
-        if state["reason"]:
-            raise KeyboardInterrupt
-        state["reason"] = f"{name} received"
+    def request(name: str) -> None:
         tmp = stop_file.with_name(".stop.tmp")  # whole or absent: every rank reads the same reason
-        tmp.write_text(state["reason"], encoding="utf-8")
+        tmp.write_text(f"{name} received", encoding="utf-8")
         os.replace(tmp, stop_file)
         say(f"{name}: every rank saves a checkpoint at its next step and stops (again to abandon)")
 
-    previous = {}
-    if threading.current_thread() is threading.main_thread():
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            previous[sig] = signal.signal(sig, handler)
-    try:
-        yield state
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
+    with catching_stop_signals(request) as caught:
+        yield caught
 
 
 def launch(nproc: int, target: list[str], on_line: Callable[[str], None] = lambda s: print(s, end="", flush=True),
-           on_tick: Callable[[], None] = lambda: None) -> Launched:
-    """Runs `target` in `nproc` processes under torchrun; every output line but the RESULT and
-    FAILED lines goes to `on_line`, and `on_tick` runs after each (a live plot)."""
+           on_tick: Callable[[], None] = lambda: None, nodes: Nodes = Nodes()) -> Launched:
+    """Runs `target` in `nproc` processes under torchrun (this host's part of `nodes`); every
+    output line but the RESULT and FAILED lines goes to `on_line`, and `on_tick` runs after each
+    (a live plot)."""
     folder = Path(tempfile.mkdtemp(prefix="lab-launch-"))
     stop_file = folder / "stop"
     env = {**os.environ, **collective_env(), STOP_FILE_ENV: str(stop_file), "PYTHONUNBUFFERED": "1"}
     say = lambda text: on_line(text + "\n")  # noqa: E731
     result, failures = None, []
     with _stop_requests(stop_file, say) as stop:
-        proc = subprocess.Popen(torchrun_command(nproc, target), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        proc = subprocess.Popen(torchrun_command(nproc, target, nodes), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 text=True, bufsize=1, env=env, start_new_session=True, preexec_fn=_die_with_parent)
         try:
             for line in proc.stdout:
@@ -137,7 +141,7 @@ def launch(nproc: int, target: list[str], on_line: Callable[[str], None] = lambd
         returncode = proc.wait()
     stop_file.unlink(missing_ok=True)
     folder.rmdir()
-    return Launched(returncode, result, failures, stop["reason"])
+    return Launched(returncode, result, failures, stop["signal"] and f"{stop['signal']} received")
 
 
 def _parse(line: str) -> tuple[str | None, dict | None]:

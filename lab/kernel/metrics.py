@@ -31,6 +31,10 @@ def _rows(path: Path) -> list[tuple[str, dict]]:
         text = path.read_text(encoding="utf-8")
     except OSError:
         return []
+    return _parsed(text)
+
+
+def _parsed(text: str) -> list[tuple[str, dict]]:
     out = []
     for line in text.splitlines():
         try:
@@ -51,6 +55,32 @@ def metrics_lines(path: str | os.PathLike, upto: int | None = None, after: int |
 
 def write_metrics_lines(path: str | os.PathLike, lines: list[str]) -> None:
     atomic_write(Path(path), lambda f: f.write("".join(line + "\n" for line in lines).encode("utf-8")))
+
+
+class MetricsTail:
+    """The rows appended to a metrics.jsonl since the last read, for a live plot that must not
+    parse a 12-hour curve at every redraw. A half-written last line waits for the next read. A
+    file replaced meanwhile (a resumed session cuts its curve at the checkpoint) is read again
+    from its start, and `read` says so."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path, self.offset, self.inode = Path(path), 0, None
+
+    def read(self) -> tuple[list[dict], bool]:
+        """(the new rows, whether they start the file over)."""
+        try:
+            st = os.stat(self.path)
+            with open(self.path, "rb") as f:
+                anew = st.st_ino != self.inode or st.st_size < self.offset
+                f.seek(0 if anew else self.offset)
+                data = f.read()
+        except OSError:
+            return [], False
+        if anew:
+            self.offset, self.inode = 0, st.st_ino
+        whole = data[:data.rfind(b"\n") + 1]
+        self.offset += len(whole)
+        return [row for _, row in _parsed(whole.decode("utf-8", errors="replace"))], anew
 
 
 # ---------------------------------------------------------------------------------------------

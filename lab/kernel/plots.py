@@ -9,7 +9,6 @@ training notebook.
 from __future__ import annotations
 
 import io
-import json
 import os
 from pathlib import Path
 
@@ -80,6 +79,45 @@ def loss_figure(runs: dict[str, list[dict]], x: str = "step", title: str | None 
     ax.set_title(title or w["title"])
     fig.tight_layout()
     return fig
+
+
+class LiveCurve:
+    """A run's curve for a live plot, kept small whatever the session's length: every evaluation,
+    and the training rows thinned to at most `most` points (when it is full, neighbouring points
+    of the same session merge into their mean), so a redraw at hour twelve costs what one at hour
+    one did. `rows()` is what `loss_figure` draws."""
+
+    def __init__(self, most: int = 2000):
+        self.most, self.train, self.evals = most, [], []
+
+    def add(self, rows: list[dict]) -> None:
+        for r in rows:
+            if "loss" in r:
+                self.train.append({"step": r["step"], "tokens": r.get("tokens"), "loss": r["loss"],
+                                   "session": r.get("session"), "n": 1})
+            if "val_loss" in r:
+                self.evals.append({k: r.get(k) for k in ("step", "tokens", "val_loss", "val_set", "session")})
+        while len(self.train) > self.most and self._halve():
+            pass
+
+    def _halve(self) -> bool:
+        """Merges neighbouring pairs of one session; whether that made the curve shorter."""
+        merged, i, train = [], 0, self.train
+        while i < len(train):
+            a, b = train[i], train[i + 1] if i + 1 < len(train) else None
+            if b is not None and a["session"] == b["session"]:
+                n = a["n"] + b["n"]
+                merged.append({**b, "loss": (a["loss"] * a["n"] + b["loss"] * b["n"]) / n, "n": n})
+                i += 2
+            else:
+                merged.append(a)
+                i += 1
+        shorter = len(merged) < len(train)
+        self.train = merged
+        return shorter
+
+    def rows(self) -> list[dict]:
+        return self.train + self.evals
 
 
 def figure_png(fig) -> bytes:

@@ -23,9 +23,9 @@ from lab.config import RunConfig, fields_off_defaults, resumed_config
 from lab.kernel.checkpoint import (INPUT_NOT_READY, CheckpointError, checkpoint_meta, list_checkpoints,
                                    newest_whole_checkpoint, resolve_checkpoint, sha256_file)
 from lab.kernel.data import find_data
-from lab.kernel.launch import Launched, launch, report_result, reporting_failure, stop_file_from_env
-from lab.kernel.metrics import read_metrics
-from lab.kernel.plots import figure_png, loss_figure, save_loss_plot
+from lab.kernel.launch import Launched, Nodes, launch, report_result, reporting_failure, stop_file_from_env
+from lab.kernel.metrics import METRICS, MetricsTail, read_metrics
+from lab.kernel.plots import LiveCurve, figure_png, loss_figure, save_loss_plot
 from lab.kernel.train import train
 
 
@@ -37,13 +37,17 @@ def on_kaggle() -> bool:
     return (kaggle_root() / "input").is_dir()
 
 
+def output_dir(out_dir: str = "") -> Path:
+    """Where this session writes: `out_dir`, else /kaggle/working on Kaggle, else ./run."""
+    return Path(out_dir) if out_dir else (kaggle_root() / "working" if on_kaggle() else Path.cwd() / "run")
+
+
 @dataclass
 class SessionPaths:
     data: Path
     out: Path
     resume: Path | None
     cfg: RunConfig | None = None  # the config this session runs: a resumed run's as it was, with what was given
-    given: set[str] | None = None  # the fields given for this session
 
 
 def find_checkpoint(name: str, roots: list[Path], max_depth: int = 5) -> Path:
@@ -71,9 +75,11 @@ def resolve_session(cfg: RunConfig, out_dir: str = "", given_fields: list[str] |
     """Where this session reads data and a checkpoint, where it writes, and the config it runs.
 
     A resumed run continues as it was: fields not given come from the checkpoint's sidecar.
-    Given are `given_fields` (what `lab run` fills in) and every field off its default."""
+    Given are `given_fields` (what `lab run` fills in) and every field off its default. This is
+    the kernel side's one merge of a run's fields with its checkpoint's: the loop, here or in
+    the torchrun workers, gets the settled config and only checks it against the checkpoint."""
     roots = [kaggle_root() / "input"] if on_kaggle() else [Path.cwd()]
-    out = Path(out_dir) if out_dir else (kaggle_root() / "working" if on_kaggle() else Path.cwd() / "run")
+    out = output_dir(out_dir)
     resume = find_checkpoint(cfg.resume_from, roots + [out]) if cfg.resume_from else None
     given = fields_off_defaults(cfg) | set(given_fields or ())
     if resume is not None:
@@ -86,7 +92,7 @@ def resolve_session(cfg: RunConfig, out_dir: str = "", given_fields: list[str] |
     else:
         data = find_data(roots + ([Path(cfg.data_dir)] if cfg.data_dir else []), cfg.constellations)
     print(f"data       {data}\ncheckpoint {resume or '- (from scratch)'}\noutputs    {out}")
-    return SessionPaths(data=data, out=out, resume=resume, cfg=cfg, given=given)
+    return SessionPaths(data=data, out=out, resume=resume, cfg=cfg)
 
 
 def inputs_as_sent(cfg: RunConfig, out_dir: str = "", given_fields: list[str] | None = None, data_sha256: str = "",
@@ -98,7 +104,7 @@ def inputs_as_sent(cfg: RunConfig, out_dir: str = "", given_fields: list[str] | 
     never resumes from another checkpoint; the control side waits and pushes again."""
     if not data_sha256 and not ckpt_sha256:
         return resolve_session(cfg, out_dir, given_fields)
-    out = Path(out_dir) if out_dir else (kaggle_root() / "working" if on_kaggle() else Path.cwd() / "run")
+    out = output_dir(out_dir)
     try:
         paths = resolve_session(cfg, out_dir, given_fields)
         found = {"data": sha256_file(paths.data / "manifest.json") if data_sha256 else "",
@@ -115,21 +121,27 @@ def inputs_as_sent(cfg: RunConfig, out_dir: str = "", given_fields: list[str] | 
 
 
 class LivePlot:
-    """The loss plot shown in the notebook, redrawn at most every `every_s` seconds."""
+    """The loss plot shown in the notebook, redrawn at most every `every_s` seconds. In a
+    one-process session it is drawn inside the training process, so each redraw must stay
+    cheap at any length of session: it reads only the rows written since the last one, and
+    draws a curve thinned to a few thousand points (`LiveCurve`)."""
 
     def __init__(self, out: Path, every_s: float = 30.0, x: str = "step"):
         self.out, self.every_s, self.x, self.last = out, every_s, x, 0.0
-        self.handle = None
+        self.tail, self.curve, self.handle = MetricsTail(out / METRICS), LiveCurve(), None
 
     def update(self, force: bool = False) -> None:
         if not force and time.monotonic() - self.last < self.every_s:
             return
         self.last = time.monotonic()
-        rows = read_metrics(self.out)
-        if not any("loss" in r for r in rows):
+        rows, anew = self.tail.read()
+        if anew:
+            self.curve = LiveCurve()
+        self.curve.add(rows)
+        if not self.curve.train:
             return
         from IPython.display import Image, display
-        image = Image(data=figure_png(loss_figure({self.out.name: rows}, x=self.x, title="loss")))
+        image = Image(data=figure_png(loss_figure({self.out.name: self.curve.rows()}, x=self.x, title="loss")))
         if self.handle is None:
             self.handle = display(image, display_id=True)
         else:
@@ -148,14 +160,19 @@ class TrainingFailed(RuntimeError):
 
 def run_session(cfg: RunConfig, paths: SessionPaths, kernel_py: Path, nproc: int = 0,
                 allow_fallback: bool = False, plot_every_s: float = 30.0, plot_x: str = "step",
-                started: float | None = None, given: set[str] | None = None) -> dict:
-    """Trains in this process, or under torchrun with one process per GPU; writes
-    `result.json` (where training stopped and why) beside the metrics, and the plot. A failed
-    session writes them too, naming the newest checkpoint, then raises with the error."""
+                started: float | None = None, nodes: Nodes = Nodes()) -> dict:
+    """Trains in this process, or under torchrun with one process per GPU (on a group of hosts,
+    this host's part of the run); writes `result.json` (where training stopped and why) beside
+    the metrics, and the plot. A failed session writes them too, naming the newest checkpoint,
+    then raises with the error."""
     plot = LivePlot(paths.out, plot_every_s, plot_x)
     procs = gpus_for(cfg, nproc)
-    if procs > 1:
-        ended = _run_torchrun(cfg, paths, kernel_py, procs, allow_fallback, plot, started, given)
+    if procs > 1 or nodes.count > 1:
+        ended = _run_torchrun(cfg, paths, kernel_py, max(procs, 1), allow_fallback, plot, started, nodes)
+        if nodes.rank > 0 and ended.returncode == 0:  # the first host's rank 0 writes the run's files
+            print(f"this host (node {nodes.rank} of {nodes.count}) trained its part; the first host has the "
+                  "run's outputs", flush=True)
+            return {"node_rank": nodes.rank, "nodes": nodes.count}
         if ended.failed:
             result = failed_result(paths.out, ended.failure_text())
             _write_outputs(paths.out, result, plot, plot_x)
@@ -165,8 +182,7 @@ def run_session(cfg: RunConfig, paths: SessionPaths, kernel_py: Path, nproc: int
     else:
         try:
             result = train(cfg, paths.out, paths.data, resume=paths.resume, allow_fallback=allow_fallback,
-                           given=given, on_metrics=lambda _: plot.update(), log=lambda s: print(s, flush=True),
-                           started=started)
+                           on_metrics=lambda _: plot.update(), log=lambda s: print(s, flush=True), started=started)
         except Exception as e:  # the cell shows the traceback itself; the outputs say where the run stands
             if paths.out.is_dir():
                 _write_outputs(paths.out, failed_result(paths.out, f"{type(e).__name__}: {e}"), plot, plot_x)
@@ -192,7 +208,7 @@ def _write_outputs(out: Path, result: dict, plot: LivePlot, plot_x: str) -> None
     print(f"plot       {save_loss_plot(out, x=plot_x)}")
 
 
-def _run_torchrun(cfg, paths, kernel_py, procs, allow_fallback, plot, started, given) -> Launched:
+def _run_torchrun(cfg, paths, kernel_py, procs, allow_fallback, plot, started, nodes) -> Launched:
     paths.out.mkdir(parents=True, exist_ok=True)
     config_path = paths.out / "session-config.json"
     # The workers start their clock later: give them what is left of the session's limit.
@@ -204,29 +220,26 @@ def _run_torchrun(cfg, paths, kernel_py, procs, allow_fallback, plot, started, g
         target += ["--resume", str(paths.resume)]
     if allow_fallback:
         target.append("--allow-fallback")
-    if given is not None:
-        target += ["--given", ",".join(sorted(given))]
-    print(f"launching {procs} processes under torchrun (DDP)", flush=True)
-    ended = launch(procs, target, on_tick=plot.update)
+    group = f" on node {nodes.rank} of {nodes.count} (rendezvous {nodes.endpoint})" if nodes.count > 1 else ""
+    print(f"launching {procs} processes under torchrun (DDP){group}", flush=True)
+    ended = launch(procs, target, on_tick=plot.update, nodes=nodes)
     for failure in ended.failures:
         print(f"rank {failure['rank']} failed: {failure['error']}", flush=True)
     return ended
 
 
 def worker_main(argv: list[str] | None = None) -> None:
-    """What each torchrun worker runs: the loop, with the config the notebook wrote."""
+    """What each torchrun worker runs: the loop, with the config the notebook settled and wrote."""
     p = argparse.ArgumentParser()
     p.add_argument("--config", required=True)
     p.add_argument("--out", required=True)
     p.add_argument("--data", required=True)
     p.add_argument("--resume")
     p.add_argument("--allow-fallback", action="store_true")
-    p.add_argument("--given", help="comma-separated fields given for this session (default: those off their defaults)")
     a = p.parse_args(argv)
     cfg = RunConfig.from_json_file(a.config)
-    given = set(filter(None, a.given.split(","))) if a.given is not None else None
     rank = int(os.environ.get("RANK", "0"))
     with reporting_failure(rank):
-        result = train(cfg, a.out, a.data, resume=a.resume, allow_fallback=a.allow_fallback, given=given,
+        result = train(cfg, a.out, a.data, resume=a.resume, allow_fallback=a.allow_fallback,
                        log=lambda s: print(s, flush=True), stop_file=stop_file_from_env())
     report_result(result, rank)

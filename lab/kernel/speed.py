@@ -1,9 +1,11 @@
-"""What keeps the step fast: torch.compile with an uncompiled fallback, DDP settings for two
-T4s, and readings (losses, grad norms) kept on the device and read in one sync every
-few steps instead of one sync per step.
+"""What keeps the step fast: compiling, DDP's settings, and readings taken once per sync point.
+
+torch.compile with an uncompiled fallback, DDP settings for two T4s, and readings (losses, grad
+norms) kept on the device and read in one sync every few steps instead of one sync per step.
 """
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import time
@@ -111,17 +113,29 @@ def trial_context(wrapped: nn.Module):
 class Readings:
     """Per-step values (loss, grad norm) kept on the device until the next sync point,
     where they are read in one go: no host sync per step, yet every logged step keeps
-    its own values."""
+    its own values.
 
-    def __init__(self) -> None:
+    Under a GradScaler (`scaled`), every step is counted as skipped when its gradients
+    overflowed (a non-finite grad norm: the scaler skips that step and lowers its scale), and
+    a logged row of such a step is marked `"skipped": true`; `skipped` is the session's count."""
+
+    def __init__(self, scaled: bool = False) -> None:
         self.rows: list[dict] = []
         self.losses: list[torch.Tensor] = []
         self.norms: list[torch.Tensor] = []
+        self.scaled, self.skipped = scaled, 0
+        self._skips: torch.Tensor | None = None  # this window's skipped steps, on the device
 
     def add(self, row: dict, loss: torch.Tensor, norm: torch.Tensor) -> None:
         self.rows.append(row)
         self.losses.append(loss.detach().reshape(()))
         self.norms.append(norm.detach().reshape(()))
+
+    def count(self, norm: torch.Tensor) -> None:
+        """One step taken (logged or not): under a GradScaler, counted when it was skipped."""
+        if self.scaled:
+            bad = torch.logical_not(torch.isfinite(norm.detach().reshape(()))).double()
+            self._skips = bad if self._skips is None else self._skips + bad
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -134,11 +148,15 @@ class Readings:
         both = torch.cat([loss_t.to(device), torch.tensor(extra, dtype=torch.float64, device=device)])
         reduce(both)  # the norms are not reduced: every rank has the same, after DDP's all-reduce
         norms = torch.stack(self.norms).double().to(device) if self.norms else both.new_zeros(0)
-        values = torch.cat([both, norms]).tolist()  # the one host sync of this window
+        skips = self._skips.reshape(1).to(device) if self._skips is not None else both.new_zeros(0)
+        values = torch.cat([both, norms, skips]).tolist()  # the one host sync of this window
         rows, n, k = self.rows, len(self.rows), len(both)
-        for row, loss, norm in zip(rows, values[:n], values[k:]):
+        for row, loss, norm in zip(rows, values[:n], values[k:k + n]):
             row["loss"], row["grad_norm"] = loss, norm
-        self.rows, self.losses, self.norms = [], [], []
+            if self.scaled and not math.isfinite(norm):
+                row["skipped"] = True
+        self.skipped += int(values[k + n]) if self._skips is not None else 0
+        self.rows, self.losses, self.norms, self._skips = [], [], [], None
         return rows, values[n:k]
 
 

@@ -1,18 +1,15 @@
 """The training loop: one process, DDP under torchrun, or DataParallel.
 
-Read it top to bottom: pick the device and precision, open the data, build or restore
-the model and optimizer, then the step — forward under autocast, scaled backward,
-unscale, clip, step — with logging, evaluation, periodic checkpoints and the time-limit
-saver around it.
+Read it top to bottom: pick the device and precision, open the data, build or restore the model
+and optimizer (`Trainer.__init__`), then `Trainer.run`: a short loop that takes steps
+(`step.one_step`) and, at each sync point, reads the losses, agrees on stopping and saving,
+evaluates, writes the metrics and saves (the parts it composes are in `loop`).
 """
 from __future__ import annotations
 
 import json
 import os
 import random
-import time
-from contextlib import nullcontext
-from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Callable
@@ -22,47 +19,19 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
+from lab.config import (RunConfig, card_set, check, check_against_data, check_resume, flops_per_token,
+                        raise_on_errors)
 from lab.kernel.checkpoint import (FORMAT, CheckpointError, CheckpointSaveError, StopGuard, checkpoint_step,
                                    load_checkpoint, newest_whole_checkpoint, resolve_checkpoint, save_checkpoint)
-from lab.config import (RunConfig, card_set, check, check_against_data, check_resume, cpu_precision, fields_off_defaults,
-                        flops_per_token, raise_on_errors, resumed_config)
 from lab.kernel.data import Prefetcher, TokenData
 from lab.kernel.launch import COLLECTIVE_TIMEOUT_MIN
-from lab.kernel.metrics import echo_metrics, metrics_lines, write_metrics_lines
+from lab.kernel.loop import MetricsSink, Progress, Saver, SyncWindow, agree, all_ranks
+from lab.kernel.metrics import METRICS, metrics_lines, write_metrics_lines
 from lab.kernel.model import GPT
 from lab.kernel.schedule import lr_for_config
-from lab.kernel.speed import (Readings, compile_choice, compile_or_eager, next_sync_steps, trial_context,
-                              wrap_ddp)
-
-
-@dataclass
-class Runtime:
-    """Where this process trains: its rank among `world` processes, device, precision and cards."""
-    rank: int
-    world: int
-    device: torch.device
-    precision: str
-    cards: int  # cards one optimizer step spans: world under DDP, the GPUs under DataParallel
-    data_parallel: bool = False
-
-    @property
-    def main(self) -> bool:
-        return self.rank == 0
-
-
-def pick_precision(device: torch.device, requested: str = "auto") -> str:
-    """On CUDA, bf16 from compute capability 8.0 (Ampere) on, else fp16; on a CPU, bf16 where
-    it multiplies bf16 in hardware, else fp32 (`config.cpu_precision`).
-
-    `torch.cuda.is_bf16_supported()` says True on a T4 (7.5), where bf16 is emulated and
-    slow, so the capability decides.
-    """
-    if requested != "auto":
-        return requested
-    if device.type != "cuda":
-        return cpu_precision()
-    major, _ = torch.cuda.get_device_capability(device)
-    return "bf16" if major >= 8 else "fp16"
+from lab.kernel.speed import compile_choice, compile_or_eager, trial_context
+from lab.kernel.step import (OutOfMemory, Runtime, StepParts, autocast, make_optimizer, one_step,
+                             out_of_memory_advice, pick_precision, precision_warning, wrap_for)
 
 
 def setup_runtime(cfg: RunConfig) -> Runtime:
@@ -85,23 +54,6 @@ def setup_runtime(cfg: RunConfig) -> Runtime:
     use_dp = cfg.parallel == "dp" and gpus > 1
     return Runtime(0, 1, device, pick_precision(device, cfg.precision), cards=gpus if use_dp else 1,
                    data_parallel=use_dp)
-
-
-def autocast(rt: Runtime):
-    if rt.precision == "fp32":
-        return nullcontext()
-    dtype = torch.float16 if rt.precision == "fp16" else torch.bfloat16
-    return torch.autocast(device_type=rt.device.type, dtype=dtype)
-
-
-def make_optimizer(model: nn.Module, cfg: RunConfig, device: torch.device) -> torch.optim.AdamW:
-    # Decay matrices and embeddings, not vectors (this model has none, but a variant might).
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    rest = [p for p in model.parameters() if p.dim() < 2]
-    groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": rest, "weight_decay": 0.0}]
-    # Fused: one kernel for all weights, and under GradScaler no host sync to check for inf.
-    fused = {"fused": True} if device.type in ("cuda", "cpu") else {}
-    return torch.optim.AdamW(groups, lr=cfg.lr, betas=(0.9, 0.95), eps=1e-8, **fused)
 
 
 def rng_state() -> dict:
@@ -130,58 +82,28 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def all_ranks(obj, rt: Runtime) -> list:
-    if rt.world == 1:
-        return [obj]
-    out = [None] * rt.world
-    dist.all_gather_object(out, obj)
-    return out
-
-
-def agree(values: list[float], rt: Runtime) -> list[float]:
-    """Sums small numbers across ranks (losses, stop flags) in one collective."""
-    t = torch.tensor(values, dtype=torch.float64, device=rt.device if rt.device.type == "cuda" else "cpu")
-    sum_ranks(t, rt)
-    return t.tolist()
-
-
-def sum_ranks(t: torch.Tensor, rt: Runtime) -> None:
-    """Sums `t` across ranks in place (nothing to do in one process)."""
-    if rt.world > 1:
-        dist.all_reduce(t)
-
-
-class OutOfMemory(RuntimeError):
-    """The batch does not fit the card; the message says which batch does."""
-
-
-def largest_fitting(fits: Callable[[int], bool], upper: int) -> int:
-    """The largest b in [0, upper] with fits(b), assuming fits is monotone (0 always fits)."""
-    lo, hi = 0, upper
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        lo, hi = (mid, hi) if fits(mid) else (lo, mid - 1)
-    return lo
-
-
 class Trainer:
+    """One session of a run. `cfg` is the run as it continues: for a resumed run, settled
+    before (the checkpoint's fields with what was given now on top, `config.resumed_config`,
+    when the notebook starts or `lab train` reads its flags); here it is only checked."""
+
     def __init__(self, cfg: RunConfig, out_dir: str | os.PathLike, data_dir: str | os.PathLike,
                  resume: str | os.PathLike | None = None, allow_fallback: bool = False,
-                 given: set[str] | None = None, log: Callable[[str], None] = print,
-                 on_metrics: Callable[[dict], None] | None = None, started: float | None = None,
-                 stop_file: str | os.PathLike | None = None):
+                 log: Callable[[str], None] = print, on_metrics: Callable[[dict], None] | None = None,
+                 started: float | None = None, stop_file: str | os.PathLike | None = None):
         self.cfg, self.out = cfg, Path(out_dir)
         self.log_fn, self.on_metrics, self.started, self.stop_file = log, on_metrics, started, stop_file
         self.data = TokenData(data_dir)
-        self.ckpt = self._load_resume(resume, allow_fallback, given)
-        cfg = self.cfg  # a resumed run's: as it was, with what was given now
+        self.ckpt = self._load_resume(resume, allow_fallback)
         self.rt = setup_runtime(cfg)
         if self.ckpt is not None:
             self.log(f"resuming from {self.resume_path} at step {self.ckpt['step']:,}")
         raise_on_errors(check(cfg) + check_against_data(cfg, self.data.shortest_split))
-        if self.ckpt is None and (self.out / "metrics.jsonl").exists():
+        if self.ckpt is None and (self.out / METRICS).exists():
             raise CheckpointError(f"{self.out} already holds a run (metrics.jsonl): continue it with "
                                   f"--resume {self.out}, or choose another --out")
+        if warning := precision_warning(self.rt.device, self.rt.precision):
+            self.log(warning)
         self._build()
 
     # --- setup -------------------------------------------------------------------------
@@ -189,16 +111,14 @@ class Trainer:
         if self.rt.main:
             self.log_fn(text)
 
-    def _load_resume(self, resume, allow_fallback, given) -> dict | None:
+    def _load_resume(self, resume, allow_fallback) -> dict | None:
+        """The checkpoint to continue from, checked against the run: the same model, steps_until
+        above its step, data tokenized with its tokenizer."""
         if not resume:
             return None
         path = resolve_checkpoint(resume, allow_fallback)
         state = load_checkpoint(path)
-        if given is None:  # from a notebook: fields that differ from the defaults were given
-            given = fields_off_defaults(self.cfg)
-        # The run as it was, with what was given now on top (the model fields locked).
-        self.cfg = resumed_config(state["config"], {name: getattr(self.cfg, name) for name in given})
-        raise_on_errors(check_resume(self.cfg, state["config"], state["step"], given))
+        raise_on_errors(check_resume(self.cfg, state["config"], state["step"]))
         if state["tokenizer_sha256"] != self.data.manifest["tokenizer"]["sha256"]:
             raise CheckpointError(
                 "the data was tokenized with another tokenizer than the checkpoint's: prepare the data with "
@@ -211,7 +131,7 @@ class Trainer:
         one line: rows a killed session logged after its last checkpoint are dropped, and a
         fresh folder (a new Kaggle session) starts with the earlier links' rows."""
         run_dir = ckpt_path.parent.parent if ckpt_path.parent.name == "checkpoints" else ckpt_path.parent
-        mine, theirs = self.out / "metrics.jsonl", run_dir / "metrics.jsonl"
+        mine, theirs = self.out / METRICS, run_dir / METRICS
         source = mine if mine.exists() else theirs
         if not source.exists():
             return
@@ -223,34 +143,29 @@ class Trainer:
         cfg, rt = self.cfg, self.rt
         seed_everything(cfg.seed + rt.rank)
         self.model = GPT(self.data.vocab, cfg.context, cfg.width, cfg.heads, cfg.layers).to(rt.device)
-        self.optimizer = make_optimizer(self.model, cfg, rt.device)
-        self.scaler = torch.amp.GradScaler(rt.device.type, enabled=rt.precision == "fp16")
+        optimizer = make_optimizer(self.model, cfg, rt.device)
+        scaler = torch.amp.GradScaler(rt.device.type, enabled=rt.precision == "fp16")
         self.step, self.tokens, self.elapsed_before, self.session = 0, 0, 0.0, 1
         self.save_failure: str | None = None
         if self.ckpt is not None:
             self.model.load_state_dict(self.ckpt["model"])
-            self.optimizer.load_state_dict(self.ckpt["optimizer"])
-            self.scaler.load_state_dict(self.ckpt["scaler"])
+            optimizer.load_state_dict(self.ckpt["optimizer"])
+            scaler.load_state_dict(self.ckpt["scaler"])
             self.step, self.tokens = self.ckpt["step"], self.ckpt["tokens"]
             self.elapsed_before = self.ckpt.get("elapsed_s", 0.0)
             self.session = self.ckpt.get("session", 0) + 1
             rngs = self.ckpt["rng"]
             if len(rngs) == rt.world:
                 set_rng_state(rngs[rt.rank])
-        if rt.world > 1:
-            self.wrapped = wrap_ddp(self.model, rt.device)
-        elif rt.data_parallel:
-            self.wrapped = nn.DataParallel(self.model)
-        else:
-            self.wrapped = self.model
+        self.parts = StepParts(self.model, wrap_for(self.model, rt), optimizer, scaler, rt)
         # Under DataParallel one process feeds all cards: its rows are the whole step's.
         self.rows = cfg.batch_per_card * (rt.cards if rt.data_parallel else 1)
         self.tokens_per_step = cfg.batch_per_card * rt.cards * cfg.grad_accum * cfg.context
         self.val = self.data.val_batches(rank=rt.rank, world=rt.world, rows=self.rows,
                                          batches=cfg.eval_batches, context=cfg.context)
         self.batches = Prefetcher(self._read_batch, rt.device)
-        self.forward, self.compile_s = self.wrapped, None  # forward: the wrapped model, compiled by run()
-        self.eval_failed = False
+        self.compile_s, self.eval_failed = None, False  # compile(): the seconds compiling took, None uncompiled
+        self.first_step_s: float | None = None  # from the loop's clock start to the first steps synced
 
     def _read_batch(self, step: int, micro: int) -> tuple[torch.Tensor, torch.Tensor]:
         cfg, rt = self.cfg, self.rt
@@ -268,97 +183,43 @@ class Trainer:
             self.log(f"not compiling: {why}")
             return
         self.log(f"compiling the model: {why}")
-        self.forward, self.compile_s = compile_or_eager(
-            self.wrapped, self._trial_pass, self.log,
+        self.parts.forward, self.compile_s = compile_or_eager(
+            self.parts.wrapped, self._trial_pass, self.log,
             agree_ok=lambda ok: agree([0.0 if ok else 1.0], self.rt)[0] == 0.0)
 
     def _trial_pass(self, forward: nn.Module) -> None:
         x = torch.zeros(self.rows, self.cfg.context, dtype=torch.long, device=self.rt.device)
         try:
-            with trial_context(self.wrapped), autocast(self.rt):
+            with trial_context(self.parts.wrapped), autocast(self.rt):
                 loss = forward(x, x).mean()
             loss.backward()
         finally:
-            self.optimizer.zero_grad(set_to_none=True)
+            self.parts.optimizer.zero_grad(set_to_none=True)
 
     # --- one step ----------------------------------------------------------------------
     def train_step(self) -> tuple[torch.Tensor, torch.Tensor]:
         """One optimizer step over `grad_accum` micro-batches; returns (loss, grad norm) on device."""
-        cfg, rt = self.cfg, self.rt
-        lr = lr_for_config(self.step, cfg)
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
-        total = torch.zeros((), device=rt.device)
-        for micro in range(cfg.grad_accum):
-            x, y = self.batches.take(self.step, micro)
-            # Gradients are all-reduced only on the last micro-batch.
-            sync = rt.world == 1 or micro == cfg.grad_accum - 1
-            with (nullcontext() if sync else self.wrapped.no_sync()):
-                with autocast(rt):
-                    loss = self.forward(x, y).mean() / cfg.grad_accum
-                self.scaler.scale(loss).backward()
-            total += loss.detach()
-            # The next batch is read while the card still works through this backward pass.
-            last = micro == cfg.grad_accum - 1
-            self.batches.prepare(self.step + 1 if last else self.step, 0 if last else micro + 1)
-        self.scaler.unscale_(self.optimizer)
-        if cfg.grad_clip > 0:
-            norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip)
-        else:
-            norm = torch.zeros((), device=rt.device)
-        self.scaler.step(self.optimizer)
-        self.scaler.update()
-        self.optimizer.zero_grad(set_to_none=True)
+        cfg = self.cfg
+        out = one_step(self.parts, self.batches, self.step, lr_for_config(self.step, cfg), cfg.grad_accum,
+                       cfg.grad_clip)
         self.step += 1
         self.tokens += self.tokens_per_step
-        return total, norm
+        return out
 
     def step_or_explain(self) -> tuple[torch.Tensor, torch.Tensor]:
         try:
             return self.train_step()
         except torch.cuda.OutOfMemoryError:
             pass  # leave the except block first, so the failed step's tensors can be freed
-        raise OutOfMemory(self._out_of_memory_message()) from None
-
-    def _out_of_memory_message(self) -> str:
-        cfg, rt = self.cfg, self.rt
-        self.optimizer.zero_grad(set_to_none=True)
-        if rt.device.type == "cuda":
-            torch.cuda.empty_cache()
-            card = f"{torch.cuda.get_device_name(rt.device)}, " \
-                   f"{torch.cuda.get_device_properties(rt.device).total_memory / 2**30:.1f} GiB"
-        else:
-            card = rt.device.type
-        fits = largest_fitting(self._trial_fits, cfg.batch_per_card - 1)
-        keep = -(-cfg.batch_per_card * cfg.grad_accum // fits) if fits else None
-        advice = (f"batch_per_card {fits} fits (measured by a trial step)" + (
-            f"; to keep the tokens per step, use grad_accum {keep}" if keep and keep != cfg.grad_accum else "")
-            if fits else "not even batch 1 fits: lower context or the model size")
-        return (f"CUDA out of memory at batch_per_card {cfg.batch_per_card} ({card}): lower the batch per card — "
-                f"{advice}")
-
-    def _trial_fits(self, rows: int) -> bool:
-        """One forward and backward at `rows` rows, without touching the weights."""
-        x = torch.zeros(rows * (self.rt.cards if self.rt.data_parallel else 1), self.cfg.context,
-                        dtype=torch.long, device=self.rt.device)
-        try:
-            with autocast(self.rt):
-                loss = self.wrapped(x, x).mean() if self.rt.data_parallel else self.model(x, x)
-            loss.backward()
-            return True
-        except torch.cuda.OutOfMemoryError:
-            return False
-        finally:
-            self.optimizer.zero_grad(set_to_none=True)
-            if self.rt.device.type == "cuda":
-                torch.cuda.empty_cache()
+        raise OutOfMemory(out_of_memory_advice(self.parts, self.cfg)) from None
 
     @torch.no_grad()
     def evaluate(self) -> float:
-        # Each DDP rank scores its own windows (uncompiled: with the bare model); DataParallel spreads them.
-        eager = self.model if self.rt.world > 1 else self.wrapped
-        # When training is compiled, so is the evaluation: it must stay within 3% of a session.
-        model = self.forward if self.compile_s is not None and not self.eval_failed else eager
+        # Each DDP rank scores its own windows; DataParallel spreads them over its cards. When
+        # training is compiled, so is the evaluation (under DDP too, through the compiled wrapper):
+        # it must stay within 3% of a session. Uncompiled, a DDP rank evaluates its bare model.
+        eager = self.model if self.rt.world > 1 else self.parts.wrapped
+        model = self.parts.forward if self.compile_s is not None and not self.eval_failed else eager
         self.model.eval()
         try:
             total = self._val_loss_sum(model)
@@ -393,6 +254,16 @@ class Trainer:
         self.model.train()
         return sp.decode(out[0, 1:].tolist())
 
+    def _evaluate_into(self, rows: list[dict]) -> None:
+        """The evaluation at this step, into its row (a new one when the step was not logged);
+        on rank 0 with a text sample."""
+        if not (rows and rows[-1]["step"] == self.step):
+            rows.append({"step": self.step, "tokens": self.tokens, "session": self.session})
+        rows[-1].update(val_loss=self.evaluate(), val_set=self.data.val_set)
+        if self.rt.main:
+            rows[-1]["sample"] = self.sample()
+            self.log(f"step {self.step:,}: val {rows[-1]['val_loss']:.4f} | {rows[-1]['sample']!r}")
+
     # --- checkpoints -------------------------------------------------------------------
     def save(self, elapsed: float) -> Path | None:
         """Saves on rank 0 (every rank calls it: the RNG states are gathered). A failed save (a
@@ -401,8 +272,9 @@ class Trainer:
         rngs = all_ranks(rng_state(), self.rt)  # a collective: every rank calls save
         if not self.rt.main:
             return None
-        state = {"format": FORMAT, "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
-                 "scaler": self.scaler.state_dict(), "step": self.step, "tokens": self.tokens, "rng": rngs,
+        parts = self.parts
+        state = {"format": FORMAT, "model": self.model.state_dict(), "optimizer": parts.optimizer.state_dict(),
+                 "scaler": parts.scaler.state_dict(), "step": self.step, "tokens": self.tokens, "rng": rngs,
                  "data": {"sampler": "uniform-offsets-by-step", "seed": self.cfg.seed, "step": self.step},
                  "config": self.cfg.to_dict(), "tokenizer_sha256": self.data.manifest["tokenizer"]["sha256"],
                  "val_set": self.data.val_set, "weights": self.model.num_weights(),
@@ -416,6 +288,43 @@ class Trainer:
 
     # --- the loop ----------------------------------------------------------------------
     def run(self) -> dict:
+        """Trains until steps_until, the time limit or a stop; returns where it stopped and why."""
+        cfg = self.cfg
+        self._start_outputs()
+        guard = StopGuard(cfg.limit_min, started=self.started, stop_file=self.stop_file)
+        self.compile()  # before the loop: the compile time stays out of the step time
+        window = SyncWindow(self.rt, self.step, self.tokens, scaled=self.parts.scaler.is_enabled())
+        saver = Saver(lambda: self.save(guard.elapsed()), self.model.num_weights(), cfg.checkpoint_every_min)
+        progress, reason, last_eval = Progress(cfg.steps_until, self.log), None, self.step
+        with guard, MetricsSink(self.out / METRICS if self.rt.main else None, self.on_metrics) as sink:
+            while True:
+                if reason is None and self.step >= cfg.steps_until:
+                    reason = "steps_until reached"
+                if reason is None:
+                    loss, norm = self.step_or_explain()
+                    window.stepped(loss, norm, self._row(guard) if self.step % cfg.log_every == 0 else None)
+                eval_due = self.step != last_eval and (self.step % cfg.eval_every == 0
+                                                       or reason == "steps_until reached")
+                if not (reason or eval_due or window.due(self.step)):
+                    continue  # no host sync between sync points: the card never waits for us
+                rows, reason, save_due = self._sync_point(window, guard, saver, reason)
+                if self.first_step_s is None:  # the session's time to its first steps, for the control side
+                    self.first_step_s = round(guard.elapsed(), 3)
+                if eval_due:
+                    last_eval = self.step
+                    self._evaluate_into(rows)
+                sink.write(rows)
+                if reason or save_due:
+                    saver.save()
+                if reason:
+                    break
+                progress.show(rows)
+                window.restart(self.tokens)
+        return {**self._result(reason, saver.path, window.skipped), "save_s": round(saver.cost_s, 3)}
+
+    def _start_outputs(self) -> None:
+        """The run folder as this session starts: the metrics cut at the checkpoint's step, the
+        config and the device it runs on; the opening lines of the log."""
         cfg, rt = self.cfg, self.rt
         self.out.mkdir(parents=True, exist_ok=True)
         if rt.main and self.ckpt is not None:
@@ -426,85 +335,35 @@ class Trainer:
         self.log(f"weights {self.model.num_weights():,}")
         self.log(f"device {rt.device.type} x{rt.cards} {rt.precision}, {self.tokens_per_step:,} tokens per step, "
                  f"data {'+'.join(self.data.constellations)} ({self.data.manifest['train_tokens']:,} train tokens)")
-        metrics = open(self.out / "metrics.jsonl", "a", encoding="utf-8") if rt.main else None
-        guard = StopGuard(cfg.limit_min, started=self.started, stop_file=self.stop_file)
-        self.compile()  # before the loop: the compile time stays out of the step time below
-        # A save's cost until one is measured: weights, AdamW's two moments and fp32 copies at ~200 MB/s.
-        step_s, save_s, reason, path = 0.0, 0.5 + self.model.num_weights() * 16 / 200e6, None, None
-        readings, last_save, last_print, printed = Readings(), time.monotonic(), 0.0, False
-        window_t0, window_tokens, window_steps = time.monotonic(), self.tokens, 0
-        last_eval, sync_steps, next_sync = self.step, 1, self.step + 1
-        try:
-            with guard:
-                while True:
-                    if self.step >= cfg.steps_until:
-                        reason = "steps_until reached"
-                    if reason is None:
-                        loss, norm = self.step_or_explain()
-                        window_steps += 1
-                        if self.step % cfg.log_every == 0:
-                            readings.add({"step": self.step, "tokens": self.tokens, "loss": None,
-                                          "lr": lr_for_config(self.step - 1, cfg), "grad_norm": None, "tok_s": None,
-                                          "elapsed_s": round(self.elapsed_before + guard.elapsed(), 3),
-                                          "session": self.session}, loss, norm)
-                    eval_due = self.step != last_eval and (self.step % cfg.eval_every == 0
-                                                           or reason == "steps_until reached")
-                    if not (reason or eval_due or self.step >= next_sync):
-                        continue  # no host sync between sync points: the card never waits for us
-                    # A sync point: one collective reads the window's losses and agrees on
-                    # stopping, saving and the next sync point (steps are the same on every rank).
-                    own = reason or guard.reason(step_s * sync_steps, save_s)
-                    due = 1.0 if time.monotonic() - last_save > cfg.checkpoint_every_min * 60 else 0.0
-                    within_s = min(cfg.checkpoint_every_min * 60, guard.left_s() / 4)
-                    agree = [float(bool(own)), float(own == "time limit"), due, float(next_sync_steps(step_s, within_s))]
-                    rows, (stop, limit_hit, save_due, steps_sum) = readings.take(rt.device, agree,
-                                                                                 lambda t: sum_ranks(t, rt))
-                    now = time.monotonic()
-                    rate = (self.tokens - window_tokens) / max(now - window_t0, 1e-9)
-                    if window_steps:
-                        step_s = (now - window_t0) / window_steps
-                    sync_steps = max(1, int(steps_sum / rt.world))
-                    next_sync = self.step + sync_steps
-                    for row in rows:
-                        row["loss"], row["tok_s"] = row["loss"] / rt.world, rate
-                    if stop and not reason:  # every rank stops here, for the same reason where it is the clock
-                        reason = own or ("time limit" if limit_hit else "another rank stopped")
-                    if eval_due:
-                        last_eval = self.step
-                        if not (rows and rows[-1]["step"] == self.step):
-                            rows.append({"step": self.step, "tokens": self.tokens, "session": self.session})
-                        rows[-1].update(val_loss=self.evaluate(), val_set=self.data.val_set)
-                        if rt.main:
-                            rows[-1]["sample"] = self.sample()
-                            self.log(f"step {self.step:,}: val {rows[-1]['val_loss']:.4f} | {rows[-1]['sample']!r}")
-                    if rows and rt.main:
-                        metrics.write("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
-                        metrics.flush()
-                        for record in rows:
-                            if self.on_metrics:
-                                self.on_metrics(record)
-                            echo_metrics(record)  # into the log: the live curve of a session running elsewhere
-                    if reason or save_due:
-                        t_save = time.monotonic()
-                        path = self.save(guard.elapsed()) or path
-                        save_s, last_save = time.monotonic() - t_save, time.monotonic()
-                    if reason:
-                        break
-                    logged = [r for r in rows if "loss" in r]
-                    if logged and (not printed or time.monotonic() - last_print >= PROGRESS_EVERY_S):
-                        self.log(_progress_line(logged[-1], cfg.steps_until))
-                        last_print, printed = time.monotonic(), True
-                    # tok_s and the step time measure training, not evaluations and saves.
-                    window_t0, window_tokens, window_steps = time.monotonic(), self.tokens, 0
-        finally:
-            if metrics:
-                metrics.close()
+
+    def _row(self, guard: StopGuard) -> dict:
+        """The metrics row of the step just taken; its loss, grad_norm and tok_s come at the sync point."""
+        return {"step": self.step, "tokens": self.tokens, "loss": None, "lr": lr_for_config(self.step - 1, self.cfg),
+                "grad_norm": None, "tok_s": None, "elapsed_s": round(self.elapsed_before + guard.elapsed(), 3),
+                "session": self.session}
+
+    def _sync_point(self, window: SyncWindow, guard: StopGuard, saver: Saver,
+                    reason: str | None) -> tuple[list[dict], str | None, bool]:
+        """(the window's rows, why the loop stops or None, whether to save), agreed by every rank
+        in one collective: a rank stops when any does, for the same reason where it is the clock."""
+        own = reason or guard.reason(window.ahead_s(), saver.cost_s)
+        within_s = min(saver.every_s, guard.left_s() / 4)
+        rows, (stop, limit_hit, save_due) = window.sync(
+            self.step, self.tokens, [float(bool(own)), float(own == "time limit"), float(saver.due())], within_s)
+        if stop and not reason:
+            reason = own or ("time limit" if limit_hit else "another rank stopped")
+        return rows, reason, bool(save_due)
+
+    def _result(self, reason: str, path: Path | None, skipped: int) -> dict:
+        if skipped:
+            self.log(f"the GradScaler skipped {skipped:,} steps of this session (fp16 gradients overflowed; "
+                     f"it lowered its scale each time and training went on); their rows say \"skipped\"")
         if path is None or checkpoint_step(path) != self.step:
             return self._unsaved_result(reason)
         self.log(f"stopped at step {self.step:,} ({reason}); checkpoint {path}")
         return {"step": self.step, "tokens": self.tokens, "reason": reason, "checkpoint": str(path),
-                "steps_until": cfg.steps_until, "done": self.step >= cfg.steps_until,
-                "compile_s": self.compile_s}
+                "steps_until": self.cfg.steps_until, "done": self.step >= self.cfg.steps_until,
+                "compile_s": self.compile_s, "first_step_s": self.first_step_s, "skipped_steps": skipped}
 
     def _unsaved_result(self, reason: str) -> dict:
         """The last save failed: the run continues from the newest whole checkpoint, so that is
@@ -516,14 +375,6 @@ class Trainer:
         return {"step": step, "tokens": tokens, "reason": f"{reason}; the final save failed",
                 "checkpoint": str(newest[0]) if newest else None, "trained_to": self.step,
                 "save_failed": self.save_failure, "steps_until": self.cfg.steps_until, "done": False}
-
-
-PROGRESS_EVERY_S = 10  # a progress line at most this often: a 12-hour session stays readable
-
-
-def _progress_line(record: dict, steps_until: int) -> str:
-    return (f"step {record['step']:,}/{steps_until:,} loss {record['loss']:.4f} lr {record['lr']:.2e} "
-            f"{record['tok_s']:,.0f} tok/s {record['elapsed_s']:.0f}s")
 
 
 def describe_runtime(rt: Runtime, vocab: int) -> dict:

@@ -1,15 +1,20 @@
 """The Auto rule (guide: "Machine"), a pure function of the machines' states.
 
-Among free Kaggle accounts (reachable, credentials accepted, fewer GPU sessions running than
-Kaggle allows, enough quota for a useful link), first one whose quota covers the whole run (the
-calculator's quota hours, start-up included); then one that already holds the data and the
-checkpoint; then the most quota left. When none covers the run, the choice says that the run
-will be continued elsewhere. This computer is chosen only when picked explicitly, or when the
-lab has no Kaggle account at all (the form's "Auto" then still starts something rather than
-nothing). A machine the person picked is taken while it can take a link.
+Among the free machines elsewhere — Kaggle accounts (reachable, credentials accepted, fewer GPU
+sessions running than Kaggle allows, enough quota for a useful link) and the lab's own boxes
+over SSH (reachable, checked, no run of ours on them, no one's work on their GPUs) — first one
+that covers the whole run: an account whose quota does (the calculator's quota hours, start-up
+included), or a box, which has no quota. Among those, the one that finishes soonest by the speed
+measured on its cards (the calculator's hours on each machine, `finish_h`); then one that
+already holds the data and the checkpoint; then the most quota left. When none covers the run,
+the choice says that the run will be continued elsewhere. This computer is chosen only when
+picked explicitly, or when the lab has no other machine at all (the form's "Auto" then still
+starts something rather than nothing). A machine the person picked is taken while it can take
+a link.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
@@ -18,20 +23,26 @@ from lab.sizing import STARTUP_MIN  # a session's start, data mount and final sa
 
 MIN_LINK_MIN = 5.0  # a link shorter than this is not worth starting
 FOREIGN = "a session the lab did not start"
+ELSEWHERE = ("kaggle", "ssh")  # the kinds Auto runs on; this computer only when there is none
 
 
 @dataclass
 class Machine:
     """One machine as the control notebook shows it. No secret inside."""
     name: str
-    kind: str  # "local" | "kaggle"
-    gpu: str  # "2xT4" | "T4" | "rtx3050" | "cpu" | another card's name
-    quota_left_h: float | None = None
+    kind: str  # "local" | "kaggle" | "ssh"
+    gpu: str  # "2xT4" | "T4" | "rtx3050" | "cpu" | another card set's name ("2xNVIDIA A100-SXM4-80GB")
+    quota_left_h: float | None = None  # None: no quota (this computer, a box)
     quota_total_h: float | None = None
     refresh: str | None = None  # the next quota refresh, ISO 8601 UTC
     running: list[str] = field(default_factory=list)  # run ids with a session here now
     free: bool = True  # can start one more session now
-    error: str | None = None  # why the account cannot be used (credentials, unreachable)
+    error: str | None = None  # why the machine cannot be used (credentials, unreachable, its check)
+    # A box's cards as its last check measured them, host by host: {"host", "name", "memory_gb",
+    # "capability", "count"}; `checked`: when (ISO 8601 UTC); `hosts`: a group's host count.
+    cards: list[dict] = field(default_factory=list)
+    checked: str | None = None
+    hosts: int = 1
 
 
 @dataclass
@@ -54,18 +65,18 @@ def takes_link(m: Machine) -> bool:
 
 
 def usable(m: Machine) -> bool:
-    """A Kaggle account that can take a useful link now."""
-    return m.kind == "kaggle" and takes_link(m)
+    """A Kaggle account or a box that can take a useful link now."""
+    return m.kind in ELSEWHERE and takes_link(m)
 
 
 def pick(cfg: RunConfig, need_hours: float | None, machines: list[Machine], holds: dict[str, set[str]],
-         pinned: str, went_on: bool) -> Choice:
+         pinned: str, went_on: bool, finish_h: dict[str, float | None] | None = None) -> Choice:
     """The machine for a run's next link: the one the person picked (`pinned`) while it can take
-    one; a picked Kaggle account that cannot, once the run has gone on before (`went_on`), gives
-    way to the Auto rule, which continues the run elsewhere. `pinned` must be one of `machines`
-    or "auto". Pure."""
+    one; a picked Kaggle account or box that cannot, once the run has gone on before
+    (`went_on`), gives way to the Auto rule, which continues the run elsewhere. `pinned` must be
+    one of `machines` or "auto". Pure."""
     if pinned == "auto":
-        return choose(cfg, need_hours, machines, holds)
+        return choose(cfg, need_hours, machines, holds, finish_h)
     m = next(m for m in machines if m.name == pinned)
     if takes_link(m):
         if m.kind == "local":
@@ -80,16 +91,16 @@ def pick(cfg: RunConfig, need_hours: float | None, machines: list[Machine], hold
                       f"Этот компьютер занят прогоном {busy}; лаба ждёт, пока он освободится.")
     if not went_on:
         return nothing_free([m])
-    return choose(cfg, need_hours, machines, holds)
+    return choose(cfg, need_hours, machines, holds, finish_h)
 
 
 def worth_waiting(machines: list[Machine], pinned: str) -> bool:
     """Waiting helps when some machine is only busy or out of quota; not when every Kaggle
-    account is broken (this computer, picked or the only machine, is worth waiting for)."""
-    kaggle = [m for m in machines if m.kind == "kaggle"]
-    if not kaggle or any(m.name == pinned and m.kind == "local" for m in machines):
+    account and box is broken (this computer, picked or the only machine, is worth waiting for)."""
+    elsewhere = [m for m in machines if m.kind in ELSEWHERE]
+    if not elsewhere or any(m.name == pinned and m.kind == "local" for m in machines):
         return True
-    return any(m.error is None for m in kaggle)
+    return any(m.error is None for m in elsewhere)
 
 
 def _h(x: float, ru: bool = False) -> str:
@@ -103,38 +114,76 @@ _HOLDS_RU = {frozenset({"data", "checkpoint"}): "; на нём уже есть �
              frozenset({"data"}): "; на нём уже есть данные", frozenset({"checkpoint"}): "; на нём уже есть чекпоинт"}
 _LOCAL_EN = " This computer runs a run only when you pick it."
 _LOCAL_RU = " Этот компьютер берётся, только если выбрать его явно."
+_BOTH = frozenset({"data", "checkpoint"})
 
 
 def choose(cfg: RunConfig, need_hours: float | None, machines: list[Machine],
-           holds: dict[str, set[str]] | None = None) -> Choice:
-    """The Auto rule over `machines`; `holds` says which accounts already have the run's data
-    and checkpoint ({"alice": {"data", "checkpoint"}}). Pure.
+           holds: dict[str, set[str]] | None = None, finish_h: dict[str, float | None] | None = None) -> Choice:
+    """The Auto rule over `machines`; `holds` says which machines already have the run's data
+    and checkpoint ({"alice": {"data", "checkpoint"}}); `finish_h` how many hours the rest of the
+    run takes on each, by the speed measured on its cards (unknown: not given). Pure.
 
-    Among the accounts that can take a useful link: first one whose quota covers the whole run,
-    then one that already holds both the data and the checkpoint, then the most quota left."""
-    holds = holds or {}
-    kaggle = [m for m in machines if m.kind == "kaggle"]
-    has_local = any(m.kind == "local" for m in machines)
-    if not kaggle:
+    Among the Kaggle accounts and boxes that can take a useful link: first one that covers the
+    whole run (a box always does), the soonest to finish first; then one that already holds both
+    the data and the checkpoint, then the most quota left."""
+    holds, finish_h = holds or {}, finish_h or {}
+    elsewhere = [m for m in machines if m.kind in ELSEWHERE]
+    if not elsewhere:
         return _local_only(machines)
-    candidates = [m for m in kaggle if usable(m)]
+    candidates = [m for m in elsewhere if usable(m)]
     if not candidates:
-        return nothing_free(kaggle)
-    both = frozenset({"data", "checkpoint"})
-    has = lambda m: frozenset(holds.get(m.name, set()) & both)  # noqa: E731
-    covers = lambda m: need_hours is not None and m.quota_left_h >= need_hours  # noqa: E731
-    best = max(candidates, key=lambda m: (covers(m), has(m) == both, m.quota_left_h, m.name))
-    local_en, local_ru = (_LOCAL_EN, _LOCAL_RU) if has_local else ("", "")
+        return nothing_free(elsewhere)
+    has = lambda m: frozenset(holds.get(m.name, set()) & _BOTH)  # noqa: E731
+    covers = lambda m: m.kind == "ssh" or (need_hours is not None and m.quota_left_h >= need_hours)  # noqa: E731
+    soon = lambda m: -finish_h[m.name] if covers(m) and finish_h.get(m.name) is not None else -math.inf  # noqa: E731
+    best = max(candidates, key=lambda m: (covers(m), soon(m), has(m) == _BOTH, m.quota_left_h or 0.0, m.name))
+    local_en, local_ru = (_LOCAL_EN, _LOCAL_RU) if any(m.kind == "local" for m in machines) else ("", "")
     if covers(best):
-        held = has(best)
-        other_en, other_ru = _passed_over(best, candidates, holds, need_hours)
-        return Choice(best.name,
-                      f"{best.name}: its {_h(best.quota_left_h)} h of GPU quota cover the whole run "
-                      f"({_h(need_hours)} h){_HOLDS_EN.get(held, '')}{other_en}.{local_en}",
-                      f"{best.name}: его {_h(best.quota_left_h, True)} ч квоты GPU хватит на весь прогон "
-                      f"({_h(need_hours, True)} ч){_HOLDS_RU.get(held, '')}{other_ru}.{local_ru}")
-    most = max(m.quota_left_h for m in candidates)
-    if has(best) == both and best.quota_left_h < most:
+        rivals = [m for m in candidates if covers(m) and m.name != best.name]
+        en, ru = _covering(best, rivals, need_hours, finish_h, has(best), _passed_over(best, candidates, holds, covers))
+        return Choice(best.name, en + local_en, ru + local_ru)
+    en, ru = _continued(best, candidates, need_hours, has(best))
+    return Choice(best.name, en + local_en, ru + local_ru, continues=True)
+
+
+def _covering(best: Machine, rivals: list[Machine], need_hours: float | None, finish_h: dict[str, float | None],
+              held: frozenset, passed: tuple[str, str]) -> tuple[str, str]:
+    """Why `best`, which covers the whole run, takes it (in English and Russian); `passed`: the
+    clause on a machine holding more of the link that was passed over (`_passed_over`)."""
+    soon_en, soon_ru = _soonest(best, rivals, finish_h)
+    if best.kind == "ssh":
+        return (f"{best.name}: one of the lab's own machines, with no quota, so it covers the whole run"
+                f"{soon_en}{_HOLDS_EN.get(held, '')}{passed[0]}.",
+                f"{best.name}: своя машина лабы, без квоты, так что её хватит на весь прогон"
+                f"{soon_ru}{_HOLDS_RU.get(held, '')}{passed[1]}.")
+    return (f"{best.name}: its {_h(best.quota_left_h)} h of GPU quota cover the whole run "
+            f"({_h(need_hours)} h){soon_en}{_HOLDS_EN.get(held, '')}{passed[0]}.",
+            f"{best.name}: его {_h(best.quota_left_h, True)} ч квоты GPU хватит на весь прогон "
+            f"({_h(need_hours, True)} ч){soon_ru}{_HOLDS_RU.get(held, '')}{passed[1]}.")
+
+
+def _soonest(best: Machine, rivals: list[Machine], finish_h: dict[str, float | None]) -> tuple[str, str]:
+    """"; it finishes soonest ..." where a box is among the machines that cover the run."""
+    if best.kind != "ssh" and not any(m.kind == "ssh" for m in rivals):
+        return "", ""  # Kaggle accounts alike: their cards are the same
+    hours = finish_h.get(best.name)
+    if hours is None:
+        if best.kind != "ssh":
+            return "", ""
+        return (f"; its speed is not measured yet (`lab machines check {best.name}`)",
+                f"; её скорость ещё не измерена (`lab machines check {best.name}`)")
+    others = [(m.name, finish_h[m.name]) for m in rivals if finish_h.get(m.name) is not None]
+    en = "; ".join(f"{name} {_h(x)} h" for name, x in others)
+    ru = "; ".join(f"{name} {_h(x, True)} ч" for name, x in others)
+    return (f"; by the speed measured on its cards it finishes soonest, in about {_h(hours)} h" + (f" ({en})" if en else ""),
+            f"; по скорости, измеренной на её картах, она закончит раньше всех, примерно за {_h(hours, True)} ч"
+            + (f" ({ru})" if ru else ""))
+
+
+def _continued(best: Machine, candidates: list[Machine], need_hours: float | None, held: frozenset) -> tuple[str, str]:
+    """Why `best` takes the run though its quota does not cover it, and that it will go on elsewhere."""
+    most = max(m.quota_left_h or 0.0 for m in candidates)
+    if held == _BOTH and best.quota_left_h < most:
         left_en = (f"it already holds the data and the checkpoint, with {_h(best.quota_left_h)} h of quota left "
                    f"(another account has {_h(most)} h)")
         left_ru = (f"на нём уже есть данные и чекпоинт, квоты осталось {_h(best.quota_left_h, True)} ч "
@@ -143,36 +192,34 @@ def choose(cfg: RunConfig, need_hours: float | None, machines: list[Machine],
         left_en = f"it has the most left ({_h(best.quota_left_h)} h)"
         left_ru = f"у него её больше всех ({_h(best.quota_left_h, True)} ч)"
     if need_hours is None:
-        en = (f"{best.name}: the run's need is unknown (fix the fields the calculator names); {left_en}. "
-              f"If its quota runs out, the lab continues the run from its checkpoint on another free machine.")
-        ru = (f"{best.name}: сколько нужно прогону, неизвестно (исправьте поля, которые называет калькулятор); "
-              f"{left_ru}. Если квота кончится, лаба продолжит прогон с чекпоинта на другой свободной машине.")
-    else:
-        en = (f"{best.name}: no free account's quota covers the whole run ({_h(need_hours)} h); {left_en}. "
-              f"When it runs out, the lab continues the run from its checkpoint on another free machine.")
-        ru = (f"{best.name}: ни у одного свободного аккаунта квоты не хватит на весь прогон "
-              f"({_h(need_hours, True)} ч); {left_ru}. Когда она "
-              f"кончится, лаба продолжит прогон с чекпоинта на другой свободной машине.")
-    return Choice(best.name, en + local_en, ru + local_ru, continues=True)
+        return (f"{best.name}: the run's need is unknown (fix the fields the calculator names); {left_en}. "
+                f"If its quota runs out, the lab continues the run from its checkpoint on another free machine.",
+                f"{best.name}: сколько нужно прогону, неизвестно (исправьте поля, которые называет калькулятор); "
+                f"{left_ru}. Если квота кончится, лаба продолжит прогон с чекпоинта на другой свободной машине.")
+    return (f"{best.name}: no free account's quota covers the whole run ({_h(need_hours)} h); {left_en}. "
+            f"When it runs out, the lab continues the run from its checkpoint on another free machine.",
+            f"{best.name}: ни у одного свободного аккаунта квоты не хватит на весь прогон "
+            f"({_h(need_hours, True)} ч); {left_ru}. Когда она "
+            f"кончится, лаба продолжит прогон с чекпоинта на другой свободной машине.")
 
 
-def _passed_over(best: Machine, candidates: list[Machine], holds: dict[str, set[str]],
-                 need_hours: float) -> tuple[str, str]:
-    """Why an account that holds more of the link than `best` was not picked, as a clause of the
-    reason: its quota does not cover the run (covering comes first), or it holds only part of
-    it and `best` has more quota; ("", "") when no account holds more."""
-    mine = holds.get(best.name, set()) & {"data", "checkpoint"}
-    richer = [m for m in candidates if m.name != best.name and len(holds.get(m.name, set()) & {"data", "checkpoint"})
-              > len(mine)]
+def _passed_over(best: Machine, candidates: list[Machine], holds: dict[str, set[str]], covers) -> tuple[str, str]:
+    """Why a machine that holds more of the link than `best` was not picked, as a clause of the
+    reason: it does not cover the run (covering comes first), or it holds only part of it and
+    `best` has more quota; ("", "") when none holds more. `covers(machine)`: choose's own test."""
+    mine = holds.get(best.name, set()) & _BOTH
+    richer = [m for m in candidates if m.name != best.name and len(holds.get(m.name, set()) & _BOTH) > len(mine)]
     if not richer:
         return "", ""
-    m = max(richer, key=lambda m: (len(holds.get(m.name, set())), m.quota_left_h))
-    what = frozenset(holds.get(m.name, set()) & {"data", "checkpoint"})
+    m = max(richer, key=lambda m: (len(holds.get(m.name, set()) & _BOTH), m.quota_left_h or 0.0))
+    what = frozenset(holds.get(m.name, set()) & _BOTH)
     en = {frozenset({"data", "checkpoint"}): "the data and the checkpoint", frozenset({"data"}): "the data",
           frozenset({"checkpoint"}): "the checkpoint"}[what]
     ru = {frozenset({"data", "checkpoint"}): "данные и чекпоинт", frozenset({"data"}): "данные",
           frozenset({"checkpoint"}): "чекпоинт"}[what]
-    if m.quota_left_h >= need_hours:  # it holds only part of the link: the most quota decides
+    if covers(m) and "ssh" in (m.kind, best.kind):  # the soonest to finish decided
+        return f"; {m.name} holds {en} but not all of the link", f"; у {m.name} есть {ru}, но не всё для звена"
+    if covers(m):  # it holds only part of the link: the most quota decides
         return (f"; {m.name} holds {en} but not all of the link, and {best.name} has more quota left",
                 f"; у {m.name} есть {ru}, но не всё для звена, а квоты больше у {best.name}")
     return (f"; {m.name} holds {en}, but its {_h(m.quota_left_h)} h do not cover the run",
@@ -193,35 +240,48 @@ def _local_only(machines: list[Machine]) -> Choice:
                   "Лаба подождёт, пока он освободится.")
 
 
-def nothing_free(kaggle: list[Machine]) -> Choice:
-    why_en, why_ru = [], []
-    for m in kaggle:
-        if m.error:
-            why_en.append(f"{m.name}: {m.error}")
-            why_ru.append(f"{m.name}: ошибка — {m.error}")
-        elif not m.free:
-            en = [r if r == FOREIGN else f"{r} (`lab watch {r}` collects it)" for r in m.running]
-            ru = [r if r == FOREIGN else f"{r} (его заберёт `lab watch {r}`)" for r in m.running]
-            why_en.append(f"{m.name}: busy with {len(m.running)} GPU session(s): {', '.join(en)}")
-            why_ru.append(f"{m.name}: занят, идут сессии GPU ({len(m.running)}): {', '.join(ru)}")
-        else:
-            refresh = _when(m.refresh)
-            why_en.append(f"{m.name}: {_h(m.quota_left_h or 0)} h of quota left, refreshes "
-                          f"{'at ' if m.refresh else ''}{refresh}")
-            why_ru.append(f"{m.name}: осталось {_h(m.quota_left_h or 0, True)} ч квоты, обновится {refresh}")
-    refreshes = sorted(m.refresh for m in kaggle if not m.error and m.free and m.refresh)
+def _why_not(m: Machine) -> tuple[str, str]:
+    """Why a Kaggle account or a box cannot take the run now."""
+    if m.error:
+        return f"{m.name}: {m.error}", f"{m.name}: ошибка — {m.error}"
+    if not m.free and m.kind == "ssh":
+        en = [f"{r} (`lab watch {r}` collects it)" for r in m.running if r != FOREIGN]
+        ru = [f"{r} (его заберёт `lab watch {r}`)" for r in m.running if r != FOREIGN]
+        if FOREIGN in m.running:
+            en.append("work the lab did not start, on its GPUs")
+            ru.append("чужая работа на его GPU")
+        return f"{m.name}: busy with {', '.join(en)}", f"{m.name}: занят: {', '.join(ru)}"
+    if not m.free:
+        en = [r if r == FOREIGN else f"{r} (`lab watch {r}` collects it)" for r in m.running]
+        ru = [r if r == FOREIGN else f"{r} (его заберёт `lab watch {r}`)" for r in m.running]
+        return (f"{m.name}: busy with {len(m.running)} GPU session(s): {', '.join(en)}",
+                f"{m.name}: занят, идут сессии GPU ({len(m.running)}): {', '.join(ru)}")
+    refresh = _when(m.refresh)
+    return (f"{m.name}: {_h(m.quota_left_h or 0)} h of quota left, refreshes {'at ' if m.refresh else ''}{refresh}",
+            f"{m.name}: осталось {_h(m.quota_left_h or 0, True)} ч квоты, обновится {refresh}")
+
+
+def nothing_free(elsewhere: list[Machine]) -> Choice:
+    """No Kaggle account or box can take the run: why each cannot, and what the lab waits for."""
+    reasons = [_why_not(m) for m in elsewhere]
+    why_en, why_ru = [en for en, _ in reasons], [ru for _, ru in reasons]
+    refreshes = sorted(m.refresh for m in elsewhere if not m.error and m.free and m.refresh)
     until = refreshes[0] if refreshes else None
+    boxes = any(m.kind == "ssh" for m in elsewhere)
     if until:
         tail_en = f" The lab waits for the earliest quota refresh, {_when(until)}, and starts then."
         tail_ru = f" Лаба ждёт ближайшего обновления квоты, {_when(until)}, и тогда начнёт."
-    elif any(not m.error for m in kaggle):
-        tail_en = " The lab waits until a session ends."
-        tail_ru = " Лаба ждёт, пока какая-нибудь сессия закончится."
+    elif any(not m.error for m in elsewhere):
+        tail_en = " The lab waits until a session ends." if not boxes else " The lab waits until one is free."
+        tail_ru = " Лаба ждёт, пока какая-нибудь сессия закончится." if not boxes else \
+            " Лаба ждёт, пока какая-нибудь освободится."
     else:
-        tail_en = " Fix the accounts (see `lab accounts`)."
-        tail_ru = " Исправьте аккаунты (см. `lab accounts`)."
-    return Choice(None, "No Kaggle account can take the run now (" + "; ".join(why_en) + ")." + tail_en,
-                  "Ни один аккаунт Kaggle сейчас не может взять прогон (" + "; ".join(why_ru) + ")." + tail_ru,
+        tail_en = " Fix the accounts (see `lab accounts`)." if not boxes else " Fix them (see `lab machines`)."
+        tail_ru = " Исправьте аккаунты (см. `lab accounts`)." if not boxes else " Исправьте их (см. `lab machines`)."
+    head_en, head_ru = (("No machine can take the run now (", "Ни одна машина сейчас не может взять прогон (")
+                        if boxes else ("No Kaggle account can take the run now (",
+                                       "Ни один аккаунт Kaggle сейчас не может взять прогон ("))
+    return Choice(None, head_en + "; ".join(why_en) + ")." + tail_en, head_ru + "; ".join(why_ru) + ")." + tail_ru,
                   wait_until=until)
 
 

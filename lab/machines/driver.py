@@ -39,7 +39,7 @@ from lab.machines.control import (DriverLock, active_link, active_runs, cancel_f
 from lab.kernel.metrics import METRICS_MARK
 from lab.machines.live import live_curve
 from lab.machines.local import local_cards, local_gpu  # noqa: F401 - the API
-from lab.machines.needs import data_id, need_hours, pin_data, source_checkpoint
+from lab.machines.needs import data_id, finish_hours, need_hours, pin_data, source_checkpoint
 from lab.machines.outcome import REFUSED, End
 from lab.machines.registry import host_for, host_of, hosts, machine_names  # noqa: F401 - the API
 from lab.runs import Link, Run, load_run, now, updating
@@ -171,6 +171,9 @@ def _after(run_id: str, ended: Link, state: _Driving, say: Callable[[str], None]
         say(f"{out.reason} The lab tries another machine." if load_run(run_id).cfg.machine in ("auto", "", None)
             else f"{out.reason} The lab waits for it and asks again.")
         return None
+    if out.kind is End.UNFIT:  # the machine is marked so: the rule passes it over from now on
+        say(f"{out.reason} The lab continues the run on another machine.")
+        return None
     if out.kind is End.PUSH_AGAIN:
         if _in_a_row(load_run(run_id), End.PUSH_AGAIN) < MAX_INPUT_WAITS:
             return None  # the machine waited; the next link pushes again
@@ -200,7 +203,8 @@ def _failed_or_cancelled(run_id: str) -> str:
 
 def _lost_in_a_row(run: Run) -> int:
     """How many sessions were lost one after another at the run's end. Links that were refused,
-    interrupted, waited for their inputs or failed before their session are passed over."""
+    interrupted, waited for their inputs, came without their cards or failed before their session
+    are passed over."""
     count = 0
     for link in reversed(run.links):
         kind = link.outcome.kind if link.outcome else None
@@ -311,7 +315,8 @@ def _next_choice(run: Run, state: _Driving) -> tuple[Choice, list[Machine]]:
         if choice.machine is not None or not went_on:
             return choice, mine
     machines = _considered(state)
-    return pick(run.cfg, need_hours(run), machines, holdings(machines, run.cfg, run), pinned, went_on), machines
+    return pick(run.cfg, need_hours(run), machines, holdings(machines, run.cfg, run), pinned, went_on,
+                finish_hours(run.cfg, run.step, machines)), machines
 
 
 def _considered(state: _Driving, only: str | None = None) -> list[Machine]:

@@ -31,35 +31,32 @@ from __future__ import annotations
 
 import json
 import time
-from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Callable
 
-from lab.config import RunConfig, UserError, field_names
+from lab.config import KAGGLE_MARGIN_FLOOR_MIN, KAGGLE_TIMEOUT_MAX_S, RunConfig, UserError, field_names
 from lab.faults import reached
 from lab.kaggle.accounts import list_accounts
 from lab.kaggle.client import (AccountClient, KaggleError, RetryPolicy, check_no_global_token, client_for, get_account,
                                notebook_text)
-from lab.kernel.checkpoint import atomic_write, sha256_file
+from lab.kernel.checkpoint import sha256_file
 from lab.machines.auto import MIN_LINK_MIN, STARTUP_MIN, Machine
 from lab.machines.base import Follow, Host
 from lab.machines.control import spawn_driver
-from lab.machines.kaggle_data import (KaggleSettings, LinkContext, ckpt_slug, data_slug, ensure_checkpoint,  # noqa: F401
-                                      ensure_data, forget_dataset, get_link, held, holds, kernel_slug, set_link,
-                                      stage_data)
-from lab.machines.kaggle_live import LiveWatch, live_rows
+from lab.machines.kaggle_data import (KaggleSettings, LinkContext, ensure_checkpoint, ensure_data, forget_dataset,
+                                      get_link, held, holds, set_link, stage_data)
+from lab.machines.kaggle_live import live_rows
+from lab.machines.kaggle_names import ckpt_slug, data_slug, kernel_slug
 from lab.machines.kaggle_outputs import download, finish
+from lab.machines.kaggle_sessions import push_margin_min
+from lab.machines.kaggle_watch import TERMINAL, cancel_hint, watch
 from lab.machines.needs import source_checkpoint
 from lab.machines.outcome import End, Outcome
-from lab.probe.record import cannot_run, read_probe
+from lab.probe.record import cannot_run, nccl_setting, read_probe
 from lab.runs import Link, Run, now, updating
 
-MAX_POLL_FACTOR = 4  # status polls back off to 4 × the poll interval while nothing changes
-LOG_EVERY_POLLS = 4  # the log tail is fetched every 4th poll: at most one extra call per 2 minutes
-WATCH_PATIENCE_POLLS = 120  # Kaggle unreachable this long (1 hour at 30 s) while watching: give up for now
-KAGGLE_SESSION_S = 12 * 3600
+KAGGLE_CARDS = "2xT4"  # what every push asks for (the machine shape T4X2), and what the notebook checks it got
 MAX_GPU_SESSIONS = 2  # batch GPU sessions an account may run at once (Kaggle's docs)
-TERMINAL = ("COMPLETE", "ERROR", "CANCEL_ACKNOWLEDGED")
 _QUOTA_RETRY = RetryPolicy(attempts=2, base_s=0.5, cap_s=1.0, max_retry_after_s=5.0)  # a person waits
 
 
@@ -74,10 +71,12 @@ def client(account: str, settings: KaggleSettings) -> AccountClient:
 
 
 def kernel_notebook(cfg: RunConfig, resume_name: str, limit_min: float, data_sha256: str = "",
-                    ckpt_sha256: str = "") -> dict:
+                    ckpt_sha256: str = "", *, allow_cpu: bool = False, nccl_env: dict | None = None) -> dict:
     """The training notebook with this link's parameters: data found under /kaggle/input, the
-    checkpoint dataset's mount name as `resume_from`, the link's time limit, and the sha256 of
-    the data's manifest and of the checkpoint the session must find there."""
+    checkpoint dataset's mount name as `resume_from`, the link's time limit, the sha256 of the
+    data's manifest and of the checkpoint the session must find there, the cards it must find
+    (else it stops before training, unless `allow_cpu`), and the NCCL settings the account's
+    probe found working. The session learns all of it here, never from this side's environment."""
     import nbformat
     from papermill.iorw import load_notebook_node
     from papermill.parameterize import parameterize_notebook
@@ -86,17 +85,18 @@ def kernel_notebook(cfg: RunConfig, resume_name: str, limit_min: float, data_sha
     link_cfg = RunConfig.from_dict({**cfg.to_dict(), "data_dir": "", "resume_from": resume_name,
                                     "limit_min": limit_min})
     params = parameterized(link_cfg, out_dir="", nproc=0, plot_every_s=30, given_fields=field_names(),
-                           expect_data_sha256=data_sha256,
-                           expect_ckpt_sha256=ckpt_sha256)
+                           expect_data_sha256=data_sha256, expect_ckpt_sha256=ckpt_sha256,
+                           expect_cards=KAGGLE_CARDS, allow_cpu=bool(allow_cpu), nccl_env=dict(nccl_env or {}))
     nb = load_notebook_node(str(TRAIN_NOTEBOOK))  # as papermill reads it: every cell with its tags
     nb = parameterize_notebook(nb, params, kernel_name="python3", language="python")
     return json.loads(nbformat.writes(nb))
 
 
-def link_limit_min(run_limit_min: float, quota_left_s: float) -> float:
-    """A link's time limit: the run's, or what the account's quota allows after the start-up,
-    so a link normally ends by its own time-limit save rather than by Kaggle's kill."""
-    return round(min(run_limit_min, quota_left_s / 60 - STARTUP_MIN), 3)
+def link_limit_min(run_limit_min: float, quota_left_s: float, margin_min: float = KAGGLE_MARGIN_FLOOR_MIN) -> float:
+    """A link's time limit: the run's, or what the account's quota allows after the margin, or
+    what the longest session timeout allows after it, so a link normally ends by its own
+    time-limit save rather than by Kaggle's kill."""
+    return round(min(run_limit_min, quota_left_s / 60 - margin_min, KAGGLE_TIMEOUT_MAX_S / 60 - margin_min), 3)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -104,17 +104,20 @@ def link_limit_min(run_limit_min: float, quota_left_s: float) -> float:
 
 
 def plan_link(run_id: str, account: str, quota_left_s: float, source: dict | None, why: str = "") -> Link:
-    """Appends a link on `account` to the run, before anything is sent to Kaggle."""
+    """Appends a link on `account` to the run, before anything is sent to Kaggle. Its session
+    timeout is its limit plus the margin the account's measured sessions call for (never below
+    the floor), and stays below Kaggle's maximum."""
     username = get_account(account).username
+    margin = push_margin_min(account)
     with updating(run_id) as run:
         cfg = run.cfg
         n = len(run.links) + 1
-        limit = link_limit_min(cfg.limit_min, quota_left_s)
+        limit = link_limit_min(cfg.limit_min, quota_left_s, margin)
         link = Link(n=n, machine=account, kind=KaggleHost.kind, status="starting", limit_min=limit,
                     from_step=source["step"] if source else 0)
         link.detail = {"account": account, "user": username, "phase": "planned", "folder": f"links/{n:03d}-{account}",
-                       "session_timeout_s": int(min(KAGGLE_SESSION_S, (limit + STARTUP_MIN) * 60)),
-                       "source": source, "why": why}
+                       "session_timeout_s": int(min(KAGGLE_TIMEOUT_MAX_S, (limit + margin) * 60)),
+                       "margin_min": margin, "source": source, "why": why}
         run.links.append(link)
         run.status = "running"
     return link
@@ -156,7 +159,7 @@ def run_link(run_id: str, n: int, data_dir: Callable[[], Path], ctx: LinkContext
             if ended is None:
                 raise  # pushed, or maybe: the next try watches it, or asks Kaggle whether it is there
             return ended
-    status, failure = _watch(run_id, n, ctx, cancelled)
+    status, failure = watch(run_id, n, ctx, cancelled)
     download(run_id, n, ctx)
     return finish(run_id, n, status, failure, ctx.say)
 
@@ -216,13 +219,14 @@ def _ensure_pushed(run_id: str, n: int, ctx: LinkContext, data: dict, ckpt: dict
     sources = [data["slug"]] + ([ckpt["slug"]] if ckpt else [])
     resume_name = ckpt["slug"].split("/")[1] if ckpt else ""
     manifest = stage_data(Path(run.cfg.data_dir)) / "manifest.json"  # as uploaded: made once per data id
+    nccl = nccl_setting(read_probe(c.account.name))
     nb = kernel_notebook(run.cfg, resume_name, link.limit_min, data_sha256=sha256_file(manifest),
-                         ckpt_sha256=ckpt["sha256"] if ckpt else "")
+                         ckpt_sha256=ckpt["sha256"] if ckpt else "", allow_cpu=ctx.settings.allow_cpu, nccl_env=nccl)
     folder = run.folder / link.detail["folder"]
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "pushed.ipynb").write_text(notebook_text(nb), encoding="utf-8")  # the push as sent
-    kernel = {"slug": slug, "pushing": True, "sources": sources,
-              "notebook_bytes": (folder / "pushed.ipynb").stat().st_size}
+    kernel = {"slug": slug, "pushing": True, "sources": sources, "allow_cpu": ctx.settings.allow_cpu,
+              "nccl_env": nccl, "notebook_bytes": (folder / "pushed.ipynb").stat().st_size}
     with updating(run_id) as r:
         r.links[n - 1].detail.update(kernel=kernel, phase="pushing")
         r.links[n - 1].notebook = f"{link.detail['folder']}/pushed.ipynb"
@@ -284,91 +288,6 @@ def _record_push(run_id: str, n: int, kernel: dict, say) -> dict:
     say(f"link {n}: pushed {kernel['slug']}" + (f" version {kernel['version']}" if kernel.get("version") else "")
         + (f" ({kernel['url']})" if kernel.get("url") else ""))
     return kernel
-
-
-def _watch(run_id: str, n: int, ctx: LinkContext, cancelled: Callable[[], bool]) -> tuple[str, str]:
-    """Polls the session until it ends, following its log for the live curve meanwhile;
-    returns (status, failure message)."""
-    run, link = get_link(run_id, n)
-    d = link.detail
-    if d.get("kaggle_status") in TERMINAL:
-        return d["kaggle_status"], d.get("failure", "")
-    curve = LiveWatch(ctx.c, d["kernel"], run.folder / d["folder"], n, run.cfg.steps_until, ctx.say,
-                      grace_s=ctx.settings.log_grace_s, retry_s=ctx.settings.poll_s)
-    try:
-        return _poll(run_id, n, ctx, cancelled, curve)
-    finally:
-        curve.close()
-
-
-def _poll(run_id: str, n: int, ctx: LinkContext, cancelled: Callable[[], bool], curve: LiveWatch) -> tuple[str, str]:
-    c, say = ctx.c, ctx.say
-    run, link = get_link(run_id, n)
-    d = link.detail
-    kernel = d["kernel"]
-    base = ctx.settings.poll_s
-    interval, last, polls, failing_since, told = base, d.get("kaggle_status"), 0, None, False
-    live = run.folder / d["folder"] / "live.log"
-    pushed = datetime.fromisoformat(kernel["pushed_at"]) if kernel.get("pushed_at") else datetime.now(timezone.utc)
-    overdue_at = pushed + timedelta(seconds=d["session_timeout_s"] + ctx.settings.overdue_s)
-    while True:
-        if cancelled() and not told:
-            say(cancel_hint(kernel, c.account.name))
-            set_link(run_id, n, cancel_requested=now())
-            told = True
-        try:
-            asked = time.monotonic()
-            status, failure = c.kernel_status(kernel["slug"], kernel.get("version"))
-            failing_since = None
-        except KaggleError as e:
-            if not e.retryable:
-                raise
-            failing_since = failing_since or time.monotonic()
-            if time.monotonic() - failing_since > WATCH_PATIENCE_POLLS * base:
-                raise KaggleError(e.account, f"lost contact with Kaggle while watching {kernel['slug']} ({e.what})",
-                                  "The session goes on without the lab: `lab watch RUN` picks it up where it is.",
-                                  retryable=True) from None
-            time.sleep(interval)
-            continue
-        polls += 1
-        curve.poll(status, asked)
-        if status != last:
-            set_link(run_id, n, kaggle_status=status, failure=failure, status_at=now())
-            say(f"link {n}: {kernel['slug']} {status}" + (f": {failure}" if failure else ""))
-            last, interval = status, base
-        if status in TERMINAL:
-            return status, failure
-        if status == "RUNNING" and not d.get("ran"):
-            d["ran"] = True
-            set_link(run_id, n, ran=True)  # the session started: any quota check at its start passed
-        if datetime.now(timezone.utc) > overdue_at:
-            late = (datetime.now(timezone.utc) - pushed).total_seconds() - d["session_timeout_s"]
-            raise KaggleError(c.account.name, f"{kernel['slug']} still reads {status} {late / 60:.0f} min past "
-                                              "its session timeout", "Kaggle seems to have lost it: open "
-                              f"{kernel.get('url') or 'its page'} and press Stop session; then `lab watch RUN` "
-                              "collects what it saved and goes on.", retryable=True)
-        if polls % LOG_EVERY_POLLS == 1:
-            _save_log(c, kernel["slug"], live)
-        time.sleep(interval)
-        interval = min(interval * 1.5, base * MAX_POLL_FACTOR)
-
-
-def _save_log(c: AccountClient, slug: str, path: Path) -> None:
-    try:
-        text = c.kernel_log(slug)
-    except UserError:
-        return  # the log is a courtesy: the status decides
-    if text:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(path, lambda f: f.write(text.encode("utf-8")))
-
-
-def cancel_hint(kernel: dict, account: str) -> str:
-    url = kernel.get("url") or f"https://www.kaggle.com/code/{kernel['slug']}"
-    return (f"No further link will start. Kaggle's public API cannot stop a running session (its cancel call "
-            f"needs a session id that no reply gives): to stop {kernel['slug']} now, open {url} signed in as "
-            f"account '{account}' and press Stop session. The lab downloads what it saved when it ends.")
-
 
 
 # ---------------------------------------------------------------------------------------------
@@ -465,4 +384,4 @@ class KaggleHost(Host):
 
 __all__ = ["KaggleHost", "KaggleSettings", "run_link", "plan_link", "holds", "held", "kernel_notebook",
            "link_limit_min", "cancel_hint", "data_slug", "ckpt_slug", "kernel_slug", "MAX_GPU_SESSIONS", "STARTUP_MIN",
-           "MIN_LINK_MIN", "TERMINAL"]
+           "MIN_LINK_MIN", "TERMINAL", "KAGGLE_CARDS"]

@@ -28,10 +28,13 @@ from lab.config import UserError
 from lab.corpus.manifests import data_id_of, read_manifest
 from lab.home import lab_home
 from lab.kaggle.client import AccountClient, KaggleError, get_account
+from lab.kaggle.datasets import STORAGE_HINT, upload_files
 from lab.faults import reached
 from lab.kernel.checkpoint import atomic_write, checkpoint_meta, sha256_file
 from lab.kernel.metrics import metrics_lines, write_metrics_lines
 from lab.machines.base import env_seconds
+from lab.machines.kaggle_names import (ckpt_slug, data_licence, data_licences, data_slug, kaggle_licence,
+                                       licence_note, title_of)
 from lab.runs import Link, Run, load_run, now, updating
 
 
@@ -51,20 +54,36 @@ class KaggleSettings:
     setting LAB_KAGGLE_POLL_S); `retry_base_s`: the first backoff of a retried call;
     `dataset_wait_s`: how long a dataset may take to become READY; `overdue_s`: how long past its
     session timeout a kernel may still read RUNNING before the watch gives up on it;
-    `input_wait_s`: the wait before pushing again a session that found its inputs not mounted yet."""
+    `start_wait_s`: how long a pushed kernel may stay unstarted (QUEUED, NEW_SCRIPT);
+    `input_wait_s`: the wait before pushing again a session that found its inputs not mounted yet;
+    `allow_cpu`: a session that starts without the cards it was pushed for trains on its CPU
+    instead of stopping (the person's setting LAB_KAGGLE_ALLOW_CPU=1; the emulator has no GPU)."""
     poll_s: float = 30.0
     retry_base_s: float = 1.0
     dataset_wait_s: float = 3600.0
     overdue_s: float = 1800.0  # a session still running this long past its timeout: Kaggle lost it
+    start_wait_s: float = 3 * 3600.0  # a GPU session normally starts within minutes: three hours is lost
     input_wait_s: float = 60.0  # before pushing again a session that found its inputs not mounted yet
     log_grace_s: float = 300.0  # running this long with no line in its log: Kaggle keeps the log until the end
+    allow_cpu: bool = False
 
     @classmethod
     def from_env(cls) -> "KaggleSettings":
-        return cls(poll_s=env_seconds(POLL_ENV, cls.poll_s))
+        return cls(poll_s=env_seconds(POLL_ENV, cls.poll_s), allow_cpu=env_flag(ALLOW_CPU_ENV))
 
 
 POLL_ENV = "LAB_KAGGLE_POLL_S"
+ALLOW_CPU_ENV = "LAB_KAGGLE_ALLOW_CPU"
+
+
+def env_flag(var: str) -> bool:
+    """A yes/no setting of the person's: 1, true, yes or on is yes; unset or 0 is no."""
+    raw = os.environ.get(var, "").strip().lower()
+    if raw in ("", "0", "false", "no", "off"):
+        return False
+    if raw in ("1", "true", "yes", "on"):
+        return True
+    raise UserError(f"{var}={raw!r}: use 1 (yes) or 0 (no)")
 
 
 def get_link(run_id: str, n: int) -> tuple[Run, Link]:
@@ -80,66 +99,6 @@ def set_link(run_id: str, n: int, *, status: str | None = None, **detail) -> Lin
         if status is not None:
             link.status = status
     return link
-
-
-# ---------------------------------------------------------------------------------------------
-# Names on Kaggle
-
-
-def _slug(prefix: str, text: str) -> str:
-    """A Kaggle slug (a-z, 0-9, '-', at most 50 characters); long names keep a hash of the whole."""
-    body = re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
-    slug = f"{prefix}-{body}"
-    if len(slug) > 50:
-        digest = hashlib.sha256(text.encode()).hexdigest()[:8]
-        slug = f"{slug[:41].rstrip('-')}-{digest}"
-    return slug
-
-
-def data_slug(data_id: str) -> str:
-    return _slug("lab-data", data_id)
-
-
-def ckpt_slug(run_id: str) -> str:
-    return _slug("lab-ckpt", run_id)
-
-
-def kernel_slug(run_id: str, n: int) -> str:
-    return _slug("lab", f"{run_id}-l{n}")
-
-
-def title_of(slug: str) -> str:
-    """A dataset's title: its slug (6-50 characters, with the hash that keeps a long name
-    unique), because Kaggle wants titles unique per owner and cutting a longer title at 50
-    characters would lose exactly that hash."""
-    return slug.rsplit("/", 1)[-1]
-
-
-_LICENCE_PATTERNS = (  # (a pattern in a constellation's `licence`, Kaggle's name), first match wins
-    (r"\bcc0\b", "CC0-1.0"), (r"public domain", "PDDL"),
-    (r"cc[- ]by[- ]nc[- ]nd[- ]4", "CC-BY-NC-ND-4.0"), (r"cc[- ]by[- ]nc[- ]sa[- ]4", "CC-BY-NC-SA-4.0"),
-    (r"cc[- ]by[- ]nc[- ]4", "CC-BY-NC-4.0"), (r"cc[- ]by[- ]nd[- ]4", "CC-BY-ND-4.0"),
-    (r"cc[- ]by[- ]sa[- ]4", "CC-BY-SA-4.0"), (r"cc[- ]by[- ]sa[- ]3", "CC-BY-SA-3.0"),
-    (r"cc[- ]by[- ]4", "CC-BY-4.0"), (r"cc[- ]by[- ]3", "CC-BY-3.0"), (r"\bagpl", "AGPL-3.0"),
-    (r"\blgpl", "LGPL-3.0"), (r"\bgpl[- ]?(v)?2", "GPL-2.0"), (r"\bgpl", "GPL-3.0"), (r"\bgfdl|\bfdl", "FDL-1.3"),
-    (r"\bodbl", "ODbL-1.0"), (r"apache", "apache-2.0"), (r"\bmit\b", "mit"))
-
-
-def kaggle_licence(licences: list[str]) -> str:
-    """The one licence name Kaggle takes for a dataset of these constellations' texts: their
-    `licence` where every one maps to the same Kaggle licence (the first term named wins), else
-    "other" (Kaggle's name for terms it does not list)."""
-    names = set()
-    for text in licences:
-        found = next((name for pattern, name in _LICENCE_PATTERNS if re.search(pattern, text.lower())), "other")
-        names.add(found)
-    return names.pop() if len(names) == 1 else "other"
-
-
-def data_licence(data_dir: Path) -> str:
-    """The Kaggle licence of a prepared data folder, from its manifest's constellations."""
-    constellations = (read_manifest(Path(data_dir)).get("constellations") or {}).values()
-    return kaggle_licence([str(c.get("licence") or "") for c in constellations])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -269,6 +228,23 @@ def stage_checkpoint(source: dict, run_folder: Path, dest: Path) -> str:
     return digest
 
 
+@dataclass(frozen=True)
+class Upload:
+    """One dataset the account must hold: `kind` ("data" or "checkpoints") and `key` name it in
+    the holdings, `match` is the content it must have (else a new version is due), `make_folder`
+    stages the files; `licence` is the documented name sent, `licence_said` how the upload says it;
+    `note(record, phase)` records each step in the link."""
+    kind: str
+    key: str
+    slug: str
+    match: dict
+    make_folder: Callable[[], Path]
+    notes: str
+    licence: str
+    licence_said: str
+    note: Callable[[dict, str], None]
+
+
 def ensure_data(run_id: str, n: int, ctx: LinkContext, data_dir: Path) -> dict:
     """The run's data as the account's READY dataset, uploaded at most once."""
     _, link = get_link(run_id, n)
@@ -276,10 +252,10 @@ def ensure_data(run_id: str, n: int, ctx: LinkContext, data_dir: Path) -> dict:
         return link.detail["data"]
     data_id = data_id_of(data_dir)
     slug = f"{ctx.c.username}/{data_slug(data_id)}"
-    record = _dataset_once(ctx, "data", data_id, slug, {"data_id": data_id}, lambda: stage_data(data_dir),
-                           title=title_of(slug), notes=f"lab data {data_id}", licence=data_licence(data_dir),
-                           note=lambda h, phase: set_link(run_id, n, data=h, phase=f"data {phase}"))
-    return record
+    licence = data_licence(data_dir)
+    return _dataset_once(ctx, Upload("data", data_id, slug, {"data_id": data_id}, lambda: stage_data(data_dir),
+                                     f"lab data {data_id}", licence, licence_note(data_licences(data_dir), licence),
+                                     lambda h, phase: set_link(run_id, n, data=h, phase=f"data {phase}")))
 
 
 def ensure_checkpoint(run_id: str, n: int, ctx: LinkContext) -> dict | None:
@@ -299,10 +275,13 @@ def ensure_checkpoint(run_id: str, n: int, ctx: LinkContext) -> dict | None:
         return folder
 
     match = {"sha256": source["sha256"], "name": source["name"], "step": source["step"]}
-    licence = data_licence(Path(run.cfg.data_dir)) if run.cfg.data_dir else "other"  # weights of that text
-    record = _dataset_once(ctx, "checkpoints", slug, slug, match, make_folder, title=title_of(slug), licence=licence,
-                           notes=f"run {run_id} link {n}: {source['name']} sha256 {source['sha256']}",
-                           note=lambda h, phase: set_link(run_id, n, ckpt_upload=h, phase=f"checkpoint {phase}"))
+    texts = data_licences(Path(run.cfg.data_dir)) if run.cfg.data_dir else []  # weights of that text
+    licence = kaggle_licence(texts) if texts else "other"
+    record = _dataset_once(ctx, Upload("checkpoints", slug, slug, match, make_folder,
+                                       f"run {run_id} link {n}: {source['name']} sha256 {source['sha256']}",
+                                       licence, licence_note(texts, licence),
+                                       lambda h, phase: set_link(run_id, n, ckpt_upload=h,
+                                                                 phase=f"checkpoint {phase}")))
     shutil.rmtree(run.folder / link.detail["folder"] / ".handoff", ignore_errors=True)
     record = {**record, "sha256_source": source["sha256"], "sha256_staged": staged.get("sha256", record.get("sha256"))}
     set_link(run_id, n, ckpt=record, ckpt_upload=None, phase="checkpoint ready")
@@ -324,65 +303,100 @@ def _dataset_lock(username: str, kind: str, key: str) -> Iterator[None]:
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
-def _dataset_once(ctx: LinkContext, kind: str, key: str, slug: str, match: dict, make_folder: Callable[[], Path],
-                  *, title: str, notes: str, licence: str, note: Callable[[dict, str], None]) -> dict:
-    """Makes sure the account's dataset `slug` holds this content (`match`) and is READY,
-    uploading it only if no earlier process did. The intent is recorded (in the holdings, and
-    through `note` in the link) before the upload with the version then current, so an upload
-    whose record was lost in a crash is found (a newer version) and adopted, not repeated.
-    One process at a time per dataset: an "uploading" record found here is a dead process's."""
-    with _dataset_lock(ctx.c.username, kind, key):
-        return _dataset_once_locked(ctx, kind, key, slug, match, make_folder, title=title, notes=notes,
-                                    licence=licence, note=note)
-
-
-def _dataset_once_locked(ctx: LinkContext, kind: str, key: str, slug: str, match: dict,
-                         make_folder: Callable[[], Path], *, title: str, notes: str, licence: str,
-                         note: Callable[[dict, str], None]) -> dict:
-    c, say = ctx.c, ctx.say
-    h = held(c.username, kind, key)
-    if h and any(h.get(k) != v for k, v in match.items()):
-        h = None  # another content (an older checkpoint): a new version is due
-    if h and h.get("version") and not _dataset_present(c, slug):
-        say(f"{c.account.name}: dataset {slug} is gone from Kaggle; uploading it again")
-        _set_held(c.username, kind, key, None)
-        h = None
-    if h and h.get("uploading"):
-        current = c.dataset_version(slug) or 0
-        if current > h["before"]:
-            h = {**h, "uploading": False, "version": current, "adopted": True}
-            _set_held(c.username, kind, key, h)
-        else:
-            h = None
-    if not h:
-        before = c.dataset_version(slug) or 0
-        intent = {"slug": slug, **match, "uploading": True, "before": before}
-        _set_held(c.username, kind, key, intent)
-        note(intent, "uploading")
-        say(f"{c.account.name}: uploading {slug}")
-        folder = make_folder()
-        version = c.upload_dataset(slug, folder, title, notes, licence)
-        reached(f"after-{kind}-upload")
-        h = {"slug": slug, **match, "uploading": False, "before": before, "version": version,
-             "uploaded_at": now()}
-        _set_held(c.username, kind, key, h)
-        note(h, "uploaded")
-    if not h.get("ready"):
-        try:
-            version = c.wait_dataset_ready(slug, timeout_s=ctx.settings.dataset_wait_s,
-                                           poll_s=min(10.0, ctx.settings.poll_s))
-        except KaggleError as e:
-            if "FAILED" in e.what:
-                _set_held(c.username, kind, key, None)  # Kaggle dropped it: the next try uploads again
-                todo = "`lab watch RUN` uploads it again."
-            else:
-                todo = f"{e.todo} The upload is recorded: `lab watch RUN` waits for it again without uploading it twice."
-            raise KaggleError(e.account, e.what, todo, status=e.status, retryable=e.retryable) from None
-        h = {**h, "ready": True, "version": max(int(h.get("version") or 0), version), "ready_at": now()}
-        _set_held(c.username, kind, key, h)
-    record = {k: v for k, v in h.items() if k not in ("uploading", "before")}
-    note(record, "ready")
+def _dataset_once(ctx: LinkContext, up: Upload) -> dict:
+    """Makes sure the account's dataset `up.slug` holds this content (`up.match`), is READY and
+    holds the files sent, uploading it only if no earlier process did. The intent is recorded
+    (in the holdings, and through `up.note` in the link) before the upload with the version then
+    current, so an upload whose record was lost in a crash is found (a newer version) and
+    adopted, not repeated. One process at a time per dataset: an "uploading" record found here
+    is a dead process's."""
+    with _dataset_lock(ctx.c.username, up.kind, up.key):
+        h = _known_upload(ctx, up)
+        if not h:
+            h = _upload(ctx, up)
+        if not h.get("ready"):
+            h = _wait_ready(ctx, up, h)
+        if not h.get("verified"):
+            h = _verify(ctx, up, h)
+    record = {k: v for k, v in h.items() if k not in ("uploading", "before", "files")}
+    up.note(record, "ready")
     return record
+
+
+def _known_upload(ctx: LinkContext, up: Upload) -> dict | None:
+    """What the holdings say of this content on the account, checked against Kaggle: None when
+    a (new) upload is due."""
+    c, say = ctx.c, ctx.say
+    h = held(c.username, up.kind, up.key)
+    if h and any(h.get(k) != v for k, v in up.match.items()):
+        return None  # another content (an older checkpoint): a new version is due
+    if h and h.get("version") and not _dataset_present(c, up.slug):
+        say(f"{c.account.name}: dataset {up.slug} is gone from Kaggle; uploading it again")
+        _set_held(c.username, up.kind, up.key, None)
+        return None
+    if h and h.get("uploading"):
+        current = c.dataset_version(up.slug) or 0
+        if current <= h["before"]:
+            return None
+        h = {**h, "uploading": False, "version": current, "adopted": True}
+        _set_held(c.username, up.kind, up.key, h)
+    return h
+
+
+def _upload(ctx: LinkContext, up: Upload) -> dict:
+    c = ctx.c
+    folder = up.make_folder()
+    files = {f.name: f.stat().st_size for f in upload_files(folder)}  # what a version must hold
+    before = c.dataset_version(up.slug) or 0
+    intent = {"slug": up.slug, **up.match, "uploading": True, "before": before, "files": files}
+    _set_held(c.username, up.kind, up.key, intent)
+    up.note(intent, "uploading")
+    ctx.say(f"{c.account.name}: uploading {up.slug} ({up.licence_said})")
+    version = c.upload_dataset(up.slug, folder, title_of(up.slug), up.notes, up.licence)
+    reached(f"after-{up.kind}-upload")
+    h = {"slug": up.slug, **up.match, "uploading": False, "before": before, "version": version,
+         "uploaded_at": now(), "licence": up.licence, "files": files}
+    _set_held(c.username, up.kind, up.key, h)
+    up.note(h, "uploaded")
+    return h
+
+
+def _wait_ready(ctx: LinkContext, up: Upload, h: dict) -> dict:
+    c = ctx.c
+    try:
+        version = c.wait_dataset_ready(up.slug, timeout_s=ctx.settings.dataset_wait_s,
+                                       poll_s=min(10.0, ctx.settings.poll_s))
+    except KaggleError as e:
+        if "(FAILED)" in e.what or " DELETED " in e.what:
+            _set_held(c.username, up.kind, up.key, None)  # Kaggle dropped it: the next try uploads again
+            todo = "`lab watch RUN` uploads it again."
+        else:
+            todo = f"{e.todo} The upload is recorded: `lab watch RUN` waits for it again without uploading it twice."
+        raise KaggleError(e.account, e.what, todo, status=e.status, retryable=e.retryable) from None
+    h = {**h, "ready": True, "version": max(int(h.get("version") or 0), version), "ready_at": now()}
+    _set_held(c.username, up.kind, up.key, h)
+    return h
+
+
+def _verify(ctx: LinkContext, up: Upload, h: dict) -> dict:
+    """Checks that the READY version holds the files sent, by name and size (what Kaggle's file
+    list tells; their content is hashed by the session itself before it trains). A version that
+    does not is forgotten, so the next try uploads again. An adopted upload whose record lost
+    the files sent is taken as it is."""
+    c, sent = ctx.c, h.get("files")
+    if sent:
+        stored = c.dataset_files(up.slug, h.get("version"))
+        missing = sorted(set(sent) - set(stored))
+        resized = sorted(f for f in set(sent) & set(stored) if stored[f] != sent[f])
+        if missing or resized:
+            _set_held(c.username, up.kind, up.key, None)
+            what = "; ".join(filter(None, [f"missing {', '.join(missing)}" if missing else "",
+                                           f"another size: {', '.join(resized)}" if resized else ""]))
+            raise KaggleError(c.account.name, f"version {h.get('version')} of dataset {up.slug} does not hold what "
+                                              f"was sent ({what})", f"`lab watch RUN` uploads it again. {STORAGE_HINT}")
+    h = {**h, "verified": True}
+    _set_held(c.username, up.kind, up.key, h)
+    return h
 
 
 def _dataset_present(c: AccountClient, slug: str) -> bool:
@@ -428,3 +442,12 @@ def remove_checkpoint_dataset(c: AccountClient, slug: str) -> None:
     """Deletes a checkpoint dataset on Kaggle and forgets it was held there."""
     c.delete_dataset(slug)
     forget_dataset(c.username, slug if "/" in slug else f"{c.username}/{slug}")
+
+
+def account_storage(c: AccountClient) -> dict:
+    """{"bytes", "datasets", "lab_bytes", "lab_datasets"}: what the account's own datasets take
+    (each at its current version: the lab keeps no older ones), all of them and the lab's."""
+    found = c.own_datasets()
+    lab = [d for d in found if d.slug.rsplit("/", 1)[-1].startswith("lab-")]
+    return {"bytes": sum(d.bytes for d in found), "datasets": len(found),
+            "lab_bytes": sum(d.bytes for d in lab), "lab_datasets": len(lab)}

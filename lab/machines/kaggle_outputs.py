@@ -1,17 +1,32 @@
 """What a Kaggle session leaves: its outputs downloaded, checked, and merged into the run folder
-so the curve reads as one line across links and the newest checkpoints are kept."""
+so the curve reads as one line across links and the newest checkpoints are kept; how the link
+ended, as its outcome; and what the session measured (lab.machines.kaggle_sessions).
+
+How a session ended is read from what it left, not from its status alone: Kaggle ends a session
+at its runtime limit as CANCEL_ACKNOWLEDGED (two projects' notes, one with no outputs, log or
+reason), so that status means "cancelled" only when the person asked (the link's
+`cancel_requested`); otherwise it is a session that ended, going on from the checkpoint it
+returned, or lost when none came back (the output listing may even answer 403 or 404 then).
+"""
 from __future__ import annotations
 
 import json
 import shutil
+import time
 from pathlib import Path
 
 from lab.faults import reached
+from lab.kaggle.client import KaggleError
 from lab.kernel.checkpoint import INPUT_NOT_READY, checkpoint_meta, list_checkpoints, place_checkpoint, verify_checkpoint
 from lab.kernel.metrics import metrics_lines, write_metrics_lines
+from lab.kernel.preflight import NO_GPU, PREFLIGHT
 from lab.machines.kaggle_data import LinkContext, get_link, put, set_link
+from lab.machines.kaggle_sessions import measure, record_session
 from lab.machines.outcome import End, Outcome
+from lab.probe.record import mark_cannot_run
 from lab.runs import Link, now, updating
+
+LISTING_TRIES = 3  # an output listing that answers 403/404 after the session ended is asked this often
 
 
 def download(run_id: str, n: int, ctx: LinkContext) -> dict:
@@ -24,8 +39,11 @@ def download(run_id: str, n: int, ctx: LinkContext) -> dict:
     folder = run.folder / link.detail["folder"]
     slug = link.detail["kernel"]["slug"]
     for _ in range(2):  # one more download when the first came incomplete
-        files = c.kernel_output(slug, folder)
-        check = _check_output(folder)
+        files, refused = _listed_output(c, slug, folder, ctx.settings.poll_s)
+        check = check_output(folder)
+        if refused:
+            check["problem"] = f"Kaggle answered {refused} when asked for the session's outputs: none came back"
+            break
         if not check.get("problem"):
             break
         say(f"link {n}: {check['problem']}; downloading again")
@@ -37,15 +55,39 @@ def download(run_id: str, n: int, ctx: LinkContext) -> dict:
     return output
 
 
-def _check_output(folder: Path) -> dict:
-    """The session's result and its newest whole checkpoint (sha256 recomputed here)."""
-    out: dict = {}
-    marker = folder / INPUT_NOT_READY
-    if marker.is_file():  # the session stopped before training: its inputs were not the ones sent
+def _listed_output(c, slug: str, folder: Path, poll_s: float) -> tuple[list, str | None]:
+    """(the files downloaded, None), or ([], "HTTP 403") when the ended session's output listing
+    keeps answering 403 or 404: its outputs are gone (a session Kaggle cut off may leave none)."""
+    for attempt in range(LISTING_TRIES):
         try:
-            out["input_not_ready"] = json.loads(marker.read_text(encoding="utf-8"))
-        except ValueError:
-            out["input_not_ready"] = {"found": "unreadable marker"}
+            return c.kernel_output(slug, folder), None
+        except KaggleError as e:
+            if e.status not in (403, 404):
+                raise
+            if attempt == LISTING_TRIES - 1:
+                return [], f"HTTP {e.status}"
+            time.sleep(poll_s)
+    raise AssertionError("unreachable")
+
+
+def _read_marker(path: Path) -> dict | None:
+    if not path.is_file():
+        return None
+    try:
+        got = json.loads(path.read_text(encoding="utf-8"))
+    except ValueError:
+        return {"found": "unreadable marker"}
+    return got if isinstance(got, dict) else {"found": "unreadable marker"}
+
+
+def check_output(folder: Path) -> dict:
+    """The session's result and its newest whole checkpoint (sha256 recomputed here); the
+    markers of a session that stopped before training (its inputs, its cards)."""
+    out: dict = {}
+    for key, name in (("input_not_ready", INPUT_NOT_READY), ("no_gpu", NO_GPU)):
+        marker = _read_marker(folder / name)
+        if marker is not None:
+            out[key] = marker
     result_path = folder / "result.json"
     if result_path.is_file():
         try:
@@ -68,15 +110,15 @@ def _check_output(folder: Path) -> dict:
 
 def finish(run_id: str, n: int, status: str, failure: str, say) -> Link:
     """Merges the link's outputs into the run folder and records how the link ended, with its
-    outcome: went on from its checkpoint, pushed again (its inputs were not mounted yet), lost
-    (only that session), or cancelled."""
+    outcome, and what the session measured."""
     run, link = get_link(run_id, n)
     output = link.detail["output"]
     folder = run.folder / link.detail["folder"]
-    ckpt, result = output.get("checkpoint"), output.get("result")
+    ckpt = output.get("checkpoint")
     if ckpt and ckpt["step"] >= link.from_step:
         merge_checkpoint(folder / "checkpoints" / ckpt["name"], run.folder)
     merge_metrics(run.folder, folder / "metrics.jsonl", link.from_step)
+    _device_with_image(folder)
     for name in ("result.json", "config.json", "device.json"):
         if (folder / name).is_file():
             shutil.copyfile(folder / name, run.folder / name)
@@ -90,42 +132,85 @@ def finish(run_id: str, n: int, status: str, failure: str, say) -> Link:
         if ckpt:
             link.checkpoint = {"name": ckpt["name"], "step": ckpt["step"], "sha256": ckpt["sha256"]}
             link.to_step = ckpt["step"]
-        if status == "CANCEL_ACKNOWLEDGED":
-            link.status, link.reason = "cancelled", (result or {}).get("reason") or "cancelled on Kaggle"
-            link.outcome = Outcome(End.CANCELLED, link.reason)
-        elif output.get("input_not_ready"):
-            wrong = ", ".join((output["input_not_ready"].get("expected") or {}).keys()) or "its inputs"
-            link.status = "failed"
-            link.reason = (f"the session did not find {wrong} as sent (Kaggle had not mounted the READY version "
-                           "yet); it trained nothing, and the lab pushes again after a wait")
-            link.outcome = Outcome(End.PUSH_AGAIN, link.reason,
-                                   f"сессия не нашла {wrong} в том виде, в каком их отправили (Kaggle ещё не "
-                                   "подключил готовую версию); она ничего не обучила, и лаба отправит её снова "
-                                   "после паузы")
-        elif result and not output.get("problem") and not result.get("failed"):
-            link.to_step, link.reason = int(result["step"]), result["reason"]
-            link.status = "done" if result.get("done") else "stopped"
-            link.outcome = Outcome(End.CONTINUE, link.reason)
-        elif ckpt and ckpt["step"] > link.from_step:
-            # Killed, or ended in ERROR after a save: the link ended at its whole checkpoint.
-            why = (result or {}).get("reason") if (result or {}).get("failed") else failure
-            link.status = "stopped"
-            link.reason = (f"the session ended {status}" + (f" ({why})" if why else "")
-                           + f"; the run goes on from its checkpoint at step {ckpt['step']}")
-            link.outcome = Outcome(End.CONTINUE, link.reason)
-        else:
-            link.status = "failed"
-            failure = (result or {}).get("reason") if (result or {}).get("failed") else failure
-            link.reason = failure_reason(link, status, failure, output)
-            link.outcome = Outcome(End.LOST, link.reason)
+        link.status, link.reason, link.outcome = _ending(link, status, failure, output)
+        if link.status in ("done", "stopped"):
+            link.to_step = int((output.get("result") or {}).get("step", link.to_step or 0))
+        link.detail["measured"] = measure(link, folder)
+    record_session(link.machine, run_id, link)
+    if link.outcome.kind is End.UNFIT:
+        mark_cannot_run(link.machine, link.reason, link.outcome.reason_ru or link.reason, f"run {run_id} link {n}")
     say(f"link {n}: {link.status} at step {link.to_step} ({link.reason})")
     return link
+
+
+def _ending(link: Link, status: str, failure: str, output: dict) -> tuple[str, str, Outcome]:
+    """(the link's status, its reason, its outcome) from what the session left."""
+    ckpt, result = output.get("checkpoint"), output.get("result")
+    if status == "CANCEL_ACKNOWLEDGED" and link.detail.get("cancel_requested"):
+        reason = (result or {}).get("reason") or "cancelled on Kaggle"
+        return "cancelled", reason, Outcome(End.CANCELLED, reason)
+    if output.get("no_gpu"):
+        return ("failed", *_no_cards(link, output["no_gpu"]))
+    if output.get("input_not_ready"):
+        wrong = ", ".join((output["input_not_ready"].get("expected") or {}).keys()) or "its inputs"
+        reason = (f"the session did not find {wrong} as sent (Kaggle had not mounted the READY version yet); it "
+                  "trained nothing, and the lab pushes again after a wait")
+        return "failed", reason, Outcome(End.PUSH_AGAIN, reason,
+                                         f"сессия не нашла {wrong} в том виде, в каком их отправили (Kaggle ещё не "
+                                         "подключил готовую версию); она ничего не обучила, и лаба отправит её снова "
+                                         "после паузы")
+    if result and not output.get("problem") and not result.get("failed"):
+        return ("done" if result.get("done") else "stopped"), result["reason"], Outcome(End.CONTINUE, result["reason"])
+    if ckpt and ckpt["step"] > link.from_step:
+        # Cut off, killed, or ended in ERROR after a save: the link ended at its whole checkpoint.
+        why = (result or {}).get("reason") if (result or {}).get("failed") else failure
+        reason = (f"the session ended {status}" + (f" ({why})" if why else "") + _cut_off(status, result)
+                  + f"; the run goes on from its checkpoint at step {ckpt['step']}")
+        return "stopped", reason, Outcome(End.CONTINUE, reason)
+    failure = (result or {}).get("reason") if (result or {}).get("failed") else failure
+    reason = failure_reason(link, status, failure, output)
+    return "failed", reason, Outcome(End.LOST, reason)
+
+
+def _cut_off(status: str, result: dict | None) -> str:
+    """What a status says of a session that left no result of its own."""
+    if status == "CANCEL_ACKNOWLEDGED" and not result:
+        return " without being asked: Kaggle's own stop, at its runtime limit most likely"
+    return ""
+
+
+def _no_cards(link: Link, found: dict) -> tuple[str, Outcome]:
+    """A session that came without the cards it was pushed for: why, and what the person does."""
+    account = link.machine
+    got = ", ".join(f"{c.get('name')} (compute capability {c.get('capability')})" for c in found.get("found") or [])
+    en = (f"Kaggle account '{account}' ran link {link.n}'s session without the cards it was pushed for "
+          f"({found.get('expected')}; it found {got or 'no CUDA device'}), so it stopped before training. Kaggle "
+          f"offers GPUs only to phone-verified accounts: the lab marks '{account}' as unable to run GPU sessions "
+          f"(`lab accounts` shows it). Verify the account's phone number at kaggle.com/settings, then "
+          f"`lab probe {account}`")
+    ru = (f"аккаунт Kaggle '{account}' запустил сессию звена {link.n} без карт, для которых её отправили "
+          f"({found.get('expected')}; нашлось: {got or 'ни одного устройства CUDA'}), и она остановилась до обучения. "
+          f"Kaggle даёт GPU только аккаунтам с подтверждённым телефоном: лаба отмечает '{account}' как не способный "
+          f"запускать сессии GPU. Подтвердите телефон аккаунта на kaggle.com/settings, затем `lab probe {account}`")
+    return en, Outcome(End.UNFIT, en, ru)
+
+
+def _device_with_image(folder: Path) -> None:
+    """The link's device.json with what the session's start found: the image it ran (Kaggle's
+    image version files, Python, torch, CUDA, the driver) and the cards."""
+    start = _read_marker(folder / PREFLIGHT)
+    if not start:
+        return
+    device = _read_marker(folder / "device.json") or {}
+    device.update(image=start.get("image"), cards_found=start.get("found"))
+    (folder / "device.json").write_text(json.dumps(device, indent=1), encoding="utf-8")
 
 
 def failure_reason(link: Link, status: str, failure: str, output: dict) -> str:
     """Why a session gave no result, and what to do: for the run's message."""
     account, slug = link.machine, link.detail["kernel"]["slug"]
-    why = output.get("problem") or f"the session ended {status}" + (f": {failure}" if failure else "")
+    ended = f"the session ended {status}" + (f": {failure}" if failure else "") + _cut_off(status, output.get("result"))
+    why = f"{ended}; {output['problem']}" if output.get("problem") else ended
     hint = ""
     if link.detail["kernel"].get("dropped_sources"):
         hint = (f" Kaggle ran it without {', '.join(link.detail['kernel']['dropped_sources'])}; the lab forgot "

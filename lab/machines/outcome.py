@@ -16,6 +16,9 @@ the run "went on" there and the Auto rule may continue it elsewhere.
                  is pushed again after a wait; MAX_INPUT_WAITS in a row stop the run
     BUSY         the machine refused the session: it runs its maximum of sessions
     NO_QUOTA     the machine refused the session: its quota is spent
+    UNFIT        the session came without the cards it was pushed for and trained nothing: the
+                 machine is marked unable to run such sessions (the Auto rule skips it) and the
+                 run goes on elsewhere; the reason says what to fix
     FAILED       the run stops here; the reason says what to fix, then `lab watch RUN`
     CANCELLED    the person cancelled the run
 
@@ -34,6 +37,7 @@ class End(str, Enum):
     PUSH_AGAIN = "push-again"
     BUSY = "busy"
     NO_QUOTA = "no-quota"
+    UNFIT = "unfit"
     FAILED = "failed"
     CANCELLED = "cancelled"
 

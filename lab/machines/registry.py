@@ -2,6 +2,7 @@
 
     KINDS               kind -> its Host class ("module:Class", imported when first asked)
     machine_names()     every machine of the lab: this computer, then each kind's own, in KINDS order
+                        (the Kaggle accounts, then the boxes over SSH)
     host_for(name)      the machine called `name`, as its kind's Host; hosts() every machine's
     host_of(link)       the host of a recorded link, by the kind the link carries (a machine since
                         removed from the lab still reads its link's files); class_of(link) its class
@@ -21,6 +22,7 @@ from lab.runs import Link
 KINDS: dict[str, str | type[Host]] = {
     "local": "lab.machines.local:LocalHost",  # this computer, always named "local"
     "kaggle": "lab.machines.kaggle:KaggleHost",  # each Kaggle account of lab.kaggle.accounts
+    "ssh": "lab.machines.ssh:SshHost",  # each of the lab's own boxes (or groups) of lab.machines.ssh_boxes
 }
 
 
@@ -52,7 +54,8 @@ def kind_of(name: str) -> str:
     named = dict(_named())
     if name not in named:
         raise UserError(f"no machine '{name}' in the lab; its machines: {', '.join(named)} (`lab machines` shows "
-                        "them; `lab accounts add NAME --kaggle-json PATH` adds a Kaggle account)")
+                        "them; `lab accounts add NAME --kaggle-json PATH` adds a Kaggle account, `lab machines add "
+                        "NAME --ssh HOST` a box)")
     return named[name]
 
 

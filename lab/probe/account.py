@@ -28,8 +28,7 @@ from typing import Callable
 from lab.config import UserError, card_set
 from lab.kaggle.client import AccountClient, KaggleError, RetryPolicy, client_for, get_account
 from lab.kaggle.logs import LiveLog
-from lab.kernel.checkpoint import atomic_write
-from lab.probe.record import MEASURED_FOLDER, probe_path
+from lab.probe.record import MEASURED_FOLDER, store_measurement, store_probe
 
 KERNEL_SLUG = "lab-probe"
 DATASET_SLUG = "lab-probe-input"
@@ -37,6 +36,8 @@ MARKER = "lab-probe-marker.json"
 TERMINAL = ("COMPLETE", "ERROR", "CANCEL_ACKNOWLEDGED")
 GPU_SIZE = {"context": 1024, "width": 512, "heads": 8, "layers": 8, "vocab": 4000, "batch_per_card": 6}
 CPU_SIZE = {"context": 32, "width": 32, "heads": 2, "layers": 2, "vocab": 512, "batch_per_card": 4}
+# What lab.probe.worker imports of the kernel side, in the order the training notebook pastes it.
+WORKER_USES = ("config", "model", "speed", "step")
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,7 @@ class ProbePlan:
     session_timeout_s: int = 1200
     poll_s: float = 30.0
     dataset_wait_s: float = 900.0
+    allow_cpu: bool = False  # a session without GPU is no verdict against the account (LAB_KAGGLE_ALLOW_CPU=1)
     gpu_size: dict = field(default_factory=lambda: dict(GPU_SIZE))
     cpu_size: dict = field(default_factory=lambda: dict(CPU_SIZE))
 
@@ -75,14 +77,27 @@ def cost_line(plan: ProbePlan, ru: bool = False) -> str:
 # The notebook that is pushed
 
 
+def worker_source() -> str:
+    """The probe's worker as one script for torchrun: the kernel modules it trains with (the
+    loop's own step), then the burst (a box's check, lab.probe.box, runs the same)."""
+    from lab.notebooks import kernel_source
+    worker = _pasted(Path(__file__).resolve().parent / "worker.py")
+    return "\n\n".join([*map(kernel_source, WORKER_USES), worker])
+
+
+def session_source() -> str:
+    """The probe session's code, as the probe notebook pastes it (a box's check sends it too)."""
+    from lab.notebooks import kernel_source
+    return "\n\n".join([kernel_source("signals"), kernel_source("preflight"),
+                        _pasted(Path(__file__).resolve().parent / "session.py")])
+
+
 def probe_notebook(plan: ProbePlan) -> dict:
     """The probe notebook: its parameters, the worker script (the lab's GPT and the burst) as a
     file for torchrun, the session code, and the call."""
     import nbformat
 
-    from lab.notebooks import kernel_source
-    here = Path(__file__).resolve().parent
-    worker = kernel_source("model") + "\n\n" + _pasted(here / "worker.py")
+    worker = worker_source()
     md, code = nbformat.v4.new_markdown_cell, nbformat.v4.new_code_cell
     params = (f"marker = {MARKER!r}\ngpu_size = {plan.gpu_size!r}\ncpu_size = {plan.cpu_size!r}\n"
               f"steps = {plan.steps!r}\nhold_s = {plan.hold_s!r}\nworker_timeout_s = {plan.worker_timeout_s!r}\n")
@@ -91,7 +106,7 @@ def probe_notebook(plan: ProbePlan) -> dict:
                 "in `probe/probe.json`."),
              code(params, metadata={"tags": ["parameters"]}),
              code("%%writefile lab_probe_worker.py\n" + worker),
-             code(_pasted(here / "session.py")),
+             code(session_source()),
              code("facts = probe_main(marker, gpu_size, cpu_size, steps, hold_s, worker_timeout_s)\n"
                   "Path('lab_probe_worker.py').unlink(missing_ok=True)")]
     nb = nbformat.v4.new_notebook(cells=cells)
@@ -117,7 +132,8 @@ def probe_account(name: str, plan: ProbePlan | None = None, say: Callable[[str],
     polled as often as the person's LAB_KAGGLE_POLL_S says (default 30 s)."""
     if plan is None:
         from lab.machines.kaggle_data import KaggleSettings
-        plan = ProbePlan(poll_s=KaggleSettings.from_env().poll_s)
+        settings = KaggleSettings.from_env()
+        plan = ProbePlan(poll_s=settings.poll_s, allow_cpu=settings.allow_cpu)
     account = get_account(name)
     c = client_for(account, retry=RetryPolicy(attempts=4, base_s=1.0, cap_s=20.0))
     say(f"{name}: {cost_line(plan)}")
@@ -134,7 +150,8 @@ def probe_account(name: str, plan: ProbePlan | None = None, say: Callable[[str],
         pushed = e.push  # it runs without the marker: the mount check says so
     say(f"{name}: pushed {slug} version {pushed.version}; waiting for it to end")
     status, failure, log_mode = _follow(c, slug, pushed.version, account.folder / "probe-log", plan, say)
-    return _collect(name, c, slug, pushed.version, status, failure, log_mode, nonce, started, account.folder)
+    return _collect(name, c, slug, pushed.version, status, failure, log_mode, nonce, started, account.folder,
+                    plan.allow_cpu)
 
 
 def _upload_marker(c: AccountClient, folder: Path, nonce: str, plan: ProbePlan, say) -> str:
@@ -184,7 +201,7 @@ def _follow(c: AccountClient, slug: str, version: int | None, log_folder: Path, 
 
 
 def _collect(name: str, c: AccountClient, slug: str, version: int | None, status: str, failure: str,
-             log_mode: str, nonce: str, started: datetime, folder: Path) -> dict:
+             log_mode: str, nonce: str, started: datetime, folder: Path, allow_cpu: bool = False) -> dict:
     """Downloads the probe's outputs and stores the verdict."""
     out = Path(tempfile.mkdtemp(prefix="lab-probe-out-", dir=folder))
     try:
@@ -194,17 +211,17 @@ def _collect(name: str, c: AccountClient, slug: str, version: int | None, status
             facts = json.loads((out / "probe" / "probe.json").read_text(encoding="utf-8"))
         except (UserError, OSError, ValueError):
             pass
-        record = _verdict(name, slug, version, status, failure, log_mode, nonce, started, facts)
+        record = _verdict(name, slug, version, status, failure, log_mode, nonce, started, facts, allow_cpu)
         if facts is not None and (facts.get("worker") or {}).get("burst"):
-            _store_measurement(folder / MEASURED_FOLDER, out / "probe" / "metrics.jsonl", facts, record["gpu"])
-        store(name, record)
+            store_measurement(folder / MEASURED_FOLDER, out / "probe" / "metrics.jsonl", facts, record["gpu"])
+        store_probe(name, record)
         return record
     finally:
         shutil.rmtree(out, ignore_errors=True)
 
 
 def _verdict(name: str, slug: str, version: int | None, status: str, failure: str, log_mode: str, nonce: str,
-             started: datetime, facts: dict | None) -> dict:
+             started: datetime, facts: dict | None, allow_cpu: bool = False) -> dict:
     record = {"format": 1, "account": name, "at": started.isoformat(timespec="seconds"), "kernel": slug,
               "version": version, "status": status, "can_run": True, "why": None, "why_ru": None,
               "log_while_running": {"live": True, "at_end": False}.get(log_mode), "facts": facts}
@@ -219,21 +236,34 @@ def _verdict(name: str, slug: str, version: int | None, status: str, failure: st
     record["gpu"] = card_set(gpus[0]["name"], len(gpus)) if gpus else "cpu"
     record["all_reduce"] = worker.get("all_reduce")
     record["tok_s"] = (worker.get("burst") or {}).get("tok_s")
+    record["image"], record["nccl_env"] = facts.get("image"), facts.get("nccl_env") or {}
     marker = facts.get("input_marker") or ""
     record["input"] = {"mount": facts.get("input_mount"), "this_version": nonce in marker}
-    if worker.get("error"):
-        record.update(can_run=False, why=f"the cards' check failed: {worker['error']}",
-                      why_ru=f"проверка карт не прошла: {worker['error']}")
-    elif not (worker.get("all_reduce") or {}).get("ok"):
-        record.update(can_run=False, why="the all-reduce across the cards gave a wrong result",
-                      why_ru="all-reduce между картами дал неверный результат")
-    if not gpus:
-        record.update(warning="the session had no GPU: a run there trains on the CPU",
-                      warning_ru="в сессии не было GPU: прогон там учился бы на CPU")
-    elif not record["input"]["mount"]:
+    record.update(_cards_verdict(name, gpus, worker, allow_cpu))
+    if not gpus and allow_cpu:
+        record.update(warning="the session had no GPU: a run there trains on the CPU (LAB_KAGGLE_ALLOW_CPU=1)",
+                      warning_ru="в сессии не было GPU: прогон там учился бы на CPU (LAB_KAGGLE_ALLOW_CPU=1)")
+    elif gpus and not record["input"]["mount"]:
         record.update(warning="the session did not find the probe's input under /kaggle/input",
                       warning_ru="сессия не нашла вход пробы в /kaggle/input")
     return record
+
+
+def _cards_verdict(name: str, gpus: list, worker: dict, allow_cpu: bool) -> dict:
+    """{"can_run", "why", "why_ru"} from what the session found of its cards."""
+    if not gpus and not allow_cpu:
+        return {"can_run": False,
+                "why": "the session had no GPU (Kaggle offers GPUs only to phone-verified accounts): verify the "
+                       f"account's phone number at kaggle.com/settings, then `lab probe {name}` again",
+                "why_ru": "в сессии не было GPU (Kaggle даёт GPU только аккаунтам с подтверждённым телефоном): "
+                          f"подтвердите телефон на kaggle.com/settings, затем снова `lab probe {name}`"}
+    if worker.get("error"):
+        return {"can_run": False, "why": f"the cards' check failed: {worker['error']}",
+                "why_ru": f"проверка карт не прошла: {worker['error']}"}
+    if not (worker.get("all_reduce") or {}).get("ok"):
+        return {"can_run": False, "why": "the all-reduce across the cards gave a wrong result",
+                "why_ru": "all-reduce между картами дал неверный результат"}
+    return {}
 
 
 def _refused(name: str, c: AccountClient, e: KaggleError, started: datetime) -> dict:
@@ -255,32 +285,7 @@ def _refused(name: str, c: AccountClient, e: KaggleError, started: datetime) -> 
               "why_ru": f"Kaggle отказал в сессии GPU: {e.what}. Kaggle даёт GPU только аккаунтам с подтверждённым "
                         "телефоном.",
               "log_while_running": None, "facts": None}
-    store(name, record)
+    store_probe(name, record)
     return record
 
 
-def store(name: str, record: dict) -> Path:
-    """Writes the account's probe record (no secret inside)."""
-    path = probe_path(name)
-    atomic_write(path, lambda f: f.write(json.dumps(record, indent=1, ensure_ascii=False).encode("utf-8")))
-    return path
-
-
-def _store_measurement(folder: Path, metrics: Path, facts: dict, gpu: str) -> None:
-    """The burst as a run folder the calculator reads (lab.sizing.measured_runs)."""
-    if not metrics.is_file():
-        return
-    burst = facts["worker"]["burst"]
-    tmp = folder.with_name(folder.name + ".new")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    shutil.copy2(metrics, tmp / "metrics.jsonl")
-    (tmp / "config.json").write_text(json.dumps({**burst["size"], "gpu": gpu, "precision": burst["precision"]}),
-                                     encoding="utf-8")
-    (tmp / "device.json").write_text(json.dumps({"gpu": gpu, "device": "cuda" if facts.get("gpus") else "cpu",
-                                                 "cards": max(1, len(facts.get("gpus") or [])),
-                                                 "world": facts.get("procs"), "precision": burst["precision"],
-                                                 "vocab": burst["size"]["vocab"], "torch": facts.get("torch")}),
-                                     encoding="utf-8")
-    shutil.rmtree(folder, ignore_errors=True)
-    tmp.rename(folder)

@@ -8,6 +8,8 @@ calculator reads as it reads the lab's runs: a measured speed on that account's 
 from __future__ import annotations
 
 import json
+import os
+import shutil
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -30,13 +32,43 @@ def read_probe(account: str) -> dict | None:
     return record if isinstance(record, dict) else None
 
 
+def store_probe(account: str, record: dict) -> Path:
+    """Writes the account's probe record whole or not at all (no secret inside)."""
+    path = probe_path(account)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(record, indent=1, ensure_ascii=False), encoding="utf-8")
+    os.replace(tmp, path)
+    return path
+
+
+def mark_cannot_run(account: str, why: str, why_ru: str, seen_in: str) -> dict:
+    """Records that the account cannot run the lab's GPU sessions, as a failed probe would: a
+    session of a run (`seen_in`) came without its cards. What the last probe measured stays in
+    the record; `lab probe NAME` after the fix writes a new verdict."""
+    before = read_probe(account) or {}
+    record = {**before, "format": 1, "account": account, "at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+              "status": "no-gpu", "can_run": False, "why": why, "why_ru": why_ru, "seen_in": seen_in}
+    store_probe(account, record)
+    return record
+
+
+def nccl_setting(record: dict | None) -> dict:
+    """The NCCL environment the account's probe found the all-reduce working with ({} when it
+    needed none, or the account was never probed): the runs there push with it."""
+    found = (record or {}).get("nccl_env")
+    return {str(k): str(v) for k, v in found.items()} if isinstance(found, dict) else {}
+
+
 def cannot_run(record: dict | None) -> str | None:
     """Why the probe says the account cannot run the lab's sessions, or None (it can, or it was
     never probed: an unprobed account is tried as before)."""
     if not record or record.get("can_run", True) is not False:
         return None
-    name = record.get("account", "NAME")
-    return (f"the probe of {str(record.get('at', '?'))[:16].replace('T', ' ')} UTC says it cannot run: "
+    name, at = record.get("account", "NAME"), str(record.get("at", "?"))[:16].replace("T", " ")
+    if record.get("seen_in"):  # a run's session found it (lab.probe.record.mark_cannot_run)
+        return f"{record['seen_in']} ({at} UTC) found it cannot run GPU sessions: {str(record.get('why')).rstrip('. ')}."
+    return (f"the probe of {at} UTC says it cannot run: "
             f"{str(record.get('why')).rstrip('. ')}. Once that is fixed, `lab probe {name}` again.")
 
 
@@ -78,3 +110,24 @@ def summary(record: dict | None, ru: bool = False) -> str:
         parts.append("внимание: " + str(record.get("warning_ru") or record["warning"]) if ru else
                      "warning: " + str(record["warning"]))
     return ", ".join(parts)
+
+
+def store_measurement(folder: Path, metrics: Path, facts: dict, gpu: str) -> None:
+    """The burst as a run folder the calculator reads (lab.sizing.measured_runs): its metrics, the
+    size and precision it trained at (config.json) and the cards it ran on (device.json)."""
+    if not metrics.is_file():
+        return
+    burst = facts["worker"]["burst"]
+    tmp = folder.with_name(folder.name + ".new")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    shutil.copy2(metrics, tmp / "metrics.jsonl")
+    (tmp / "config.json").write_text(json.dumps({**burst["size"], "gpu": gpu, "precision": burst["precision"]}),
+                                     encoding="utf-8")
+    (tmp / "device.json").write_text(json.dumps({"gpu": gpu, "device": "cuda" if facts.get("gpus") else "cpu",
+                                                 "cards": max(1, len(facts.get("gpus") or [])),
+                                                 "world": facts.get("procs"), "precision": burst["precision"],
+                                                 "vocab": burst["size"]["vocab"], "torch": facts.get("torch")}),
+                                     encoding="utf-8")
+    shutil.rmtree(folder, ignore_errors=True)
+    tmp.rename(folder)

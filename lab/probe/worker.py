@@ -1,12 +1,13 @@
 """The probe's worker, run by torchrun inside the probe session (one process per card).
 
 It checks that the cards talk (one all-reduce, its result checked and timed: NCCL on GPUs, gloo
-on CPU), then trains the lab's GPT (lab.kernel.model, pasted before this in the probe notebook)
-for a short burst with the training loop's step: DDP, fp16 with a GradScaler below compute
-capability 8.0 (a T4), bf16 above, fp32 on CPU (tests only), fused AdamW, gradient clipping. Random tokens:
-speed does not depend on what is read. Rank 0 writes the figures as JSON to argv[1] and the
-burst's rows as metrics.jsonl beside it, as a run would, so the calculator reads the measured
-speed the way it reads a run's.
+on CPU), then trains the lab's GPT for a short burst with the training loop's own step
+(lab.kernel.step: DDP as the loop wraps it, the precision rule, fused AdamW, the GradScaler,
+clipping; pasted before this in the probe notebook, with lab.config, lab.kernel.model and
+lab.kernel.speed). On CPU, where the probe runs only in tests, fp32. Random tokens: speed does not
+depend on what is read. Rank 0 writes the figures as JSON to argv[1] and the burst's rows as
+metrics.jsonl beside it, as a run would, so the calculator reads the measured speed the way it
+reads a run's.
 
     python -m torch.distributed.run --standalone --nproc_per_node N lab_probe_worker.py OUT.json SIZE_JSON STEPS
 """
@@ -20,17 +21,10 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-import torch.nn as nn
 
+from lab.config import RunConfig
 from lab.kernel.model import GPT
-
-
-def precision_for(device: torch.device) -> str:
-    """As the training loop picks it on a GPU (lab.kernel.train.pick_precision). On CPU, where the
-    probe only runs in tests, fp32: the loop's CPU rule lives in lab.config, not pasted here."""
-    if device.type != "cuda":
-        return "fp32"
-    return "bf16" if torch.cuda.get_device_capability(device)[0] >= 8 else "fp16"
+from lab.kernel.step import Runtime, StepParts, make_optimizer, one_step, pick_precision, wrap_for
 
 
 def sync(device: torch.device) -> None:
@@ -55,33 +49,35 @@ def all_reduce_check(device: torch.device, world: int, megabytes: float) -> dict
     return {"ok": ok, "megabytes": megabytes, "seconds": round(seconds, 6), "bus_gb_s": round(busbw, 3)}
 
 
+class SameBatch:
+    """The burst's batches: one random batch at every step."""
+
+    def __init__(self, x: torch.Tensor):
+        self.x, self.y = x[:, :-1], x[:, 1:]
+
+    def take(self, step: int, micro: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.x, self.y
+
+    def prepare(self, step: int, micro: int) -> None:
+        pass
+
+
 def burst(device: torch.device, rank: int, world: int, size: dict, steps: int, out: Path | None) -> dict:
     """`steps` training steps at `size`; rows of metrics.jsonl (rank 0); the median tokens/s of
     the steps after the first ten (compilation of kernels, allocator warm-up)."""
     torch.manual_seed(1234 + rank)
-    model = GPT(size["vocab"], size["context"], size["width"], size["heads"], size["layers"]).to(device)
-    wrapped = nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
-    precision = precision_for(device)
-    dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(precision)
-    scaler = torch.amp.GradScaler(device.type, enabled=precision == "fp16")
-    fused = {"fused": True} if device.type == "cuda" else {}
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.95), **fused)
-    rows, tokens_per_step = size["batch_per_card"], size["batch_per_card"] * world * size["context"]
-    x = torch.randint(0, size["vocab"], (rows, size["context"] + 1), device=device)
+    cfg = RunConfig(context=size["context"], width=size["width"], heads=size["heads"], layers=size["layers"],
+                    batch_per_card=size["batch_per_card"])
+    rt = Runtime(rank, world, device, pick_precision(device, "auto" if device.type == "cuda" else "fp32"), cards=world)
+    model = GPT(size["vocab"], cfg.context, cfg.width, cfg.heads, cfg.layers).to(device)
+    parts = StepParts(model, wrap_for(model, rt), make_optimizer(model, cfg, device),
+                      torch.amp.GradScaler(device.type, enabled=rt.precision == "fp16"), rt)
+    tokens_per_step = cfg.batch_per_card * world * cfg.context
+    batches = SameBatch(torch.randint(0, size["vocab"], (cfg.batch_per_card, cfg.context + 1), device=device))
     records, started = [], time.perf_counter()
     for step in range(1, steps + 1):
         t0 = time.perf_counter()
-        if dtype is None:
-            loss = wrapped(x[:, :-1], x[:, 1:])
-        else:
-            with torch.autocast(device_type=device.type, dtype=dtype):
-                loss = wrapped(x[:, :-1], x[:, 1:])
-        scaler.scale(loss).backward()
-        scaler.unscale_(opt)
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        scaler.step(opt)
-        scaler.update()
-        opt.zero_grad(set_to_none=True)
+        loss, _ = one_step(parts, batches, step, cfg.lr, clip=cfg.grad_clip)
         sync(device)
         dt = time.perf_counter() - t0
         records.append({"step": step, "tokens": step * tokens_per_step, "loss": float(loss.item()),
@@ -90,7 +86,7 @@ def burst(device: torch.device, rank: int, world: int, size: dict, steps: int, o
     if out is not None:
         out.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
     steady = sorted(r["tok_s"] for r in records[10:]) or [records[-1]["tok_s"]]
-    return {"tok_s": round(steady[len(steady) // 2], 1), "steps": steps, "precision": precision,
+    return {"tok_s": round(steady[len(steady) // 2], 1), "steps": steps, "precision": rt.precision,
             "tokens_per_step": tokens_per_step, "size": size, "weights": model.num_weights(),
             "loss_first": records[0]["loss"], "loss_last": records[-1]["loss"],
             "peak_memory_gb": round(torch.cuda.max_memory_allocated(device) / 1e9, 3) if device.type == "cuda"

@@ -6,6 +6,10 @@ has many shallow minima: one start is not enough). Intervals come from a bootstr
 the points resampled with replacement, each sample refitted from the best fit and a few
 starts around it.
 
+The law fits in either of two scales (`Fit.metric`): "loss", nats per token against tokens,
+within one val set and tokenizer (what the calculator predicts with); or "bpb", bits per byte
+against bytes of text, across tokenizers on one held-out text (`points.in_bits_per_byte`).
+
 numpy and scipy are imported inside the functions: the calculator imports this module's
 light neighbours on every keystroke.
 """
@@ -45,6 +49,7 @@ class Fit:
     val_set: str | None = None
     tokenizer: str | None = None
     objective: float = 0.0
+    metric: str = "loss"  # or "bpb": L in bits per byte, D in bytes of text
 
     def predict(self, weights: float, tokens: float) -> float:
         return law(weights, tokens, self.E, self.A, self.B, self.alpha, self.beta)
@@ -95,12 +100,13 @@ def check_enough(points: Sequence[Point]) -> None:
             f"{MIN_D_PER_SIZE} token counts each; run more sizes or cooldown branches (lab sweep)")
 
 
-def fit_law(points: Sequence[Point], *, bootstrap: int = 100, seed: int = 0) -> Fit:
-    """Fits the law to points of one val set and tokenizer (mixing them is an error)."""
+def fit_law(points: Sequence[Point], *, bootstrap: int = 100, seed: int = 0, metric: str = "loss") -> Fit:
+    """Fits the law to points of one val set and tokenizer (mixing them is an error); with
+    metric "bpb", to points on the bits-per-byte scale of one val text."""
     keys = {group_key(p) for p in points}
     if len(keys) > 1:
         raise UserError(f"the points come from {len(keys)} different val sets or tokenizers; fit one group "
-                        f"at a time (lab fit --val-set ID)")
+                        f"at a time (lab fit --val-set ID), or fit in bits per byte across tokenizers (lab fit --bpb)")
     check_enough(points)
     # The bootstrap resamples by position: the same points give the same fit, in whatever order
     # the runs were listed (run ids are random).
@@ -123,7 +129,8 @@ def fit_law(points: Sequence[Point], *, bootstrap: int = 100, seed: int = 0) -> 
             samples.append(_natural(theta))
     val_set, tokenizer = next(iter(keys))
     fit = Fit(*_natural(best), points=len(points), sizes=len({p.weights for p in points}),
-              samples=[list(s) for s in samples], val_set=val_set, tokenizer=tokenizer, objective=float(value))
+              samples=[list(s) for s in samples], val_set=val_set, tokenizer=tokenizer, objective=float(value),
+              metric=metric)
     if samples:
         cols = np.array(samples)
         fit.intervals = {name: [float(np.percentile(cols[:, i], 2.5)), float(np.percentile(cols[:, i], 97.5))]
@@ -200,13 +207,15 @@ def fits_dir() -> Path:
     return lab_home() / "recipes" / "fits"
 
 
-def fit_file(val_set: str | None, tokenizer: str | None) -> Path:
+def fit_file(val_set: str | None, tokenizer: str | None, metric: str = "loss") -> Path:
+    if metric == "bpb":  # one per val text; the calculator reads only the loss fits
+        return fits_dir() / f"bpb-{(val_set or 'any')[:16]}.json"
     return fits_dir() / f"{(val_set or 'any')[:16]}-{(tokenizer or 'any')[:12]}.json"
 
 
 def save_fit(fit: Fit) -> Path:
     from lab.kernel.checkpoint import atomic_write
-    path = fit_file(fit.val_set, fit.tokenizer)
+    path = fit_file(fit.val_set, fit.tokenizer, fit.metric)
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(path, lambda f: f.write(json.dumps(fit.to_dict(), indent=1).encode("utf-8")))
     return path

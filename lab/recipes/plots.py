@@ -47,6 +47,13 @@ def _count(x: float) -> str:
     return f"{x:.3g}"
 
 
+def _axes(fit: Fit | None) -> tuple[str, str]:
+    """The words of D and L on the fit's scale."""
+    if fit is not None and fit.metric == "bpb":
+        return "bytes of text D", "final val bits per byte"
+    return "tokens D", "final val loss"
+
+
 def loss_vs_tokens(points: Sequence[Point], fit: Fit | None = None):
     plt = _plt()
     fig, ax = plt.subplots(figsize=(7, 4.5))
@@ -62,8 +69,8 @@ def loss_vs_tokens(points: Sequence[Point], fit: Fit | None = None):
     if fit is not None:
         ax.axhline(fit.E, color="grey", ls=":", lw=1, label=f"E = {fit.E:.3f}")
     ax.set_xscale("log")
-    ax.set_xlabel("tokens D")
-    ax.set_ylabel("final val loss")
+    ax.set_xlabel(_axes(fit)[0])
+    ax.set_ylabel(_axes(fit)[1])
     ax.set_title(_law_title(fit) if fit else "val loss against tokens")
     ax.legend(fontsize=8)
     fig.tight_layout()
@@ -114,8 +121,8 @@ def residuals(points: Sequence[Point], fit: Fit):
                    color=color, label=_size_label(pts[0]))
     ax.axhline(0, color="grey", lw=1)
     ax.set_xscale("log")
-    ax.set_xlabel("tokens D")
-    ax.set_ylabel("observed − fitted loss")
+    ax.set_xlabel(_axes(fit)[0])
+    ax.set_ylabel(f"observed − fitted {_axes(fit)[1].removeprefix('final val ')}")
     ax.set_title("residuals")
     ax.legend(fontsize=8)
     fig.tight_layout()
@@ -210,18 +217,23 @@ def branches(parent, kids: Sequence) -> object:
 
 
 def write_plots(folder: str | Path, points: Sequence[Point], fit: Fit | None = None, runs: Sequence = ()) -> list[Path]:
-    """Saves every figure the data allows into `folder`; returns the files."""
+    """Saves every figure the data allows into `folder`; returns the files. A fit in bits per
+    byte gets its law's own two (C = 6·N·D counts tokens, so no iso-loss; runs plot in tokens)."""
     plt = _plt()
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     figures = {}
-    if points:
+    in_bpb = fit is not None and fit.metric == "bpb"
+    if in_bpb and points:
+        figures["bpb-vs-bytes.png"] = loss_vs_tokens(points, fit)
+        figures["bpb-residuals.png"] = residuals(points, fit)
+    if not in_bpb and points:
         figures["loss-vs-tokens.png"] = loss_vs_tokens(points, fit)
         figures["loss-vs-lr.png"] = loss_vs_lr(points)
-    if fit is not None:
+    if not in_bpb and fit is not None:
         figures["isoloss.png"] = isoloss(fit, points)
         figures["residuals.png"] = residuals(points, fit) if points else None
-    if runs:
+    if runs and not in_bpb:
         figures["schedules.png"] = schedules(runs)
         from lab.recipes.branch import branches_of
         for run in runs:

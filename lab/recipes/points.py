@@ -5,14 +5,16 @@ a run counts as a point only when it reached `steps_until` with a val loss there
 schedule decays to a floor of at most `SMALL_LR` of its peak at that step, and it did not
 diverge. A run's
 val set and tokenizer travel with its point: points of different ones are never fitted
-together. Stdlib only.
+together — unless on the scale of bits per byte (`in_bits_per_byte`), where the loss is bits
+per byte of the held-out text and D the bytes of text trained on, so runs of any tokenizer on
+one val text fit together. Stdlib only.
 """
 from __future__ import annotations
 
 import json
 import math
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -35,6 +37,9 @@ class Point:
     branch_of: str | None = None  # the parent run of a cooldown branch
     layers: int | None = None
     width: int | None = None
+    val_bpb: float | None = None  # the val loss in bits per byte (`lab.models.bpb`)
+    val_text: str | None = None  # the held-out text's id, the same under any tokenizer
+    train_bytes: int | None = None  # D in bytes: the tokens trained on × the train split's bytes per token
 
     def to_dict(self) -> dict:
         return {k: v for k, v in asdict(self).items() if v is not None}
@@ -49,6 +54,13 @@ def groups(points: Iterable[Point]) -> dict[tuple, list[Point]]:
     for p in points:
         out.setdefault(group_key(p), []).append(p)
     return out
+
+
+def in_bits_per_byte(points: Iterable[Point]) -> list[Point]:
+    """The points on the tokenizer-free scale: val_loss in bits per byte, tokens in bytes of
+    text, grouped by the held-out text alone. Points that lack either figure are left out."""
+    return [replace(p, val_loss=p.val_bpb, tokens=p.train_bytes, val_set=p.val_text, tokenizer=None)
+            for p in points if p.val_bpb and p.train_bytes and p.val_text]
 
 
 def sizes_with_enough_tokens(points: Sequence[Point], min_d: int) -> list[int]:
@@ -111,7 +123,22 @@ def run_point(run) -> tuple[Point | None, str]:
                  val_loss=float(last["val_loss"]), lr=cfg.lr, schedule=cfg.schedule,
                  val_set=last.get("val_set"), tokenizer=_tokenizer(folder, cfg), run=run.id,
                  branch_of=(run.parent or {}).get("run") if is_branch(run) else None,
-                 layers=cfg.layers, width=cfg.width), "point"
+                 layers=cfg.layers, width=cfg.width, **_bytes_scale(last, cfg)), "point"
+
+
+def _bytes_scale(row: dict, cfg: RunConfig) -> dict:
+    """val_bpb, val_text and train_bytes of a run's last val row, where its data is at hand."""
+    from lab.corpus.manifests import read_manifest, val_text_id
+    from lab.corpus.valtext import val_bytes
+    from lab.models.bpb import data_folder_of, val_bpb
+    folder = data_folder_of(row.get("val_set"), cfg)
+    if folder is None:
+        return {}
+    manifest = read_manifest(folder)
+    text_bytes = sum(c.get("bytes", 0) for c in manifest["constellations"].values())
+    per_token = (text_bytes - val_bytes(folder)) / manifest["train_tokens"]
+    return {"val_bpb": val_bpb(row, cfg), "val_text": val_text_id(manifest),
+            "train_bytes": round(int(row["tokens"]) * per_token)}
 
 
 def ends_small(cfg: RunConfig) -> bool:

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from lab.config import UserError, field_names
+from lab.config import UserError
 from lab.recipes.points import DivergenceWatch, diverged_why, mark_diverged
 from lab.machines.outcome import End, Outcome
 from lab.runs import Link, load_run, now, updating
@@ -56,7 +56,7 @@ class InlineRunner:
 
         status, reason, step = "failed", None, None
         try:
-            result = train(cfg, run.folder, data, resume=resume, given=set(field_names()), log=lambda s: None,
+            result = train(cfg, run.folder, data, resume=resume, log=lambda s: None,
                            on_metrics=on_metrics)
             status = "done" if result["done"] else "stopped"
             reason, step = result["reason"], result["step"]

@@ -13,7 +13,7 @@ from typing import Any, Iterable
 
 from lab.config import RunConfig, card_set
 from lab.corpus.manifests import read_json_cached, stat_key
-from lab.home import accounts_dir, runs_dir
+from lab.home import accounts_dir, machines_dir, runs_dir
 from lab.sizing.cards import CARDS, REFERENCE, Card, flops_per_token, rate_known, reference_tok_s
 from lab.sizing.figures import Figure
 from lab.sizing.inputs import find_manifest, resolve_vocab
@@ -177,12 +177,15 @@ def _run_info(folder: str) -> tuple | None:
 
 
 def measured_runs(gpu: str | None = None, root: Path | None = None) -> list[Measured]:
-    """The lab's runs in `root` (default `$LAB_HOME/runs`, and each account's probe burst,
-    `lab probe`), on `gpu` or all, whose metrics give a steady speed."""
+    """The lab's runs in `root` (default `$LAB_HOME/runs`, each account's probe burst, `lab
+    probe`, and each box's check burst, `lab machines check`), on `gpu` or all, whose metrics give
+    a steady speed."""
     folders = _scan(runs_dir() if root is None else root)
-    if root is None:  # a probe's burst is a run folder too (lab.probe.record)
+    if root is None:  # a probe's burst is a run folder too (lab.probe.record), and so is a box check's
         folders += [(f"probe:{name}", os.path.join(path, "probe")) for name, path in _scan(accounts_dir())
                     if os.path.isdir(os.path.join(path, "probe"))]
+        folders += [(f"check:{name}", os.path.join(path, "check")) for name, path in _scan(machines_dir())
+                    if os.path.isdir(os.path.join(path, "check"))]
     out = []
     for name, folder in folders:
         info = _run_info(folder)

@@ -8,10 +8,11 @@
     ui.start(form)               # 5. Start, and where the run went
     ui.monitor(form)             # 6. links, log, the loss plot; Stop and Continue
     ui.runs()                    # 7. the lab's runs: compare curves, more steps, cooldown branches
+    ui.try_model()               # 9. a run's checkpoint writing text from a prompt, streamed
 
 Each call shows its panel and returns it (for `form.set(layers=12)`, `monitor.refresh()`...).
 The panels live in `lab.ui.machines`, `data`, `form` (with `calc`, `start`), `monitor`, `runs`,
-`branch`, `recipes` and `panels` (setup, Start); their words in `lab.ui.text`; what they ask of
+`branch`, `recipes`, `trymodel` and `panels` (setup, Start); their words in `lab.ui.text`; what they ask of
 the lab in `lab.ui.backend`; what they tell each other in `lab.ui.parts`. No widget keeps a
 secret: widget state is saved into notebooks.
 """
@@ -25,10 +26,11 @@ from lab.ui.panels import SetupPanel, StartPanel
 from lab.ui.parts import tell
 from lab.ui.runs import RunsPanel, lineage_rows
 from lab.ui.text import language_switch, set_language
+from lab.ui.trymodel import TryModel
 
-__all__ = ["setup", "machines", "data", "new_run", "start", "monitor", "runs", "set_language", "language_switch",
-           "NewRunForm", "MachinesPanel", "DataPanel", "Monitor", "RunsPanel", "SetupPanel", "StartPanel",
-           "lineage_rows"]
+__all__ = ["setup", "machines", "data", "new_run", "start", "monitor", "runs", "try_model", "set_language",
+           "language_switch", "NewRunForm", "MachinesPanel", "DataPanel", "Monitor", "RunsPanel", "SetupPanel",
+           "StartPanel", "TryModel", "lineage_rows"]
 
 _form: NewRunForm | None = None  # the newest form: its cell run again keeps what the person had in it
 
@@ -90,3 +92,8 @@ def runs() -> RunsPanel:
     """Cell 7: the lab's runs with lineage, their curves compared, "when to grow", more steps for
     a finished run, a cooldown branch."""
     return RunsPanel().show()
+
+
+def try_model(run: str | None = None) -> TryModel:
+    """Cell 9: a run's checkpoint writes text from a prompt, streamed into the cell."""
+    return TryModel(run).show()

@@ -87,7 +87,8 @@ class RunsPanel(Panel):
         self.runs = {r.id: r for r in newest_first(list_runs())}
         rows = [self._row(r) for r in self.runs.values()]
         head = [tr(*h) for h in (("run", "прогон"), ("status", "статус"), ("step", "шаг"), ("size", "размер"),
-                                 ("loss", "loss"), ("val", "val"), ("machines", "машины"), ("from", "от кого"))]
+                                 ("loss", "loss"), ("val", "val"), ("val bits/byte", "val бит/байт"),
+                                 ("machines", "машины"), ("from", "от кого"))]
         self.table.value = table([esc(h) for h in head], rows, "lab-runs") if rows else \
             f"<i>{esc(tr('No runs yet.', 'Прогонов пока нет.'))}</i>"
         chosen = tuple(i for i in self.choose.value if i in self.runs) or tuple(list(self.runs)[:1])
@@ -102,14 +103,16 @@ class RunsPanel(Panel):
         self.draw()
 
     def _row(self, r) -> list[str]:
+        from lab.models.bpb import last_val, val_bpb
         from lab.runs import lineage
         m = read_metrics(r.folder)
         loss = next((x["loss"] for x in reversed(m) if "loss" in x), None)
-        val = next((x["val_loss"] for x in reversed(m) if "val_loss" in x), None)
+        val = last_val(m)
+        bpb = val_bpb(val, r.cfg)  # bits per byte: runs of any tokenizer on one scale
         c = r.cfg
         return [f"<code>{esc(r.id)}</code>", esc(status_word(r.status)), esc(f"{r.step:,} / {c.steps_until:,}"),
                 esc(f"{c.layers}×{c.width}, n {c.context}"), "-" if loss is None else f"{loss:.3f}",
-                "-" if val is None else f"{val:.3f}", esc(", ".join(dict.fromkeys(link.machine for link in r.links)) or "-"),
+                "-" if val is None else f"{val['val_loss']:.3f}", "-" if bpb is None else f"{bpb:.3f}", esc(", ".join(dict.fromkeys(link.machine for link in r.links)) or "-"),
                 esc(" ← ".join(reversed(lineage(r)[:-1])) or "-")]
 
     def _chosen(self, change) -> None:

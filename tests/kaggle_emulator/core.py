@@ -32,13 +32,13 @@ from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Callable
 
-from kaggle_emulator.datasets import Datasets
+from kaggle_emulator.datasets import DATASET_BEHAVIOURS, Datasets
 from kaggle_emulator.kernels import Kernels
 from kaggle_emulator.logs import Logs
 from kaggle_emulator.pages import Pages
 from kaggle_emulator.files import _kill_tree
 from kaggle_emulator.model import (ACTIVE, TERMINAL, EmulatedAccount, SessionInfo, _Blob, _Dataset, _Fault,
-                                         _HttpError, _Kernel, _Session, _duration, _timestamp)
+                                   _HttpError, _Kernel, _KillPlan, _Session, _duration, _timestamp)
 from kaggle_emulator.server import _Handler
 from kaggle_emulator.sessions import Sessions
 
@@ -60,6 +60,8 @@ class KaggleEmulator(Datasets, Kernels, Sessions, Logs, Pages):
         pushed sooner sees the version before, or nothing *(assumed)*.
     timeout_kill: "sigterm": at the session timeout SIGTERM, then SIGKILL after `grace_s`;
         "lost": SIGKILL at once and the outputs are lost *(assumed: Kaggle documents neither)*.
+    timeout_status: what a session ends in at its timeout, with no reason given: "CANCEL_ACKNOWLEDGED"
+        (two projects' notes on Kaggle's runtime cut-off) or "ERROR".
     enforce_timeout: False plays a session Kaggle never ends (it reads RUNNING forever).
     quota_at_push: False accepts a push with no quota left and refuses the session at its start.
     input_layout: "new" mounts inputs at input/datasets/<owner>/<slug> and
@@ -70,7 +72,8 @@ class KaggleEmulator(Datasets, Kernels, Sessions, Logs, Pages):
                  time_scale: float = 1.0, dataset_ready_s: float = 1.0, queue_s: float = 0.2,
                  grace_s: float = 10.0, max_gpu_sessions: int = 2, input_layout: str = "new",
                  missing_status: int = 404, dataset_visible_s: float = 0.0, mount_lag_s: float = 0.0,
-                 timeout_kill: str = "sigterm", enforce_timeout: bool = True, quota_at_push: bool = True,
+                 timeout_kill: str = "sigterm", timeout_status: str = "CANCEL_ACKNOWLEDGED",
+                 enforce_timeout: bool = True, quota_at_push: bool = True, private_storage_bytes: float | None = None,
                  kernel_name: str = "python3", tick_s: float = 0.05, min_step_s: float = 0.0,
                  host: str = "127.0.0.1", port: int = 0):
         if input_layout not in ("new", "old"):
@@ -89,6 +92,12 @@ class KaggleEmulator(Datasets, Kernels, Sessions, Logs, Pages):
         if timeout_kill not in ("sigterm", "lost"):
             raise ValueError("timeout_kill must be 'sigterm' or 'lost'")
         self.timeout_kill = timeout_kill
+        if timeout_status not in ("CANCEL_ACKNOWLEDGED", "ERROR"):
+            raise ValueError("timeout_status must be 'CANCEL_ACKNOWLEDGED' or 'ERROR'")
+        self.timeout_status = timeout_status
+        # Over this many bytes of private datasets (every version counted), an upload is taken and
+        # then never shows *(reported: kaggle-cli#284)*; None: no limit.
+        self.private_storage_bytes = private_storage_bytes
         self.enforce_timeout = bool(enforce_timeout)
         self.quota_at_push = bool(quota_at_push)
         self.kernel_name = kernel_name
@@ -106,7 +115,8 @@ class KaggleEmulator(Datasets, Kernels, Sessions, Logs, Pages):
         self._faults: dict[str, list[_Fault]] = {}
         self._push_errors: dict[str, list[str]] = {}
         self._drop_sources: dict[str, int] = {}
-        self._kill_plans: dict[str, list[tuple[float, bool]]] = {}
+        self._kill_plans: dict[str, list[_KillPlan]] = {}
+        self._holds: dict[str, list[str]] = {}
         self._recorded: list[dict] = []
         self._ids = itertools.count(1)
         self._server: ThreadingHTTPServer | None = None
@@ -241,18 +251,36 @@ class KaggleEmulator(Datasets, Kernels, Sessions, Logs, Pages):
         with self._lock:
             self._drop_sources[username] = self._drop_sources.get(username, 0) + int(count)
 
-    def kill_next_session(self, username: str, after_s: float, lose_outputs: bool = True) -> None:
-        """Kaggle kills the account's next session `after_s` emulated seconds after it starts,
-        without SIGTERM; with `lose_outputs` it keeps none of its outputs *(assumed: the
-        unfriendly case)*, else what the notebook had saved stays (the session ends ERROR)."""
+    def kill_next_session(self, username: str, after_s: float | None = None, lose_outputs: bool = True, *,
+                          once: str | None = None, status: str = "ERROR", listing_status: int | None = None) -> None:
+        """Kaggle kills the account's next session `after_s` emulated seconds after it starts (or
+        `once` its working folder holds a file matching that glob, e.g. its first checkpoint),
+        without SIGTERM, and it ends in `status` (ERROR, or CANCEL_ACKNOWLEDGED as Kaggle's runtime
+        cut-off does) with no reason; with `lose_outputs` it keeps none of its outputs and none of
+        its log *(assumed: the unfriendly case)*, and its output listing answers `listing_status`
+        (403, 404) or nothing; else what the notebook had saved stays."""
+        if status not in ("ERROR", "CANCEL_ACKNOWLEDGED"):
+            raise ValueError("status must be 'ERROR' or 'CANCEL_ACKNOWLEDGED'")
+        if (after_s is None) == (once is None):
+            raise ValueError("give after_s or once")
         with self._lock:
-            self._kill_plans.setdefault(username, []).append((float(after_s), bool(lose_outputs)))
+            self._kill_plans.setdefault(username, []).append(
+                _KillPlan(None if after_s is None else float(after_s), bool(lose_outputs), status, listing_status, once))
+
+    def hold_next_session(self, username: str, status: str = "NEW_SCRIPT") -> None:
+        """The account's next session never starts: it reads `status` (QUEUED or NEW_SCRIPT) for ever."""
+        if status not in ("QUEUED", "NEW_SCRIPT"):
+            raise ValueError("status must be 'QUEUED' or 'NEW_SCRIPT'")
+        with self._lock:
+            self._holds.setdefault(username, []).append(status)
 
     def set_dataset_behaviour(self, owner: str, slug: str, behaviour: str | None) -> None:
-        """"stuck": versions never become READY; "failed": they end FAILED; "mount-lag": a READY
-        version is mounted only `mount_lag_s` (default 2 s) after READY; None: normal."""
-        if behaviour not in (None, "stuck", "failed", "mount-lag"):
-            raise ValueError("behaviour must be None, 'stuck', 'failed' or 'mount-lag'")
+        """"stuck": versions never become READY; "failed": they end FAILED; "deleted": they end
+        DELETED; "reprocessing": they read REPROCESSING for a while, then READY; "drop-file": a new
+        version keeps all but its largest file (an upload that failed without saying so); "mount-lag":
+        a READY version is mounted only `mount_lag_s` (default 2 s) after READY; None: normal."""
+        if behaviour not in DATASET_BEHAVIOURS:
+            raise ValueError(f"behaviour must be one of {DATASET_BEHAVIOURS}")
         with self._lock:
             if behaviour is None:
                 self._dataset_behaviour.pop((owner, slug), None)
@@ -393,5 +421,6 @@ _RPCS: dict[tuple[str, str], Callable[..., dict]] = {
     ("datasets.DatasetApiService", "GetDataset"): KaggleEmulator._get_dataset,
     ("datasets.DatasetApiService", "ListDatasets"): KaggleEmulator._list_datasets,
     ("datasets.DatasetApiService", "DeleteDataset"): KaggleEmulator._delete_dataset,
+    ("datasets.DatasetApiService", "ListDatasetFiles"): KaggleEmulator._list_dataset_files,
     ("security.OAuthService", "IntrospectToken"): KaggleEmulator._introspect_token,
 }

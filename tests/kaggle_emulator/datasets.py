@@ -11,11 +11,14 @@ from kaggle_emulator.files import _drain, _write_at
 from kaggle_emulator.model import EmulatedAccount, _Blob, _Dataset, _DatasetVersion, _HttpError
 
 
-# Kaggle's dataset licence names *(docs: the dataset-metadata wiki; the service's own list is not public)*.
-KNOWN_LICENCES = {"CC0-1.0", "CC-BY-SA-4.0", "CC-BY-SA-3.0", "CC-BY-4.0", "CC-BY-3.0", "CC-BY-NC-4.0", "CC-BY-NC-SA-4.0",
-                  "CC-BY-ND-4.0", "CC-BY-NC-ND-4.0", "GPL-2.0", "GPL-3.0", "LGPL-3.0", "AGPL-3.0", "FDL-1.3", "ODbL-1.0",
-                  "ODC-BY-1.0", "PDDL", "DbCL-1.0", "apache-2.0", "mit", "copyright-authors", "unknown", "other",
-                  "reddit-api", "world-bank", "US-Government-Works", "CDLA-Permissive-1.0", "CDLA-Sharing-1.0"}
+# Kaggle's documented dataset licence names (kaggle-cli docs/datasets_metadata.md, "Licenses"); the
+# service's own list is not public *(assumed: it takes exactly these)*. MIT is not among them.
+KNOWN_LICENCES = {"CC0-1.0", "CC-BY-SA-3.0", "CC-BY-SA-4.0", "CC-BY-NC-SA-4.0", "GPL-2.0", "ODbL-1.0", "DbCL-1.0",
+                  "copyright-authors", "other", "unknown", "CC-BY-4.0", "CC-BY-NC-4.0", "PDDL", "CC-BY-3.0",
+                  "CC-BY-3.0-IGO", "US-Government-Works", "CC-BY-NC-SA-3.0-IGO", "CDLA-Permissive-1.0",
+                  "CDLA-Sharing-1.0", "CC-BY-ND-4.0", "CC-BY-NC-ND-4.0", "ODC-BY-1.0", "LGPL-3.0", "AGPL-3.0",
+                  "FDL-1.3", "EU-ODP-Legal-Notice", "apache-2.0", "GPL-3.0"}
+DATASET_BEHAVIOURS = (None, "stuck", "failed", "deleted", "reprocessing", "drop-file", "mount-lag")
 
 
 class Datasets:
@@ -104,6 +107,8 @@ class Datasets:
                 return {"status": "error",
                         "error": f'The requested title "{title}" is already in use by a dataset. Please choose another title.'}
             blobs = self._take_blobs(user, body.get("files"))
+            if self._over_storage(owner, blobs):  # *(reported)* "being created", then never there
+                return {"ref": f"{owner}/{slug}", "url": f"{self.url}/datasets/{owner}/{slug}", "status": "ok"}
             # An omitted isPrivate is false: a public dataset, as on Kaggle.
             ds = _Dataset(owner, slug, title, bool(body.get("isPrivate", False)))
             self._datasets[(owner, slug)] = ds
@@ -118,23 +123,44 @@ class Datasets:
                 raise _HttpError(403, "You may only version datasets you own")
             inner = body.get("body") or {}
             blobs = self._take_blobs(user, inner.get("files"))
-            self._add_dataset_version(ds, blobs, inner.get("versionNotes") or "")
+            if not self._over_storage(owner, blobs):
+                self._add_dataset_version(ds, blobs, inner.get("versionNotes") or "")
+                if inner.get("deleteOldVersions"):
+                    for old in ds.versions[:-1]:
+                        shutil.rmtree(old.folder, ignore_errors=True)
+                    ds.versions = ds.versions[-1:]
         return {"ref": f"{owner}/{slug}", "url": f"{self.url}/datasets/{owner}/{slug}", "status": "ok"}
 
+    def _over_storage(self, owner: str, blobs: list[_Blob]) -> bool:
+        """Whether these files would take the owner's private datasets (every version kept) over
+        `private_storage_bytes`."""
+        if self.private_storage_bytes is None:
+            return False
+        held = sum(f.stat().st_size for ds in self._datasets.values() if ds.owner == owner and ds.private
+                   for v in ds.versions for f in v.folder.iterdir() if f.is_file())
+        return held + sum(b.size for b in blobs) > self.private_storage_bytes
+
     def _add_dataset_version(self, ds: _Dataset, blobs: list[_Blob], notes: str) -> None:
-        number = len(ds.versions) + 1
+        number = (ds.versions[-1].number if ds.versions else 0) + 1
         folder = self.state_dir / "datasets" / ds.owner / ds.slug / f"v{number}"
         folder.mkdir(parents=True, exist_ok=True)
+        if self._dataset_behaviour.get((ds.owner, ds.slug)) == "drop-file" and len(blobs) > 1:
+            blobs = sorted(blobs, key=lambda b: (b.size, b.name))[:-1]  # the largest never arrived
         for blob in blobs:
             shutil.copyfile(blob.path, folder / blob.name)
         ds.versions.append(_DatasetVersion(number, folder, notes, time.monotonic() + self.dataset_ready_s))
 
     def _dataset_version_status(self, ds: _Dataset, v: _DatasetVersion) -> str:
         behaviour = self._dataset_behaviour.get((ds.owner, ds.slug))
-        if v.status == "BLOBS_RECEIVED" and behaviour in (None, "mount-lag") and time.monotonic() >= v.ready_at:
+        due = time.monotonic() >= v.ready_at
+        if v.status == "BLOBS_RECEIVED" and behaviour == "reprocessing":
+            v.status = "REPROCESSING"  # then READY after another `dataset_ready_s`
+            v.ready_at = time.monotonic() + self.dataset_ready_s
+        elif v.status in ("BLOBS_RECEIVED", "REPROCESSING") and behaviour in (None, "mount-lag", "drop-file",
+                                                                              "reprocessing") and due:
             v.status = "READY"
-        elif v.status == "BLOBS_RECEIVED" and behaviour == "failed":
-            v.status = "FAILED"
+        elif v.status == "BLOBS_RECEIVED" and behaviour in ("failed", "deleted"):
+            v.status = behaviour.upper()
         return v.status
 
     def _visible_dataset(self, user: EmulatedAccount, owner: str, slug: str) -> _Dataset:
@@ -176,6 +202,24 @@ class Datasets:
                      "totalBytes": sum(f.stat().st_size for f in ds.versions[-1].folder.iterdir() if f.is_file())}
                     for ds in found[(page - 1) * 20:page * 20]]
         return {"datasets": rows}
+
+    def _list_dataset_files(self, user: EmulatedAccount, body: dict) -> dict:
+        """A version's files with their sizes (the newest without `datasetVersionNumber`), a page at a time."""
+        size, token = int(body.get("pageSize") or 20), body.get("pageToken") or "0"
+        if not 1 <= size <= 200 or not str(token).isdigit():
+            raise _HttpError(400, "pageSize must be 1-200 and pageToken a page token")
+        with self._lock:
+            ds = self._visible_dataset(user, body.get("ownerSlug") or "", body.get("datasetSlug") or "")
+            number = body.get("datasetVersionNumber")
+            found = [v for v in ds.versions if number in (None, "", 0) or v.number == int(number)]
+            if not found:
+                return {"errorMessage": f"Dataset version {number} not found"}
+            files = sorted((f.name, f.stat().st_size) for f in found[-1].folder.iterdir() if f.is_file())
+        start = int(token)
+        reply: dict = {"datasetFiles": [{"name": n, "totalBytes": b, "ref": n} for n, b in files[start:start + size]]}
+        if start + size < len(files):
+            reply["nextPageToken"] = str(start + size)
+        return reply
 
     def _delete_dataset(self, user: EmulatedAccount, body: dict) -> dict:
         owner, slug = body.get("ownerSlug") or user.username, body.get("datasetSlug") or ""

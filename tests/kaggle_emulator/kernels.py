@@ -47,13 +47,18 @@ class Kernels:
             number = len(kernel.versions) + 1
             timeout = min(float(body.get("sessionTimeoutSeconds") or KAGGLE_SESSION_LIMIT_S), KAGGLE_SESSION_LIMIT_S)
             sid = next(self._ids)
-            plan = self._kill_plans.get(user.username)
-            kill_at, lose = plan.pop(0) if plan else (None, False)
-            if kill_at is not None:
-                timeout = min(timeout, kill_at)
-            session = _Session(sid, owner, slug, number, gpu, timeout, self.state_dir / "sessions" / str(sid),
-                               mounts, time.monotonic(), kill_lost=self.timeout_kill == "lost" or kill_at is not None,
-                               keep_outputs=kill_at is not None and not lose)
+            plans, holds = self._kill_plans.get(user.username), self._holds.get(user.username)
+            plan = plans.pop(0) if plans else None
+            killed_at = plan.after_s if plan and plan.after_s is not None else timeout
+            session = _Session(sid, owner, slug, number, gpu, min(timeout, killed_at),
+                               self.state_dir / "sessions" / str(sid), mounts, time.monotonic(),
+                               kill_lost=self.timeout_kill == "lost" or plan is not None,
+                               keep_outputs=plan is not None and not plan.lose_outputs,
+                               timeout_status=plan.status if plan else self.timeout_status,
+                               listing_status=plan.listing_status if plan else None,
+                               kill_once=plan.once if plan else None)
+            if holds:
+                session.status, session.held = holds.pop(0), True
             kernel.versions.append(_KernelVersion(number, text, dict(body), session))
             self._sessions[sid] = session
         reply = {"ref": f"/code/{owner}/{slug}", "url": f"{self.url}/code/{owner}/{slug}",
@@ -179,9 +184,12 @@ class Kernels:
             raise _HttpError(400, "Invalid pageToken")
         with self._lock:
             s = self._visible_session(user, body)
+            if s.status in TERMINAL and s.outputs_lost and s.listing_status:
+                raise _HttpError(s.listing_status, "Permission 'kernels.output' was denied" if s.listing_status == 403
+                                 else "Kernel session output not found")
             # *(assumed)* Files appear once the session has ended; the log grows while it runs.
             names = _list_files(s.working) if s.status in TERMINAL and not s.outputs_lost else []
-            log = json.dumps(s.log) if s.log and self.log_readable(s.status) else ""
+            log = json.dumps(s.log) if s.log and self.log_readable(s.status) and not s.outputs_lost else ""
         start = int(token)
         page = names[start:start + size]
         now = time.monotonic()

@@ -27,7 +27,7 @@ class Logs:
     # While nothing is printed, an SSE comment this often *(assumed)*. The real client reads the
     # stream with requests' `iter_lines` (512-byte chunks): a line reaches it only once 512 more
     # bytes follow, so the comment is that long, and a quiet session's last line is not held back.
-    log_keepalive_s: float = 1.0
+    log_keepalive_s: float | None = 1.0  # None: no keep-alive at all, a silent session's stream stays silent
 
     def log_readable(self, status: str) -> bool:
         """Whether a session's log can be read now (its status as Kaggle reports it)."""
@@ -75,7 +75,7 @@ class Logs:
                 return
             if new:
                 last = time.monotonic()
-            elif time.monotonic() - last >= self.log_keepalive_s:
+            elif self.log_keepalive_s is not None and time.monotonic() - last >= self.log_keepalive_s:
                 yield b":" + b" " * 509 + b"\n\n"
                 last = time.monotonic()
             if self._stopping.wait(0.05):

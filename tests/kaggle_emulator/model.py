@@ -50,6 +50,7 @@ class EmulatedAccount:
     gpu_reserved_s: float = 0.0
     refresh_time: datetime = field(default_factory=lambda: _utcnow() + timedelta(days=7))
     gpu_allowed: bool = True  # False: not phone-verified, Kaggle offers it no GPU
+    nccl_p2p_broken: bool = False  # its sessions' all-reduce fails unless NCCL_P2P_DISABLE=1 *(assumed)*
 
 
 @dataclass
@@ -104,6 +105,10 @@ class _Session:
     outputs_lost: bool = False  # killed at its timeout with /kaggle/working not kept
     kill_lost: bool = False  # at its timeout: SIGKILL at once, outputs lost (else SIGTERM first)
     keep_outputs: bool = False  # with kill_lost: the outputs saved so far are kept all the same
+    timeout_status: str = "CANCEL_ACKNOWLEDGED"  # how it ends at its timeout (its runtime limit)
+    listing_status: int | None = None  # with its outputs lost: what the output listing answers (403, 404)
+    held: bool = False  # it never starts: it reads `status` (QUEUED, NEW_SCRIPT) for ever
+    kill_once: str | None = None  # killed (as at its timeout) once a file matching this glob is in its working dir
     exited_at: float | None = None
     log: list[dict] = field(default_factory=list)
     log_done: threading.Event = field(default_factory=threading.Event)
@@ -141,6 +146,19 @@ class _Fault:
     retry_after: float | None = None
     after: bool = False  # answer the error after doing the work (the reply is "lost")
     delay_s: float = 0.0  # wait this long before answering (the client's timeout may fire first)
+
+
+@dataclass
+class _KillPlan:
+    """How Kaggle ends an account's next session: `after_s` emulated seconds after it starts (or
+    `once` its working folder holds a file matching that glob), without SIGTERM, ending in `status` with no reason given; with `lose_outputs` none of its
+    outputs (and none of its log) are kept, and the output listing answers `listing_status`
+    (403 or 404; None: an empty listing)."""
+    after_s: float | None
+    lose_outputs: bool = True
+    status: str = "ERROR"
+    listing_status: int | None = None
+    once: str | None = None  # instead of `after_s`: once a file matching this glob is in its working dir
 
 
 @dataclass

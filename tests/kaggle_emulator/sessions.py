@@ -16,6 +16,19 @@ from kaggle_emulator.files import _kill_tree
 from kaggle_emulator.model import TERMINAL, _Session, _utcnow
 
 
+EMULATED_IMAGE = "kaggle-emulator"  # the image version a session reads (GIT_COMMIT)
+# Put on a broken account's sessions' Python path: in a torchrun worker without NCCL_P2P_DISABLE=1
+# every all-reduce fails, as a broken peer-to-peer path between two cards might.
+BROKEN_P2P = """import os
+if "RANK" in os.environ and os.environ.get("NCCL_P2P_DISABLE") != "1":
+    import torch.distributed as _dist
+
+    def _broken_all_reduce(*args, **kwargs):
+        raise RuntimeError("NCCL error: unhandled system error (emulated: the P2P path between the cards is broken)")
+    _dist.all_reduce = _broken_all_reduce
+"""
+
+
 # The pushed notebooks' parameters that are lengths of time: the training notebook's (minutes) and
 # the probe's hold (seconds, lab.probe.account.probe_notebook). The probe's worker timeout stays: it cuts
 # off a hang, and workers start as slowly here as they do.
@@ -88,7 +101,8 @@ class Sessions:
 
     def _due_sessions(self, now: float) -> list[_Session]:
         with self._lock:
-            due = [s for s in self._sessions.values() if s.status == "QUEUED" and now - s.queued_at >= self.queue_s]
+            due = [s for s in self._sessions.values()
+                   if s.status == "QUEUED" and not s.held and now - s.queued_at >= self.queue_s]
             for s in due:
                 account = self._accounts[s.owner]
                 if s.gpu and self._gpu_left(account) <= 0:
@@ -129,12 +143,21 @@ class Sessions:
                          daemon=True).start()
 
     def _session_env(self, s: _Session) -> dict[str, str]:
-        """The notebook's environment: the fake /kaggle, no GPU, and none of this machine's
-        credentials or Python path (a bare Kaggle image has neither)."""
+        """The notebook's environment: the fake /kaggle, no GPU, the image's version as Kaggle's
+        image sets it (GIT_COMMIT, BUILD_DATE), and none of this machine's credentials or Python
+        path (a bare Kaggle image has neither). An account whose NCCL peer-to-peer path is broken
+        gets a `sitecustomize` that fails every torchrun worker's all-reduce unless
+        NCCL_P2P_DISABLE=1 *(assumed: how a broken P2P path shows is not on record)*."""
         env = {k: v for k, v in os.environ.items()
-               if not k.startswith(("KAGGLE_", "LAB_")) and k not in ("PYTHONPATH",)}
+               if not k.startswith(("KAGGLE_", "LAB_")) and k not in ("PYTHONPATH", "GIT_COMMIT", "BUILD_DATE")}
         env.update(LAB_KAGGLE_ROOT=str(s.root), KAGGLE_KERNEL_RUN_TYPE="Batch", CUDA_VISIBLE_DEVICES="",
-                   PYTHONUNBUFFERED="1", TMPDIR=str(s.root / "tmp"))
+                   PYTHONUNBUFFERED="1", TMPDIR=str(s.root / "tmp"), GIT_COMMIT=EMULATED_IMAGE,
+                   BUILD_DATE=_utcnow().strftime("%Y%m%d-000000"))
+        if self._accounts[s.owner].nccl_p2p_broken:
+            site = s.folder / "site"
+            site.mkdir(parents=True, exist_ok=True)
+            (site / "sitecustomize.py").write_text(BROKEN_P2P, encoding="utf-8")
+            env["PYTHONPATH"] = str(site)
         return env
 
     def _read_log(self, s: _Session, proc: subprocess.Popen) -> None:
@@ -173,7 +196,10 @@ class Sessions:
             account = self._accounts[s.owner]
             if s.gpu:
                 account.gpu_used_s += dt * self.time_scale
-            if s.stop_reason is None and self.enforce_timeout and (now - s.started_at) * self.time_scale >= s.timeout_s:
+            due = self.enforce_timeout and (now - s.started_at) * self.time_scale >= s.timeout_s
+            if s.kill_once:  # a test's kill at a point of the session's own (a file it wrote), not a time
+                due = any(s.working.glob(s.kill_once))
+            if s.stop_reason is None and due:
                 if s.kill_lost:  # *(assumed)* killed without SIGTERM, /kaggle/working not kept
                     s.stop_reason, s.outputs_lost = "timeout", not s.keep_outputs
                     if s.proc is not None:
@@ -216,8 +242,8 @@ class Sessions:
     def _ending(self, s: _Session, rc: int | None) -> tuple[str, str]:
         if s.stop_reason == "cancel":
             return "CANCEL_ACKNOWLEDGED", ""
-        if s.stop_reason == "timeout":
-            return "ERROR", f"The session reached its time limit of {int(s.timeout_s)} seconds and was stopped."
+        if s.stop_reason == "timeout":  # *(reported)* Kaggle's runtime cut-off gives no reason
+            return s.timeout_status, ""
         if s.stop_reason == "quota":
             return "ERROR", "The account's weekly GPU quota ran out and the session was stopped."
         if s.stop_reason == "shutdown":

@@ -10,6 +10,7 @@ import pytest
 
 from conftest import ROOT, TINY, lab_here
 from lab.config import ConfigError, RunConfig, resumed_config
+from lab.kernel.train import Trainer
 
 # A run whose fields are off the defaults, so a resume that fell back to them would show.
 # Saves (and so sync points, where a signal is acted on) every ~10 ms: the stop lands mid-run.
@@ -82,3 +83,17 @@ def test_sigterm_then_a_resume_with_only_steps_until_continues_bitwise(pydoc_dat
     resumed, ref = _losses(run), _losses(tmp_path / "ref")
     assert sorted(resumed) == list(range(1, steps + 1))
     assert resumed == ref, f"stopped at {stopped_at}: the floats compare equal at every step"
+
+
+def test_the_loop_runs_the_config_it_is_given_and_only_checks_it_against_the_checkpoint(pydoc_data, tmp_path):
+    """The merge with the checkpoint happened before (the notebook's start, `lab train`'s flags):
+    the loop merges nothing again, and a config that was not settled is refused, not patched."""
+    code, out, err = lab_here("train", *RUN, "--steps-until", "3", "--out", str(tmp_path / "run"))
+    assert code == 0, out + err
+    settled = RunConfig.from_dict({**json.loads((tmp_path / "run" / "config.json").read_text()),
+                                   "steps_until": 5, "lr": 1e-3})
+    trainer = Trainer(settled, tmp_path / "run", pydoc_data, resume=tmp_path / "run", log=lambda s: None)
+    assert trainer.cfg is settled and trainer.step == 3
+    unsettled = RunConfig(constellations=["pydoc"], steps_until=5)  # the defaults' width, not the run's
+    with pytest.raises(ConfigError, match="width is locked when continuing: the checkpoint has width=32"):
+        Trainer(unsettled, tmp_path / "run", pydoc_data, resume=tmp_path / "run", log=lambda s: None)

@@ -44,9 +44,9 @@ def test_metrics_hold_every_logged_step_with_their_own_loss_and_grad_norm(pydoc_
 
 def test_losses_read_every_few_steps_equal_losses_read_every_step(pydoc_data, tmp_path):
     logged = []
-    Trainer(tiny_config(pydoc_data, 25), tmp_path / "loop", pydoc_data, given=set(), log=lambda _: None,
+    Trainer(tiny_config(pydoc_data, 25), tmp_path / "loop", pydoc_data, log=lambda _: None,
             on_metrics=logged.append).run()
-    stepper = Trainer(tiny_config(pydoc_data, 25), tmp_path / "steps", pydoc_data, given=set(), log=lambda _: None)
+    stepper = Trainer(tiny_config(pydoc_data, 25), tmp_path / "steps", pydoc_data, log=lambda _: None)
     synced = [stepper.train_step()[0].item() for _ in range(25)]  # a host sync after every step
     assert [r["loss"] for r in logged if "loss" in r] == synced  # bitwise
 
@@ -141,17 +141,46 @@ def test_the_prepared_batch_is_the_batch_that_would_be_read(pydoc_data):
     assert reads[-1] == (7, 0)
 
 
+def test_a_prepared_batch_is_contiguous_before_it_is_pinned(pydoc_data):
+    """A batch is a view into one array (inputs and targets overlap); pinning a view keeps its
+    strides, and the copy to the card then goes through an unpinned temporary."""
+    data = TokenData(pydoc_data)
+    x, y = data.train_batch(seed=1, step=0, micro=0, accum=1, rank=0, world=1, rows=3, context=16)
+    assert not x.is_contiguous()  # what the memmap gives
+    batches = Prefetcher(lambda step, micro: (x, y), torch.device("cpu"))
+    batches.prepare(0, 0)
+    got_x, got_y = batches.take(0, 0)
+    assert got_x.is_contiguous() and got_y.is_contiguous() and torch.equal(got_x, x) and torch.equal(got_y, y)
+
+
 def test_gpu_check_runs_its_reduced_mode_on_cpu_and_prints_json(pydoc_data):
+    """Every job of a GPU machine, at a tiny size on the CPU: DDP (gloo) first, the card's own path,
+    the T4's (fp16 with a GradScaler), the out-of-memory answers on a simulated card (under DDP
+    too), and a SIGTERM'd run resumed on the same curve."""
     proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "gpu-check"), "--cpu-smoke", "--steps", "4"],
-                          capture_output=True, text=True, cwd=ROOT, env={**os.environ}, timeout=300)
+                          capture_output=True, text=True, cwd=ROOT, env={**os.environ}, timeout=900)
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert report["smoke"] and set(report["runs"]) == {"cpu fp32 eager", "cpu fp32 ddp x2 eager"}
-    for name, run in report["runs"].items():
-        assert "error" not in run, (name, run)
-        assert run["real_tok_s"]["median"] > 0 and run["lean_tok_s"]["median"] > 0 and run["real_over_lean"] > 0
-        assert 0 < run["eval"]["share_of_session"] < 1
-    assert report["runs"]["cpu fp32 ddp x2 eager"]["world"] == 2
+    runs = report["runs"]
+    assert report["smoke"] and list(runs) == ["ddp", "native", "t4_path", "memory", "memory_ddp", "resume"]
+    for name, run in runs.items():
+        assert "error" not in run and "skipped" not in run, (name, run)
+    for name in ("ddp", "native"):
+        assert runs[name]["real_tok_s"]["median"] > 0 and runs[name]["lean_tok_s"]["median"] > 0
+        assert runs[name]["real_over_lean"] > 0 and 0 < runs[name]["eval"]["share_of_session"] < 1
+        assert "t4_equivalent_tok_s" not in runs[name]  # no figure of another card
+    assert runs["ddp"]["world"] == 2
+    t4 = runs["t4_path"]
+    assert t4["precision"] == "fp16" and t4["trains"]["losses_finite"] and t4["trains"]["skipped_steps"] == 0
+    for memory, cards in ((runs["memory"], ("T4", "rtx3050")), (runs["memory_ddp"], ("T4",))):
+        for card in cards:
+            got = memory[card]
+            assert got["largest_fits"] and got["above_ran_out"] and got["advised_fits"], got
+            assert got["advised"] == got["largest_batch"] == 3
+    assert runs["memory_ddp"]["world"] == 2
+    assert set(runs["memory"]["estimate_vs_peak"]) == {"6", "24"}
+    resume = runs["resume"]
+    assert resume["stopped_by_sigterm"] and resume["stopped_early"] and resume["bitwise"] and resume["same_curve"]
 
 
 def test_the_train_a_b_bench_runs_both_sides_and_prints_json(lab_home, tmp_path):

@@ -8,7 +8,10 @@ import torch
 
 from conftest import FP32, TINY, lab, lab_here
 from lab.config import cpu_precision
-from lab.kernel.train import pick_precision
+from lab.kernel.step import pick_precision
+
+# Its module-scoped fixture is made once: every test of the file on one xdist worker.
+pytestmark = pytest.mark.xdist_group("trained-run")
 
 
 def train_here(*args: str) -> str:
@@ -209,7 +212,8 @@ def test_bf16_autocast_trains_on_any_cpu(pydoc_data, tmp_path):
 def test_cuda_out_of_memory_says_to_lower_the_batch_and_which_batch_fits(pydoc_data, tmp_path, monkeypatch):
     from lab.config import RunConfig
     from lab.kernel.model import GPT
-    from lab.kernel.train import OutOfMemory, Trainer
+    from lab.kernel.step import OutOfMemory
+    from lab.kernel.train import Trainer
 
     real_forward = GPT.forward
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 
 from lab.config import RunConfig
-from lab.machines.auto import Machine, choose, pick, usable, worth_waiting
+from lab.machines.auto import FOREIGN, Machine, choose, pick, usable, worth_waiting
 
 CFG = RunConfig()
 SOON = (datetime.now(timezone.utc) + timedelta(hours=5)).isoformat()
@@ -161,3 +161,57 @@ def test_waiting_is_worth_it_unless_every_kaggle_account_is_broken():
     assert worth_waiting(broken, "local"), "this computer, picked, is worth waiting for"
     assert worth_waiting([local(running=["r1"], free=False)], "auto"), "the only machine is busy"
     assert worth_waiting([acct("alice", 0.0), acct("bob", None, error="x")], "auto"), "alice's quota refreshes"
+
+
+# ---------------------------------------------------------------------------------------------
+# The lab's own boxes in the rule
+
+
+def box(name: str, *, running=(), error=None, gpu="2xNVIDIA GeForce RTX 4090") -> Machine:
+    running = list(running)
+    return Machine(name, "ssh", gpu, running=running, free=error is None and not running, error=error)
+
+
+def test_a_free_box_covers_the_whole_run_and_the_soonest_to_finish_by_its_measured_speed_wins():
+    machines_ = [local(), acct("alice", 30.0), box("gpu1"), box("slowbox", gpu="rtx3050")]
+    choice = choose(CFG, 8.0, machines_, finish_h={"alice": 8.0, "gpu1": 2.5, "slowbox": 11.0})
+    assert choice.machine == "gpu1" and not choice.continues
+    assert ("gpu1: one of the lab's own machines, with no quota, so it covers the whole run; by the speed measured "
+            "on its cards it finishes soonest, in about 2.5 h (alice 8.0 h; slowbox 11.0 h)") in choice.reason_en
+    assert "своя машина лабы, без квоты" in choice.reason_ru and "примерно за 2,5 ч" in choice.reason_ru
+    # An account whose quota covers the run and that finishes sooner than any box wins, and says so.
+    choice = choose(CFG, 8.0, machines_, finish_h={"alice": 8.0, "gpu1": 9.0, "slowbox": 11.0})
+    assert choice.machine == "alice"
+    assert "finishes soonest, in about 8.0 h (gpu1 9.0 h; slowbox 11.0 h)" in choice.reason_en
+
+
+def test_a_box_covers_the_run_even_where_no_account_does_and_an_unmeasured_box_says_so():
+    choice = choose(CFG, 40.0, [acct("alice", 12.0), box("gpu1")], finish_h={"alice": 40.0})
+    assert choice.machine == "gpu1" and not choice.continues
+    assert "its speed is not measured yet (`lab machines check gpu1`)" in choice.reason_en
+
+
+def test_a_busy_box_is_passed_by_with_its_reason_and_the_lab_waits_for_it():
+    theirs = box("gpu1", running=[FOREIGN])
+    ours = box("gpu2", running=["r7"])
+    broken = box("gpu3", error="box-c: cannot reach it")
+    choice = choose(CFG, 1.0, [local(), theirs, ours, broken])
+    assert choice.machine is None and choice.wait_until is None
+    assert "gpu1: busy with work the lab did not start, on its GPUs" in choice.reason_en
+    assert "gpu2: busy with r7 (`lab watch r7` collects it)" in choice.reason_en
+    assert "gpu3: box-c: cannot reach it" in choice.reason_en and "waits until one is free" in choice.reason_en
+    assert worth_waiting([theirs, broken], "auto") and not worth_waiting([broken], "auto")
+    assert choose(CFG, 1.0, [local(), box("gpu4")]).machine == "gpu4", "with a box, Auto does not take this computer"
+    assert pick(CFG, 1.0, [ours, box("gpu4")], {}, "gpu2", went_on=False).machine is None  # picked: waits for it
+    assert pick(CFG, 1.0, [box("gpu4")], {}, "gpu4", went_on=False).reason_en == "gpu4: you picked it."
+
+
+def test_the_hours_each_machine_needs_come_from_the_calculator_on_its_own_cards(lab_home):
+    from lab.machines.needs import finish_hours
+    cfg = RunConfig(steps_until=2000)
+    machines_ = [local(), acct("alice", 30.0), box("cpubox", gpu="cpu"), box("new", gpu="unchecked")]
+    hours = finish_hours(cfg, 500, machines_)
+    assert hours["cpubox"] > hours["alice"] > 0, "two CPU cores against two T4s (their start-up included)"
+    assert finish_hours(cfg, 1500, machines_)["cpubox"] < hours["cpubox"], "the rest of the run, from its step"
+    assert hours["new"] is None and "local" not in hours
+    assert finish_hours(cfg, 0, [acct("alice", 30.0)]) == {}, "Kaggle accounts alone: their cards are the same"

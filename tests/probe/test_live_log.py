@@ -71,9 +71,19 @@ def test_a_running_sessions_log_streams_its_metrics_lines_before_it_ends(kaggle_
         assert live.seen_status(status, asked) == "live"
         assert kaggle_lab.emu.recorded("LogsStream")  # through the real client's stream call
         live.stop(wait_s=0.5)
-        # A driver after this one: the stream replays from the first line, and no row is added twice.
+        # A driver after this one: the stream replays from the first line; what was read is skipped,
+        # not taken into the curve again (no row twice, and old lines do not make the log "live").
+        asked = len(kaggle_lab.emu.recorded("LogsStream"))
         again = LiveLog(c, "alice/live-curve", pushed.version, tmp_path / "link", retry_s=0.1).start()
-        _wait(lambda: again.events >= live.events, what="the replayed log")
+        assert again.events == live.events and [r["step"] for r in again.rows()] == [1, 2, 3, 4, 5]
+        (kaggle_lab.emu.session("alice", "live-curve").working / "go").write_text("")
+        kaggle_lab.emu.wait_session("alice", "live-curve")
+        # The live stream to its end, then the stored log: each replayed from the first line, and
+        # each line handled once over all the connections and both drivers.
+        _wait(lambda: len(kaggle_lab.emu.recorded("LogsStream")) > asked + 1, what="the log read again after the end")
+        total = sum(1 for _ in c.kernel_log_events("alice/live-curve", pushed.version))
+        _wait(lambda: again.events == total, what="the lines after the first driver's")
+        assert again.events == total and [r["step"] for r in again.rows()] == [1, 2, 3, 4, 5]
         again.stop(wait_s=0.5)
     finally:
         (kaggle_lab.emu.session("alice", "live-curve").working / "go").write_text("")
@@ -115,3 +125,33 @@ def test_a_line_that_came_after_the_status_was_asked_does_not_make_the_log_live(
     live._take({"stream_name": "stdout", "data": "@lab-metrics {\"step\": 3}\n"})
     assert live.seen_status("RUNNING", asked) == "waiting"
     assert live.seen_status("RUNNING", 12.0) == "live"  # a later poll that still reads RUNNING
+
+
+# Prints a line, stays silent longer than the client's HTTP timeout (a compile, a mount), prints again.
+# Each line is followed by 600 bytes: the real client reads the stream 512 bytes at a time.
+SILENT_STRETCH = """
+import json, os, pathlib, time
+work = pathlib.Path(os.environ["LAB_KAGGLE_ROOT"]) / "working"
+print("@lab-metrics " + json.dumps({"step": 1, "loss": 5.0, "session": 1}) + "\\n" + "." * 600, flush=True)
+time.sleep(3)
+print("@lab-metrics " + json.dumps({"step": 2, "loss": 4.0, "session": 1}) + "\\n" + "." * 600, flush=True)
+while not (work / "go").exists():
+    time.sleep(0.05)
+"""
+
+
+def test_a_silent_stretch_longer_than_the_http_timeout_does_not_end_the_stream(make_kaggle_emulator, tmp_path,
+                                                                              monkeypatch):
+    from kaggle_fixtures import lab_for
+    emu = make_kaggle_emulator()
+    emu.log_keepalive_s = None  # whether Kaggle sends keep-alives is not known: none at all
+    lab = lab_for(emu, tmp_path, monkeypatch)
+    c = lab.client("alice", timeout_s=1.0)  # every other call gives up after a second of silence
+    pushed = c.push_kernel("alice/quiet-run", "quiet-run", make_notebook(SILENT_STRETCH), gpu=True)
+    live = LiveLog(c, "alice/quiet-run", pushed.version, tmp_path / "link", grace_s=600, retry_s=0.2).start()
+    try:
+        _wait(lambda: len(live.rows()) == 2, what="both rows, across the silent stretch")
+        assert live.error is None and len(emu.recorded("LogsStream")) == 1, "one connection, never timed out"
+    finally:
+        (emu.session("alice", "quiet-run").working / "go").write_text("")
+        live.stop(wait_s=5)

@@ -12,7 +12,7 @@ import pytest
 from lab import ui
 from lab.config import RunConfig
 from lab.kaggle.logs import LIVE_ROWS, LIVE_STATE
-from lab.probe.account import store
+from lab.probe.record import store_probe as store
 from lab.runs import Link, create_run, updating
 from lab.ui import backend as ui_backend
 

@@ -37,7 +37,7 @@ def _start(lab, monkeypatch, grace_s: float = 300.0):
     cfg = RunConfig(**TINY, data_dir=str(lab.data), constellations=["pydoc"])
     run = settle.register_run(cfg.to_dict(), machine="alice")
     lines: list[str] = []
-    kaggle_settings(monkeypatch, km.KaggleSettings(poll_s=0.2, retry_base_s=0.01, dataset_wait_s=20,
+    kaggle_settings(monkeypatch, km.KaggleSettings(poll_s=0.2, retry_base_s=0.01, dataset_wait_s=20, allow_cpu=True,
                                                    log_grace_s=grace_s))
     t = threading.Thread(target=machines.drive, args=(run.id,), kwargs=dict(say=lines.append, progress=False),
                          daemon=True)
@@ -80,13 +80,19 @@ def test_the_monitor_and_watch_see_a_kaggle_runs_curve_while_its_session_runs(pa
 
 
 def test_an_account_whose_probe_found_the_log_kept_until_the_end_is_said_so_at_once(paced, monkeypatch):
-    from lab.probe.account import store
+    from lab.probe.record import store_probe as store
     lab = paced()
     lab.emu.log_while_running = False
     store("alice", {"account": "alice", "at": "2026-11-30T10:00:00+00:00", "can_run": True, "gpu": "2xT4",
-                    "log_while_running": False})
+                    "log_while_running": False, "nccl_env": {"NCCL_P2P_DISABLE": "1"}})
     run_id, lines, t = _start(lab, monkeypatch, grace_s=3600)  # no waiting an hour: the probe already knows
     state = _while_running(run_id, lambda s: s["live"] and s["live"]["note_en"])
     assert "the account's probe found so" in state["live"]["note_en"]
     t.join(180)
     assert machines.status(run_id)["status"] == "done"
+    # The NCCL setting the account's probe found working: the push carries it, the session sets it.
+    from lab.runs import load_run
+    link = load_run(run_id).links[0]
+    assert link.detail["kernel"]["nccl_env"] == {"NCCL_P2P_DISABLE": "1"}
+    log = (load_run(run_id).folder / link.detail["folder"] / f"{km.kernel_slug(run_id, 1)}.log").read_text()
+    assert "NCCL NCCL_P2P_DISABLE=1 (the account's probe)" in log

@@ -12,10 +12,10 @@ from kaggle_fixtures import kaggle_emulator, kaggle_lab, make_kaggle_emulator  #
 from lab.config import RunConfig
 from lab.machines import driver as machines
 from lab.probe.account import ProbePlan, cost_line, probe_account, probe_notebook
-from lab.probe.record import cannot_run, probe_path, read_probe, summary
+from lab.probe.record import cannot_run, nccl_setting, probe_path, read_probe, summary
 
 # The emulator runs 60 emulated seconds per wall second: a 2-hour timeout is 2 wall minutes.
-FAST = ProbePlan(hold_s=4.0, poll_s=0.2, log_grace_s=60.0, worker_timeout_s=120.0, session_timeout_s=7200)
+FAST = ProbePlan(hold_s=4.0, poll_s=0.2, log_grace_s=60.0, worker_timeout_s=120.0, session_timeout_s=7200, allow_cpu=True)
 
 
 @pytest.fixture
@@ -25,6 +25,7 @@ def probing(kaggle_lab, monkeypatch):
 
 
 def test_a_probe_records_what_the_accounts_session_has_and_the_calculator_counts_its_speed(probing):
+    probing.emu.account("alice").nccl_p2p_broken = True  # its all-reduce fails unless NCCL_P2P_DISABLE=1
     said: list[str] = []
     record = probe_account("alice", FAST, say=said.append)
     assert "min of the account's GPU quota" in said[0]  # the cost, before anything starts
@@ -33,6 +34,11 @@ def test_a_probe_records_what_the_accounts_session_has_and_the_calculator_counts
     assert record["gpu"] == "cpu" and record["facts"]["gpus"] == []  # no fake T4 figures
     assert "no GPU" in record["warning"]
     assert record["all_reduce"]["ok"] and record["facts"]["worker"]["world"] == 2
+    # The first all-reduce failed; once more with NCCL_P2P_DISABLE=1 it worked, and the runs there use that.
+    assert "P2P path between the cards is broken" in record["facts"]["nccl_first_try"]
+    assert record["nccl_env"] == {"NCCL_P2P_DISABLE": "1"} and nccl_setting(read_probe("alice")) == record["nccl_env"]
+    # The image the session ran, as the runs record it in their device.json.
+    assert record["image"]["git_commit"] == "kaggle-emulator" and record["image"]["torch"] == record["facts"]["torch"]
     assert record["facts"]["worker"]["backend"] == "gloo"
     assert record["tok_s"] > 0 and record["facts"]["worker"]["burst"]["precision"] == "fp32"
     assert record["facts"]["torch"] and record["facts"]["free_disk_gb"]["working"] > 0
@@ -76,10 +82,25 @@ def test_an_account_kaggle_gives_no_gpu_is_recorded_and_auto_skips_it(probing):
 def test_a_probe_finds_out_when_kaggle_keeps_a_running_sessions_log_until_the_end(probing):
     probing.emu.log_while_running = False
     record = probe_account("alice", ProbePlan(hold_s=4.0, poll_s=0.2, log_grace_s=1.0, worker_timeout_s=120.0,
-                                              session_timeout_s=7200),
+                                              session_timeout_s=7200, allow_cpu=True),
                            say=lambda s: None)
     assert record["can_run"] and record["log_while_running"] is False, {k: record.get(k) for k in ("status", "why")}
     assert "log only at the end" in summary(record)
+    assert record["nccl_env"] == {} and "nccl_first_try" not in record["facts"]  # its all-reduce worked at once
+
+
+def test_a_probe_that_saw_no_gpu_says_the_account_cannot_run():
+    from datetime import datetime, timezone
+
+    from lab.probe.account import _verdict
+    facts = {"gpus": [], "worker": {"all_reduce": {"ok": True}, "burst": {"tok_s": 10.0}}, "input_mount": "x",
+             "input_marker": "n0nce", "nccl_env": {}}
+    record = _verdict("alice", "alice/lab-probe", 3, "COMPLETE", "", "live", "n0nce", datetime.now(timezone.utc), facts)
+    assert record["can_run"] is False and "no GPU" in record["why"] and "phone" in record["why"]
+    assert "lab probe alice" in cannot_run(record) and "телефон" in record["why_ru"]
+    allowed = _verdict("alice", "alice/lab-probe", 3, "COMPLETE", "", "live", "n0nce", datetime.now(timezone.utc),
+                       facts, allow_cpu=True)
+    assert allowed["can_run"] is True and "LAB_KAGGLE_ALLOW_CPU=1" in allowed["warning"]
 
 
 def test_the_probe_notebook_fits_kaggle_and_needs_only_torch_and_the_stdlib():
@@ -112,6 +133,22 @@ def test_a_probe_that_failed_on_its_own_does_not_bar_the_account():
     assert record["can_run"] is None and cannot_run(record) is None  # Auto still tries the account
     assert summary(record).startswith("the probe failed: ") and "ERROR" in summary(record)
     assert summary(record, ru=True).startswith("проба не удалась: ")
+
+
+def test_the_pasted_worker_has_every_kernel_module_it_imports():
+    """The probe's worker trains with the loop's own step: what it imports of lab is pasted before it."""
+    import ast
+    from pathlib import Path
+
+    import lab.probe.worker
+    from lab.probe.account import WORKER_USES
+    tree = ast.parse(Path(lab.probe.worker.__file__).read_text(encoding="utf-8"))
+    used = {node.module.rpartition(".")[2] for node in ast.walk(tree)
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("lab.")}
+    assert used and used <= set(WORKER_USES)
+    source = "".join(probe_notebook(ProbePlan())["cells"][2]["source"])
+    assert "def one_step(" in source and "def pick_precision(" in source and "def make_optimizer(" in source
+    assert source.count("def one_step(") == 1 and "torch.optim.AdamW(model.parameters()" not in source
 
 
 def test_a_probes_speed_is_grouped_as_its_language_writes_numbers():

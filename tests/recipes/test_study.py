@@ -12,6 +12,9 @@ import pytest
 from lab.config import RunConfig
 from tests.conftest import ROOT, lab
 
+# Its module-scoped fixture is made once: every test of the file on one xdist worker.
+pytestmark = pytest.mark.xdist_group("study")
+
 SIZES = [(1, 16), (1, 32), (2, 48)]
 BASE = dict(context=32, heads=2, batch_per_card=4, eval_every=1000, eval_batches=2, lr=3e-3, warmup_steps=2,
             steps_until=40, machine="local", constellations=["pydoc"], limit_min=30)

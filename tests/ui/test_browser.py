@@ -106,10 +106,11 @@ def test_the_whole_lab_from_the_control_notebook_in_a_browser(make_kaggle_emulat
         p.mkdir()
     shutil.copy(ROOT / "notebooks" / "control.ipynb", root / "control.ipynb")
     env = {"LAB_HOME": str(home), "LAB_KAGGLE_API_URL": emu.url, "HOME": str(tmp_path / "user-home"),
-           "LAB_KAGGLE_POLL_S": "0.3", "LAB_DRIVER_POLL_S": "0.3", "OMP_NUM_THREADS": "1"}
+           "LAB_KAGGLE_POLL_S": "0.3", "LAB_DRIVER_POLL_S": "0.3", "OMP_NUM_THREADS": "1",
+           "LAB_KAGGLE_ALLOW_CPU": "1"}  # the emulator's sessions have no GPU: they train on their CPU
     person = None
     try:
-        with jupyterlab_server(root, tmp_path, env, unset=("KAGGLE_API_TOKEN", "KAGGLE_USERNAME", "KAGGLE_KEY")) \
+        with jupyterlab_server(root, tmp_path, env, unset=("KAGGLE_API_TOKEN", "KAGGLE_KERNEL_RUN_TYPE", "KAGGLE_USERNAME", "KAGGLE_KEY")) \
                 as (base, token), browser((1600, 1800)) as page:
             person = Person(page, keys)
             try:

@@ -254,13 +254,13 @@ def test_an_account_is_removed_after_a_confirmation(kaggle_lab):
 
 
 def test_probe_shows_its_cost_asks_first_and_draws_the_result_in_the_row(kaggle_lab, monkeypatch):
-    from lab.probe.account import store
+    from lab.probe.record import store_probe
     calls = []
 
     def probe(name, say):  # the real one pushes a session (the browser test runs it)
         calls.append(name)
         say(f"{name}: pushed {name}/lab-probe version 1; waiting for it to end")
-        return store(name, {"account": name, "at": "2026-01-01T00:00:00+00:00", "can_run": True, "gpu": "2xT4",
+        return store_probe(name, {"account": name, "at": "2026-01-01T00:00:00+00:00", "can_run": True, "gpu": "2xT4",
                             "tok_s": 101500.0, "all_reduce": {"ok": True}, "log_while_running": True})
     monkeypatch.setattr(ui_backend, "probe", probe)
     panel = ui.MachinesPanel()
@@ -272,7 +272,7 @@ def test_probe_shows_its_cost_asks_first_and_draws_the_result_in_the_row(kaggle_
     def line() -> str:
         return next(text(w.value) for w in walk(panel.box) if "lab-probe-alice" in getattr(w, "_dom_classes", ()))
     wait_for(lambda: "ток/с" in line(), 10, "the probe's result in the row")
-    assert calls == ["alice"] and "101,500 ток/с" in line()
+    assert calls == ["alice"] and "101 500 ток/с" in line()
 
 
 def test_the_runs_checkpoint_datasets_show_per_account_with_size_and_finished_ones_can_go(kaggle_lab, tmp_path):

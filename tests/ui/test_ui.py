@@ -7,6 +7,7 @@ tests start real runs.
 from __future__ import annotations
 
 import json
+import os
 import re
 import threading
 import time
@@ -104,7 +105,7 @@ def test_fields_are_the_guides_in_its_order_words_and_help():
 
 def test_a_fresh_lab_home_gives_a_working_form(home):
     form = ui.NewRunForm()
-    assert form.config() == RunConfig()  # the guide's current values
+    assert form.config() == RunConfig(), (form._general, form._constellation_names, os.environ.get("LAB_HOME"))  # the guide's current values
     options = dict((v, k) for k, v in form.inputs["constellations"].options)
     assert "pydoc" in options and "не подготовлено" in options["pydoc"]
     assert form.inputs["resume_from"].options[0][0].startswith("— чекпоинтов пока нет")

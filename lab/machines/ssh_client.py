@@ -1,0 +1,218 @@
+"""The person's own OpenSSH client, as the lab's SSH machines use it.
+
+Every connection is `ssh` (and `rsync -e ssh` or `sftp`) with the person's config: their keys,
+agent, `ProxyJump` and `~/.ssh/config` aliases. If `ssh HOST` works, the kit works.
+`LAB_SSH_CONFIG=FILE` makes the kit read that ssh config instead of the person's own (a
+lab-wide file, or a test's). The kit adds only:
+
+* `BatchMode=yes`: no password or passphrase is ever asked for (none is stored either), and a
+  host whose key is unknown or changed is refused, not accepted: host-key checking stays on;
+* `ConnectTimeout` and `ServerAlive*`, so an unreachable box or a dead connection is found out
+  in seconds, not minutes.
+
+A failed connection is an `SshError` that names the host, says what went wrong (unreachable,
+a changed host key, a key the box refuses, the connection lost) and what to do.
+"""
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from lab.config import UserError
+
+CONFIG_ENV = "LAB_SSH_CONFIG"
+CONNECT_TIMEOUT_S = 10
+ALIVE_S, ALIVE_COUNT = 10, 3  # a connection that answers nothing for 30 s is dead
+SSH_FAILED = 255  # ssh's own exit status when the connection (not the remote command) failed
+
+
+@dataclass(frozen=True)
+class Address:
+    """Where one host is: `[user@]host` or an alias of the ssh config, and a port if given."""
+    host: str
+    port: int | None = None
+
+    def __str__(self) -> str:
+        return self.host + (f" (port {self.port})" if self.port else "")
+
+    def to_dict(self) -> dict:
+        return {"host": self.host, "port": self.port}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Address":
+        return cls(str(d["host"]), int(d["port"]) if d.get("port") else None)
+
+
+class SshError(UserError):
+    """A connection to a box failed. `kind`: unreachable, host-key, auth, lost or other."""
+
+    def __init__(self, address: Address, kind: str, message: str):
+        self.address, self.kind = address, kind
+        super().__init__(message)
+
+
+def config_file() -> Path | None:
+    """The ssh config `LAB_SSH_CONFIG` names, or None: the person's own."""
+    raw = os.environ.get(CONFIG_ENV, "").strip()
+    if not raw:
+        return None
+    path = Path(raw).expanduser()
+    if not path.is_file():
+        raise UserError(f"{CONFIG_ENV}={raw}: no such file; point it at an ssh config, or unset it to use your own")
+    return path
+
+
+def options() -> list[str]:
+    config = config_file()
+    return ([] if config is None else ["-F", str(config)]) + [
+        "-o", "BatchMode=yes", "-o", f"ConnectTimeout={CONNECT_TIMEOUT_S}",
+        "-o", f"ServerAliveInterval={ALIVE_S}", "-o", f"ServerAliveCountMax={ALIVE_COUNT}"]
+
+
+def client(name: str) -> str:
+    """The OpenSSH client's program `name` (ssh, sftp) or rsync, found on PATH."""
+    found = shutil.which(name)
+    if found is None:
+        raise UserError(f"the OpenSSH client's `{name}` is not installed here: install it (Debian/Ubuntu: "
+                        "apt install openssh-client) and check that `ssh HOST` works")
+    return found
+
+
+def ssh_argv(address: Address, command: str) -> list[str]:
+    """ssh to `address` running `command` (one shell command line, quoted by the caller)."""
+    port = ["-p", str(address.port)] if address.port else []
+    return [client("ssh"), *options(), *port, address.host, command]
+
+
+def python_word(python: str) -> str:
+    """The box's Python as a word of the remote shell: `~/` still means the remote home."""
+    if python.startswith("~/"):
+        return '"$HOME"/' + shlex.quote(python[2:])
+    return shlex.quote(python)
+
+
+def remote_python(address: Address, python: str, script: str, args: list[str], timeout_s: float = 120.0,
+                  ) -> subprocess.CompletedProcess:
+    """Runs `script` (Python source, sent on stdin) with the box's Python and `args`; the
+    connection's own failures raise SshError, the script's come back in the result."""
+    command = " ".join([python_word(python), "-", *map(shlex.quote, args)])
+    try:
+        proc = subprocess.run(ssh_argv(address, command), input=script, capture_output=True, text=True,
+                              timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        raise SshError(address, "lost", f"{address}: no answer within {timeout_s:.0f} s; check that `ssh "
+                                        f"{address.host}` works, then try again") from None
+    if proc.returncode == SSH_FAILED:
+        raise connection_error(address, proc.stderr)
+    return proc
+
+
+def connection_error(address: Address, stderr: str) -> SshError:
+    """What ssh's own failure means, from the lines OpenSSH prints for it."""
+    text = stderr.strip()
+    last = text.splitlines()[-1] if text else "ssh failed without a message"
+    host = address.host
+    if "IDENTIFICATION HAS CHANGED" in text or "Host key for" in text and "has changed" in text:
+        return SshError(address, "host-key", (
+            f"{address}: its host key is not the one your known_hosts holds: the box was reinstalled, or "
+            f"someone is in between. Ask the box's owner for its key's fingerprint; if it is right, remove "
+            f"the old key (`ssh-keygen -R {host}`) and accept the new one with `ssh {host}` once"))
+    if "Host key verification failed" in text or "host key is known" in text:
+        return SshError(address, "host-key", (
+            f"{address}: its host key is not known here yet, and the kit accepts none on its own: run "
+            f"`ssh {host}` once, check the fingerprint it shows, and accept it"))
+    if "Permission denied" in text:
+        return SshError(address, "auth", (
+            f"{address}: the box refused your key ({last}): add your public key to its authorized_keys "
+            f"(`ssh-copy-id {host}`) or load it into your agent (`ssh-add`); the kit asks for no password"))
+    if any(s in text for s in ("Connection refused", "timed out", "No route to host", "Could not resolve",
+                               "Network is unreachable", "Name or service not known")):
+        return SshError(address, "unreachable", (
+            f"{address}: cannot reach it ({last}): is the box on and on the network, and does `ssh {host}` "
+            f"work from here?"))
+    return SshError(address, "lost", f"{address}: the connection failed ({last}); check that `ssh {host}` works")
+
+
+def copy_up(address: Address, local: Path, remote: str, rsync: bool, there: dict[str, int],
+            timeout_s: float = 3600.0) -> None:
+    """Copies the folder `local` into `remote` (an absolute path on the box), resumable: rsync
+    where both sides have it, else sftp. `there`: the files already in `remote` with their sizes
+    (relative paths): a whole one is skipped, a shorter one continued (sftp's reput)."""
+    if rsync and shutil.which("rsync"):
+        cmd = [client("rsync"), "-a", "--partial", "--protect-args", "-e", shlex.join(_rsh(address)),
+               f"{local}/", f"{address.host}:{remote}/"]
+        _copy(address, cmd, None, timeout_s)
+        return
+    lines = []
+    for path in sorted(local.rglob("*")):
+        rel = path.relative_to(local).as_posix()
+        dest = _sftp_quote(f"{remote}/{rel}")
+        if path.is_dir():
+            lines.append(f"-mkdir {dest}")
+        elif rel not in there:
+            lines.append(f"put {_sftp_quote(str(path))} {dest}")
+        elif there[rel] < path.stat().st_size:
+            lines.append(f"reput {_sftp_quote(str(path))} {dest}")
+    if lines:
+        _copy(address, _sftp_argv(address), "\n".join(lines) + "\n", timeout_s)
+
+
+def copy_down(address: Address, remote: str, files: dict[str, int | None], local: Path, rsync: bool,
+              timeout_s: float = 3600.0) -> None:
+    """Copies `files` (paths relative to the box's folder `remote`, with their sizes; None: copy
+    it whole) into the folder `local`, resumable the same way: a file whole here is skipped, a
+    shorter one continued."""
+    if not files:
+        return
+    local.mkdir(parents=True, exist_ok=True)
+    if rsync and shutil.which("rsync"):
+        cmd = [client("rsync"), "-a", "--partial", "--protect-args", "--files-from=-", "-e",
+               shlex.join(_rsh(address)), f"{address.host}:{remote}/", f"{local}/"]
+        _copy(address, cmd, "".join(f"{rel}\n" for rel in sorted(files)), timeout_s)
+        return
+    lines = []
+    for rel, size in sorted(files.items()):
+        here = local / rel
+        here.parent.mkdir(parents=True, exist_ok=True)
+        have = here.stat().st_size if here.is_file() else None
+        if size is None or have != size:
+            verb = "reget" if size is not None and have is not None and have < size else "get"
+            lines.append(f"{verb} {_sftp_quote(f'{remote}/{rel}')} {_sftp_quote(str(here))}")
+    if lines:
+        _copy(address, _sftp_argv(address), "\n".join(lines) + "\n", timeout_s)
+
+
+def _rsh(address: Address) -> list[str]:
+    return [client("ssh"), *options(), *(["-p", str(address.port)] if address.port else [])]
+
+
+def _sftp_argv(address: Address) -> list[str]:
+    # sftp takes ssh's -o options; its port flag is -P, and "-b -" reads the batch from stdin
+    # (a failing command ends the batch with a non-zero status).
+    return [client("sftp"), *options(), *(["-P", str(address.port)] if address.port else []), "-q", "-b", "-",
+            address.host]
+
+
+def _sftp_quote(path: str) -> str:
+    return '"' + path.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _copy(address: Address, cmd: list[str], stdin: str | None, timeout_s: float) -> None:
+    try:
+        proc = subprocess.run(cmd, input=stdin, capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        raise SshError(address, "lost", f"{address}: a copy took longer than {timeout_s / 60:.0f} min; it resumes "
+                                        "where it stopped when tried again") from None
+    if proc.returncode == 0:
+        return
+    text = (proc.stderr or proc.stdout).strip()
+    if "No space left on device" in text or "Disk quota exceeded" in text:
+        raise UserError(f"{address}: the copy ran out of disk space on the box ({text.splitlines()[-1]}): "
+                        "free some space there, or give the machine another --workdir")
+    if proc.returncode == SSH_FAILED or "Connection closed" in text or "connection unexpectedly closed" in text:
+        raise connection_error(address, text)
+    raise UserError(f"{address}: copying failed ({text.splitlines()[-1] if text else f'exit {proc.returncode}'})")
