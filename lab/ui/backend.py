@@ -239,24 +239,17 @@ def remove_account(name: str) -> None:
     _overview = None
 
 
-def probe_plan():
-    """The probe as `lab probe` runs it, at the person's poll interval."""
-    from lab.machines.kaggle_data import KaggleSettings
-    from lab.probe.account import ProbePlan
-    return ProbePlan(poll_s=KaggleSettings.from_env().poll_s)
-
-
 def probe_cost() -> tuple[str, str]:
     """What a probe costs, (English, Russian), shown before the person confirms it."""
-    from lab.probe.account import cost_line
-    plan = probe_plan()
+    from lab.probe.account import cost_line, settings_plan
+    plan = settings_plan()
     return cost_line(plan), cost_line(plan, ru=True)
 
 
 def probe(name: str, say) -> dict:
     """`lab probe NAME`: pushes the short probe session, stores and returns its record."""
     from lab.probe.account import probe_account
-    return probe_account(name, probe_plan(), say=say)
+    return probe_account(name, say=say)  # as `lab probe` runs it: the person's settings
 
 
 def check_machine(name: str) -> None:
