@@ -64,7 +64,8 @@ class MachinesPanel(Panel):
     # -- one machine ------------------------------------------------------------------------
 
     def _row(self, m) -> widgets.Widget:
-        busy = ", ".join(m.running) if m.running else tr("free", "свободна") if m.free else tr("busy", "занята")
+        busy = ", ".join(m.running) if m.running else tr("free", "свободна") if m.free else \
+            tr("cannot be used now", "сейчас недоступна") if m.error else tr("busy", "занята")  # the error says why
         if m.kind == "local":
             name = f"<b>{esc(tr('This computer', 'Этот компьютер'))}</b> · {esc(backend.local_gpu()[1])}"
             state: widgets.Widget = html(value=f"<span style='color:{GREY}'>{esc(tr('no quota', 'без квоты'))}</span>")

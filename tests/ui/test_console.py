@@ -427,3 +427,15 @@ def test_every_new_panel_speaks_the_chosen_language(lang_):
                     "Cooldown branch", "Stop"]}[lang_]
     for w in words:
         assert w in shown, w
+
+
+def test_a_box_of_the_labs_own_machines_is_in_the_list_and_its_failed_check_is_said_in_its_row(home):
+    from lab.machines.ssh_boxes import add_box, parse_hosts
+    add_box("rack", parse_hosts("lab@127.0.0.1", None, 9))  # nothing listens on port 9 (discard)
+    panel = ui.MachinesPanel()
+    assert "rack" in [m.name for m in panel.machines]
+    check = next(w for w in walk(panel.box) if "lab-do-check-rack" in getattr(w, "_dom_classes", ()))
+    check.click()
+    shown = " ".join(text(w.value) for w in walk(panel.box) if isinstance(getattr(w, "value", None), str))
+    assert "✖" in shown and "127.0.0.1" in shown, shown  # the box named, beside its row; no traceback
+    assert "сейчас недоступна" in shown and "занята" not in shown  # not "busy": it does not answer
