@@ -131,7 +131,8 @@ class RunsPanel(Panel):
         series = {r.id: lineage_rows(r) if self.ancestors.value else one_curve(read_metrics(r.folder)) for r in chosen}
         series = {k: v for k, v in series.items() if any("loss" in x for x in v)}
         if series:
-            self.plot.value = png(series, self.x.value, title=tr("comparison", "сравнение") if len(series) > 1 else None)
+            one = next(iter(series)) if len(series) == 1 else None  # the plot says which run it draws
+            self.plot.value = png(series, self.x.value, title=one or tr("comparison", "сравнение"))
             self.plot.layout.display = None
         else:
             self.plot.layout.display = "none"

@@ -317,11 +317,19 @@ def branch_and_more_steps(person: Person, home, run_id: str) -> str:
 def compare_with_ancestors(person: Person, home, child: str) -> None:
     wait_record(home, child, lambda r: r["status"] == "done", 120)
     person.click(".lab-runs-refresh")
-    person.select(".lab-runs-choose select", child)
+    person.wait_text(".lab-runs-table", child)
+    chosen = person.page.locator(".lab-runs-choose select").first.evaluate(
+        "s => [...s.selectedOptions].map(o => o.textContent.trim())")
+    if chosen != [child]:  # the parent was chosen when the branch started: its curve is drawn now
+        before = person.plot_src("lab-runs-plot")
+        person.select(".lab-runs-choose select", child)
+        person.plot_changed("lab-runs-plot", before)  # the child's, its parent's part drawn in up to the branch step
     person.plot_shown("lab-runs-plot")
     assert person.page.locator(".lab-runs input[type=checkbox]").first.is_checked()  # with ancestors
-    person.wait_text(".lab-grow-run", child)
-    person.shot(".lab-runs", "15-runs-plot-with-ancestors.png")
+    person.wait_text(".lab-grow-run", child)  # drawn after the plot: the plot is the child's
+    person.page.wait_for_function("() => { const i = document.querySelector('img.lab-runs-plot');"
+                                  " return i && i.complete && i.naturalWidth > 0; }", timeout=10_000)
+    person.shot(".lab-runs", "15-runs-plot-with-ancestors.png")  # titled with the child's id, ending at its step
 
 
 def in_english(person: Person) -> None:
