@@ -23,6 +23,7 @@ driver may die anywhere: `lab watch RUN` resumes it.
 from __future__ import annotations
 
 import os
+import re
 import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
@@ -389,16 +390,22 @@ def status(run_id: str) -> dict:
             "folder": str(run.folder)}
 
 
+# papermill's own progress lines in a session it runs here or on a box ("Executing Cell 3----").
+PAPERMILL_PROGRESS = re.compile(r"(Executing|Ending) Cell \d+-*$|Executing notebook with kernel:")
+
+
 def _log_tail(run: Run, link: Link | None, lines: int = 25) -> str:
     """The session log's last human lines: the metrics lines echoed for the live curve
-    (`@lab-metrics {...}`) stay in the log and the files, out of the person's view."""
+    (`@lab-metrics {...}`) and papermill's progress stay in the log and the files, out of the
+    person's view."""
     if link is None:
         return ""
     try:
         text = host_of(link).log_tail(run, link, lines * 8)
     except UserError:  # a machine no longer in the lab: its log is not the lab's to show
         return ""
-    return "\n".join([line for line in text.splitlines() if METRICS_MARK not in line][-lines:])
+    return "\n".join([line for line in text.splitlines()
+                      if METRICS_MARK not in line and not PAPERMILL_PROGRESS.search(line)][-lines:])
 
 
 def cancel(run_id: str) -> str:

@@ -43,6 +43,7 @@ class Monitor(Panel):
         self._filling = False
         self._seen_status: str | None = None
         self.answer = ""  # what Stop or Continue answered, as HTML
+        self._continued: str | None = None  # after Continue: "asked", then "running" once the run ran
         self._make_widgets()
         self._fill_picker(run_id)
         hear("started", "Monitor", self.follow)  # any New run form, the one shown now included
@@ -99,7 +100,7 @@ class Monitor(Panel):
 
     def _picked(self, change) -> None:
         if not self._filling:
-            self.run_id, self.answer = change["new"] or None, ""
+            self.run_id, self.answer, self._continued = change["new"] or None, "", None
             self._plotted = None
             self.refresh()
 
@@ -108,7 +109,7 @@ class Monitor(Panel):
         if self._stop.is_set():
             return
         self._fill_picker(run_id)
-        self._plotted, self.answer = None, ""
+        self._plotted, self.answer, self._continued = None, "", None
         self.refresh()
 
     def _tick(self) -> None:
@@ -144,6 +145,7 @@ class Monitor(Panel):
             self.answer = note(error_text(e), "error")
         else:
             self.answer = note(tr("Continuing from the checkpoint…", "Продолжаю с чекпоинта…"), "ok")
+            self._continued = "asked"
         self._plotted = None
         self.refresh()
 
@@ -176,6 +178,17 @@ class Monitor(Panel):
         if self._seen_status not in (None, self.status["status"]):
             tell("runs")  # the runs cell and the form's checkpoints see it too
         self._seen_status = self.status["status"]
+        self._forget_continued()
+
+    def _forget_continued(self) -> None:
+        """Continue's answer stands while the run goes on; once it has run and ended, the header
+        says how it ended and the answer is old news."""
+        running = self.status["status"] in ("running", "waiting")
+        if self._continued == "asked" and running:
+            self._continued = "running"
+        elif self._continued == "running" and not running:
+            self._continued, self.answer = None, ""
+            self.said.value = ""
 
     def _header(self, run, rows: list[dict]) -> None:
         """"run: status · step N / M" — N the newest step the monitor has (live or downloaded),

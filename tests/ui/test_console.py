@@ -364,6 +364,13 @@ def test_stop_on_kaggle_says_the_caveat_and_links_the_kernel_page_and_continue_g
     assert monitor.continue_button.layout.display is None and monitor.stop_button.layout.display == "none"
     monitor.continue_button.click()
     assert went_on == [run.id] and "Продолжаю с чекпоинта" in text(monitor.said.value)
+    monitor.refresh()  # the driver has not started yet: the answer stands
+    assert "Продолжаю с чекпоинта" in text(monitor.said.value)
+    for status in ("running", "done"):  # it ran, then ended: the header says how, the answer is old news
+        with updating(run.id) as r:
+            r.status = status
+        monitor.refresh()
+    assert monitor.said.value == ""
 
 
 def test_the_log_the_monitor_shows_holds_the_human_lines_only():
