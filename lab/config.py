@@ -309,13 +309,19 @@ class Problem:
 
 
 class UserError(Exception):
-    """Bad input the person can fix: the CLI prints it as one line and exits 2, no traceback."""
+    """Bad input the person can fix: the CLI prints it as one line and exits 2, no traceback.
+    `ru`: the same message in Russian, where the raiser gives one (the control notebook speaks
+    Russian by default; `str(e)` stays the English)."""
+
+    def __init__(self, *args: object, ru: str | None = None):
+        super().__init__(*args)
+        self.ru = ru
 
 
 class ConfigError(UserError, ValueError):
     def __init__(self, problems: list[Problem]):
         self.problems = problems
-        super().__init__("; ".join(p.en for p in problems))
+        super().__init__("; ".join(p.en for p in problems), ru="; ".join(p.ru for p in problems))
 
 
 def check(cfg: RunConfig) -> list[Problem]:

@@ -47,6 +47,7 @@ class Link:
     kind: str | None = None  # the machine's kind (lab.machines.registry), so a link finds its host by itself
     limit_min: float | None = None  # the link's own time limit, where its machine set one
     outcome: Outcome | None = None  # None until the link ends
+    picked: dict | None = None  # why its machine was picked, {"en", "ru"}: the Auto rule's reason or the person's pick
     detail: dict = field(default_factory=dict)  # machine-specific: kernel slug, version, datasets
 
     @classmethod

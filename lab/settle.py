@@ -135,7 +135,8 @@ def _going_on(run: Run, cfg: RunConfig) -> Run:
     forgotten here, before any driver starts: a cancel given after this, even before the driver
     holds the run, is kept."""
     if driver_alive(run.id):
-        raise UserError(f"run {run.id} is running now: wait for it to end, or `lab cancel {run.id}` first")
+        raise UserError(f"run {run.id} is running now: wait for it to end, or `lab cancel {run.id}` first",
+                        ru=f"прогон {run.id} сейчас идёт: дождитесь его конца или сначала остановите его")
     cancel_flag(run.id).unlink(missing_ok=True)
     with updating(run.id) as r:
         r.config = cfg.to_dict()

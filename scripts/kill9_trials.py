@@ -68,8 +68,11 @@ def run_trials(trials: int, data_dir: str | os.PathLike, out: str | os.PathLike,
         # The random moment is counted from the loop's start: on a loaded machine a child may
         # spend the whole window starting up, and the run would never move on.
         training.wait(timeout=120)
-        if i == 0:  # the first kill only once there is a checkpoint: a run killed earlier has none to resume
-            while not list_checkpoints(out / "checkpoints") and child.is_alive():
+        # Every tenth kill (the first included: a run killed earlier has none to resume) waits for a
+        # checkpoint newer than the last: on a loaded machine each random moment may fall before
+        # the next save, and the run would never move on.
+        if i % 10 == 0:
+            while _newest_step(out / "checkpoints") <= last_step and child.is_alive():
                 time.sleep(0.01)
         time.sleep(rng.uniform(*window_s))
         os.kill(child.pid, signal.SIGKILL)
@@ -97,6 +100,12 @@ def run_trials(trials: int, data_dir: str | os.PathLike, out: str | os.PathLike,
     figures["curve_exact"] = _curve_matches_uninterrupted(out, data_dir, last_step)
     figures["seconds_comparing"] = round(time.monotonic() - started - figures["seconds_killing"], 1)
     return figures
+
+
+def _newest_step(folder: Path) -> int:
+    """The step of the newest committed checkpoint in `folder`, 0 when there is none."""
+    from lab.kernel.checkpoint import list_checkpoints
+    return max((int(p.stem.split("_")[-1]) for p in list_checkpoints(folder)), default=0)
 
 
 def _curve_matches_uninterrupted(out: Path, data_dir, upto: int) -> bool:

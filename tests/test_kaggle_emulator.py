@@ -196,3 +196,46 @@ def test_the_command_line_emulator_serves_and_writes_private_credentials(tmp_pat
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=20) == 0
+
+
+def test_the_kernel_page_the_kit_links_for_stop_session_serves_a_stop_button_that_stops_it(kaggle_lab):
+    # Issue 25: `lab cancel` and the monitor send the person to the kernel's page to press Stop
+    # session; on the emulator that page answered 404.
+    alice = kaggle_lab.client("alice")
+    pushed = alice.push_kernel("stop-me", "stop-me", make_notebook(SAVER_CELL, SLEEP_CELL))
+    info = kaggle_lab.emu.session("alice", "stop-me")
+    deadline = time.monotonic() + 30
+    while not (info.working / "started.txt").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    page = requests.get(pushed.url, timeout=10)
+    assert page.status_code == 200 and "Stop session" in page.text and "RUNNING" in page.text
+    stopped = requests.post(f"{pushed.url}/stop", timeout=10)  # the button's form; the redirect is followed
+    assert stopped.status_code == 200 and stopped.url == pushed.url
+    done = kaggle_lab.emu.wait_session("alice", "stop-me", timeout_s=20)
+    assert done.status == "CANCEL_ACKNOWLEDGED" and (done.working / "sigterm.txt").read_text() == "saved at SIGTERM"
+    page = requests.get(pushed.url, timeout=10).text
+    assert "No session is running" in page and "Stop session" not in page and "refresh" not in page
+    assert requests.get(f"{kaggle_lab.emu.url}/code/alice/nothing-here", timeout=10).status_code == 404
+
+
+def test_the_probes_hold_runs_on_the_emulators_clock():
+    # Issue 25: at --time-scale 60 `lab probe` held its session 150 real seconds while the session's
+    # 20 minutes passed in 20 s, so it could never succeed. (The browser test probes end to end.)
+    from lab.probe.account import ProbePlan, probe_notebook
+    nb = json.loads(KaggleEmulator(time_scale=60.0)._as_run_here(json.dumps(probe_notebook(ProbePlan()))))
+    cells = ["".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code"]
+    space: dict = {}
+    for source in cells[:3]:  # the clock's first line, the parameters, the emulator's time cell
+        exec(source, space)
+    assert space["hold_s"] == ProbePlan().hold_s / 60 and space["worker_timeout_s"] == ProbePlan().worker_timeout_s
+
+
+def test_a_sessions_clock_starts_when_its_notebook_runs_not_while_papermill_starts(kaggle_lab):
+    # The emulator's own start-up of papermill and a kernel takes seconds this machine, which at a
+    # fast scale are minutes of quota and session time Kaggle's start-up does not cost.
+    alice = kaggle_lab.client("alice")
+    alice.push_kernel("clock", "clock", make_notebook("import time\ntime.sleep(2)"))
+    info = kaggle_lab.emu.wait_session("alice", "clock", timeout_s=60)
+    assert info.status == "COMPLETE"
+    used_s = kaggle_lab.emu.account("alice").gpu_used_s  # emulated seconds, 60 per wall second
+    assert 2 * 60 <= used_s < 3.5 * 60, used_s

@@ -17,7 +17,6 @@ from lab.config import UserError
 
 # Listing asks every account in turn: short waits, few tries, so one dead account is quick.
 _LIST_RETRY = kc.RetryPolicy(attempts=2, base_s=1.0, cap_s=2.0, max_retry_after_s=10.0)
-_ADD_RETRY = kc.RetryPolicy(attempts=3, base_s=1.0, cap_s=5.0, max_retry_after_s=30.0)
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -66,11 +65,10 @@ def _add(args: argparse.Namespace) -> int:
         print(f"Added account '{account.name}' (Kaggle user {account.username}); not checked with Kaggle.")
         return 0
     try:
-        quota = kc.client_for(account, retry=_ADD_RETRY, timeout_s=30.0).quota()
+        quota = kc.verify_new_account(account)  # refused credentials: removed again, and raised
     except kc.KaggleError as e:
         if e.status in (401, 403):
-            kc.remove_account(account.name)  # a wrong key is not worth keeping
-            raise kc.KaggleError(e.account, e.what, f"{e.todo} The account was not added.", status=e.status) from None
+            raise
         print(f"Added account '{account.name}' (Kaggle user {account.username}), but could not check it "
               f"with Kaggle: {e}")
         return 0

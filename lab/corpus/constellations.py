@@ -7,16 +7,14 @@ import glob
 import hashlib
 import os
 import re
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from tqdm.auto import tqdm
-
 from lab import home
 from lab.config import UserError
 from lab.corpus.builtin import BUILTINS, DEFAULT_CONSTELLATIONS_INI
+from lab.corpus.folders import Progress, bar as progress_bar
 
 TEXT_SUFFIXES = (".txt", ".md", ".markdown", ".rst", ".text", ".org", ".tex")
 GLOB_MAGIC = re.compile(r"[*?[]")
@@ -92,7 +90,8 @@ def get_constellations(names: Iterable[str]) -> dict[str, Constellation]:
     missing = [n for n in names if n not in known]
     if missing:
         raise UserError(f"unknown constellation(s): {', '.join(missing)}; known: {', '.join(known) or '(none)'} "
-                        f"(declare new ones in {home.constellations_file()})")
+                        f"(declare new ones in {home.constellations_file()})",
+                        ru=f"неизвестные созвездия: {', '.join(missing)}; известные: {', '.join(known) or '(нет)'}")
     return {n: known[n] for n in names}
 
 
@@ -105,27 +104,106 @@ def add_constellation(name: str, sources: list[str], description: str = "", lice
     path = home.constellations_file()
     _check_name(name, f"constellation name {name!r}")
     if name in known:
-        raise UserError(f"constellation {name!r} already exists in {path}: pick another name or edit it there")
-    sources = [s.strip() for s in sources if s and s.strip()]
-    if not sources:
-        raise UserError(f"constellation {name!r} needs at least one source (a file, a folder, a glob or builtin:NAME)")
-    for spec in sources:
-        if "\n" in spec:
-            raise UserError(f"source {spec!r} of constellation {name!r} holds a line break: give one path per source")
-        if spec.startswith("builtin:"):
-            _builtin(spec, name)
-        else:
-            source_files(spec, name)  # raises when it matches nothing
-    lines = [f"\n[{name}]"]
-    if description:
-        lines.append(f"description = {' '.join(description.split())}")
-    lines += ["sources ="] + [f"    {s}" for s in sources]
-    for key, value in (("licence", licence), ("source", source)):
-        if value:
-            lines.append(f"{key} = {' '.join(value.split())}")
+        raise UserError(f"constellation {name!r} already exists in {path}: pick another name or edit it there",
+                        ru=f"созвездие {name!r} уже есть: выберите другое имя или измените то")
+    entries = _entries(name, _checked_sources(name, sources), description, licence, source)
+    lines = [f"\n[{name}]"] + [line for key in INI_KEYS if key in entries for line in entries[key]]
     text = path.read_text(encoding="utf-8")
     path.write_text(text.rstrip("\n") + "\n" + "\n".join(lines) + "\n", encoding="utf-8")
     return load_constellations()[name]
+
+
+def update_constellation(name: str, sources: list[str], description: str = "", licence: str = "",
+                         source: str = "") -> Constellation:
+    """Rewrites a constellation's keys in `constellations.ini` where they stand; its comments and
+    every other section stay as they are (the file is the one place constellations live)."""
+    path = home.constellations_file()
+    get_constellations([name])  # an unknown name says which there are
+    entries = _entries(name, _checked_sources(name, sources), description, licence, source)
+    lines = path.read_text(encoding="utf-8").splitlines()
+    start, end = _section_span(lines, name)
+    body, placed = [], set()
+    for key, chunk in _items(lines[start + 1:end]):
+        key = "licence" if key == "license" else key
+        if key is None or key not in INI_KEYS:
+            body += chunk  # comments, blank lines and anything else stay where they are
+        elif key not in placed:
+            body += entries.get(key, [])
+            placed.add(key)
+    last = max((i for i, line in enumerate(body) if line.strip() and not line.lstrip().startswith(("#", ";"))),
+               default=-1)
+    body[last + 1:last + 1] = [line for key in INI_KEYS if key in entries and key not in placed for line in entries[key]]
+    path.write_text("\n".join(lines[:start + 1] + body + lines[end:]) + "\n", encoding="utf-8")
+    return load_constellations()[name]
+
+
+def remove_constellation(name: str) -> None:
+    """Takes a constellation out of `constellations.ini`, with the comments inside its section;
+    the comments above the next section (which describe that one) and every other line stay.
+    Its prepared data, if any, stays in `$LAB_HOME/data/` (runs may train on it)."""
+    path = home.constellations_file()
+    get_constellations([name])
+    lines = path.read_text(encoding="utf-8").splitlines()
+    start, end = _section_span(lines, name)
+    path.write_text("\n".join(lines[:start] + lines[end:]).rstrip("\n") + "\n", encoding="utf-8")
+
+
+def _checked_sources(name: str, sources: list[str]) -> list[str]:
+    """The sources, each resolving to files (or a built-in text), else an error naming it."""
+    sources = [s.strip() for s in sources if s and s.strip()]
+    if not sources:
+        raise UserError(f"constellation {name!r} needs at least one source (a file, a folder, a glob or builtin:NAME)",
+                        ru=f"созвездию {name!r} нужен хотя бы один источник (файл, папка, шаблон или builtin:ИМЯ)")
+    for spec in sources:
+        if "\n" in spec:
+            raise UserError(f"source {spec!r} of constellation {name!r} holds a line break: give one path per source",
+                            ru=f"в источнике {spec!r} созвездия {name!r} перевод строки: по одному пути на источник")
+        if spec.startswith("builtin:"):
+            _builtin(spec, name)
+        elif not any(f.stat().st_size > 3 for f in source_files(spec, name)):  # raises when it matches nothing
+            raise UserError(f"constellation {name!r}: source {spec!r} holds only empty files: add text to them",
+                            ru=f"созвездие {name!r}: в источнике {spec!r} только пустые файлы: добавьте в них текст")
+    return sources
+
+
+def _entries(name: str, sources: list[str], description: str, licence: str, source: str) -> dict[str, list[str]]:
+    """The section's key lines, by key (an empty value: no line)."""
+    out = {"sources": ["sources ="] + [f"    {s}" for s in sources]}
+    for key, value in (("description", description), ("licence", licence), ("source", source)):
+        if value and value.strip():
+            out[key] = [f"{key} = {' '.join(value.split())}"]
+    return out
+
+
+_HEADER = re.compile(r"^\[([^\]]+)\]\s*$")
+_KEY = re.compile(r"^([A-Za-z_][\w-]*)\s*[=:]")
+
+
+def _section_span(lines: list[str], name: str) -> tuple[int, int]:
+    """[start, end) of the section's lines: its header up to the next header, less the comments
+    and blank lines just above that header (they belong to what follows)."""
+    start = next(i for i, line in enumerate(lines) if (m := _HEADER.match(line)) and m.group(1).strip() == name)
+    end = next((i for i in range(start + 1, len(lines)) if _HEADER.match(lines[i])), len(lines))
+    if end < len(lines):
+        while end > start + 1 and (not lines[end - 1].strip() or lines[end - 1].lstrip().startswith(("#", ";"))):
+            end -= 1
+    return start, end
+
+
+def _items(body: list[str]) -> list[tuple[str | None, list[str]]]:
+    """A section's body as (key, its lines with their continuations) and (None, [a comment or
+    blank line]), in order."""
+    out: list[tuple[str | None, list[str]]] = []
+    for line in body:
+        m = _KEY.match(line)
+        if m:
+            out.append((m.group(1).lower(), [line]))
+        elif line.strip() and line[:1].isspace() and out and out[-1][0] is not None \
+                and not line.lstrip().startswith(("#", ";")):
+            out[-1][1].append(line)  # a continuation line of the key above
+        else:
+            out.append((None, [line]))
+    return out
 
 
 def _check_name(name: str, where: str) -> None:
@@ -160,8 +238,11 @@ def source_files(spec: str, constellation: str) -> list[Path]:
         files = []
     if not files:
         kinds = f"text files ({' '.join(TEXT_SUFFIXES)})" if Path(pattern).is_dir() else "files"
+        kinds_ru = f"текстовых файлов ({' '.join(TEXT_SUFFIXES)})" if Path(pattern).is_dir() else "файлов"
         raise UserError(f"constellation {constellation!r}: source {spec!r} matches no {kinds} (looked at {pattern}); "
-                        f"fix it in {home.constellations_file()} (relative paths start at the lab home {lab_home})")
+                        f"fix it in {home.constellations_file()} (relative paths start at the lab home {lab_home})",
+                        ru=f"созвездие {constellation!r}: под источник {spec!r} не подходит ни одного из {kinds_ru} "
+                           f"(искали в {pattern}); исправьте его (относительные пути идут от дома лабы {lab_home})")
     return files
 
 
@@ -195,7 +276,9 @@ def _read_text(path: Path, constellation: str) -> str:
         text = data.decode("utf-8-sig")  # a BOM is not text
     except UnicodeDecodeError as e:
         raise UserError(f"constellation {constellation!r}: {path} is not UTF-8 text (bad byte at {e.start}): "
-                        f"convert it to UTF-8 or leave it out of the sources") from None
+                        f"convert it to UTF-8 or leave it out of the sources",
+                        ru=f"созвездие {constellation!r}: {path} — не текст в UTF-8 (плохой байт на месте {e.start}): "
+                           f"переведите его в UTF-8 или уберите из источников") from None
     return text.replace("\r\n", "\n")  # the same text from Windows and Unix gives the same tokens
 
 
@@ -218,13 +301,12 @@ def _hash_document(h: "hashlib._Hash", data: bytes) -> None:
     h.update(data)
 
 
-def scan(c: Constellation, progress: bool = False) -> Scan:
+def scan(c: Constellation, progress: "Progress" = False) -> Scan:
     """Reads a constellation once for its content hash, sizes and per-document hashes.
     The hash covers the documents' text and order, not file names or times."""
     sources, doc_hashes, doc_bytes = [], [], []
     whole = hashlib.sha256()
-    with tqdm(desc=f"reading {c.name}", unit="B", unit_scale=True, unit_divisor=1024, disable=not progress,
-              file=sys.stderr) as bar:
+    with progress_bar(progress, f"reading {c.name}") as bar:
         for spec in c.sources:
             h, size = hashlib.sha256(), 0
             for doc in source_documents(spec, c.name):
@@ -239,7 +321,9 @@ def scan(c: Constellation, progress: bool = False) -> Scan:
     total = sum(doc_bytes)
     if not total:
         raise UserError(f"constellation {c.name!r} holds no text (sources: {', '.join(c.sources)}); "
-                        f"add text files to it or leave it out")
+                        f"add text files to it or leave it out",
+                        ru=f"в созвездии {c.name!r} нет текста (источники: {', '.join(c.sources)}); добавьте в него "
+                           f"текстовые файлы или не берите его")
     return Scan(c.name, sources, total, whole.hexdigest(), doc_hashes, doc_bytes)
 
 

@@ -1,4 +1,9 @@
-"""Folders written whole or not at all, and the progress lines of `lab prepare`."""
+"""Folders written whole or not at all, and the progress of `lab prepare`: its bars and lines.
+
+`progress` is True (tqdm's bars and lines on stderr, as `lab prepare` shows them), False
+(nothing), or a callable `progress(stage, done, total)` told each step (the control notebook's
+bar): `stage` is what is being done, `done` and `total` bytes (`total` None when not known;
+a line said is a stage with neither)."""
 from __future__ import annotations
 
 import contextlib
@@ -7,7 +12,7 @@ import shutil
 import sys
 import uuid
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator, Union
 
 from tqdm.auto import tqdm
 
@@ -33,6 +38,37 @@ def atomic_folder(parent: Path, name: str) -> Iterator[Path]:
 
 
 
-def say(progress: bool, message: str) -> None:
-    if progress:
+Progress = Union[bool, Callable[[str, int, "int | None"], None]]
+
+
+def say(progress: Progress, message: str) -> None:
+    if callable(progress):
+        progress(message, 0, None)
+    elif progress:
         tqdm.write(message, file=sys.stderr)
+
+
+class _Told:
+    """A tqdm-like bar that tells `progress(stage, done, total)` as it goes."""
+
+    def __init__(self, progress: Callable, stage: str, total: int | None):
+        self.progress, self.stage, self.total, self.done = progress, stage, total, 0
+        progress(stage, 0, total)
+
+    def update(self, n: int) -> None:
+        self.done += n
+        self.progress(self.stage, self.done, self.total)
+
+    def __enter__(self) -> "_Told":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+
+def bar(progress: Progress, stage: str, total: int | None = None):
+    """A bar of bytes done for one stage: tqdm on stderr, nothing, or told to `progress`."""
+    if callable(progress):
+        return _Told(progress, stage, total)
+    return tqdm(desc=stage, total=total, unit="B", unit_scale=True, unit_divisor=1024, disable=not progress,
+                file=sys.stderr)

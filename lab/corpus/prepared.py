@@ -31,7 +31,7 @@ import sentencepiece as spm
 from lab import home
 from lab.config import UserError
 from lab.corpus.constellations import Constellation, Scan, get_constellations, scan
-from lab.corpus.folders import atomic_folder, say
+from lab.corpus.folders import Progress, atomic_folder, say
 from lab.corpus.manifests import FORMAT, prepared_folders, write_manifest
 from lab.corpus.shards import SPLIT_RULE, write_constellation
 from lab.corpus.tokenizer import DEFAULT_VOCAB, EOS_ID, check_vocab, load_tokenizer, tokenizer_for
@@ -72,12 +72,12 @@ def find_prepared(names: list[str], vocab: int | None = None) -> Path | None:
     return _matching_folder(content, vocab)
 
 
-def prepare(names: list[str], vocab: int = DEFAULT_VOCAB, progress: bool = True, tokenizer: str = "auto") -> Path:
+def prepare(names: list[str], vocab: int = DEFAULT_VOCAB, progress: Progress = True, tokenizer: str = "auto") -> Path:
     """Prepares the selected constellations for training; returns the data folder.
 
     Reads the sources, picks or trains the tokenizer, holds
     out a val set per constellation (`choose_val`) and writes the shards and
-    `manifest.json`. `tokenizer`: "auto" follows the reuse rule (`reusable_tokenizer`);
+    `manifest.json`. `progress`: bars on stderr, or told to a callable (lab.corpus.folders). `tokenizer`: "auto" follows the reuse rule (`reusable_tokenizer`);
     "new" uses one trained on exactly this selection (training it if need be), which
     tokenizes best; a tok_id uses that tokenizer (e.g. a checkpoint's, to continue it on
     more data) and its vocab, whatever `vocab` says.
@@ -115,7 +115,7 @@ def prepare(names: list[str], vocab: int = DEFAULT_VOCAB, progress: bool = True,
 
 
 def _write_shards(chosen: dict[str, Constellation], scans: dict[str, Scan], sp: spm.SentencePieceProcessor,
-                  root: Path, progress: bool) -> dict:
+                  root: Path, progress: Progress) -> dict:
     constellations, train, val = {}, [], []
     for name, c in chosen.items():
         s = scans[name]

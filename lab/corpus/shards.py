@@ -5,18 +5,17 @@ from __future__ import annotations
 
 import hashlib
 import os
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator
 
 import numpy as np
 import sentencepiece as spm
-from tqdm.auto import tqdm
 
 from lab.config import UserError
 from lab.corpus.constellations import Constellation, Document, Scan
 from lab.corpus.tokenizer import EOS_ID
+from lab.corpus.folders import Progress, bar as progress_bar
 
 SHARD_TOKENS = 100_000_000  # at most this many tokens per .bin file
 ENCODE_BATCH_CHARS = 8_000_000
@@ -145,15 +144,14 @@ def _batches(docs: Iterable[Document], chars: int) -> Iterator[list[Document]]:
 
 
 def write_constellation(c: Constellation, s: Scan, sp: spm.SentencePieceProcessor, root: Path,
-                         progress: bool) -> tuple[list[dict], list[dict], int]:
+                         progress: Progress) -> tuple[list[dict], list[dict], int]:
     """Tokenizes one constellation into its train and val shards; returns their entries and
     the UTF-8 bytes of the held-out text (bits per byte on val need them)."""
     split = choose_val(s.doc_hashes, s.doc_bytes)
     train, val = ShardWriter(root, c.name, "train"), ShardWriter(root, c.name, "val")
     eos = np.array([EOS_ID], dtype="<u2")
     index, val_bytes = 0, 0
-    with tqdm(desc=f"tokenizing {c.name} into shards", total=s.bytes, unit="B", unit_scale=True,
-              unit_divisor=1024, disable=not progress, file=sys.stderr) as bar:
+    with progress_bar(progress, f"tokenizing {c.name} into shards", s.bytes) as bar:
         for batch in _batches(c.documents(), ENCODE_BATCH_CHARS):
             for doc, ids in zip(batch, _encode(sp, [d.text for d in batch])):
                 data = doc.text.encode("utf-8")

@@ -7,18 +7,16 @@ import io
 import json
 import os
 import re
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator
 
 import sentencepiece as spm
-from tqdm.auto import tqdm
 
 from lab import home
 from lab.config import UserError
 from lab.corpus.constellations import Constellation, Scan
-from lab.corpus.folders import atomic_folder, say
+from lab.corpus.folders import Progress, atomic_folder, bar as progress_bar, say
 
 DEFAULT_VOCAB = 4000
 MAX_VOCAB = 65535  # token ids are stored as uint16
@@ -150,7 +148,7 @@ def _store_tokenizer(model: bytes, content: dict[str, str], vocab: int) -> Token
 
 
 def tokenizer_for(chosen: dict[str, Constellation], scans: dict[str, Scan], vocab: int, tokenizer: str,
-                   progress: bool) -> TokenizerInfo:
+                   progress: Progress) -> TokenizerInfo:
     """The tokenizer for a selection: pinned by id, reused by the reuse rule ("auto"), or
     trained on the selection ("new", or "auto" when nothing can be reused)."""
     content = {n: s.sha256 for n, s in scans.items()}
@@ -161,8 +159,7 @@ def tokenizer_for(chosen: dict[str, Constellation], scans: dict[str, Scan], voca
         say(progress, f"tokenizer: reusing {found.tok_id} (trained on {', '.join(found.trained_on)})")
         return found
     say(progress, f"tokenizer: training a BPE tokenizer, vocab {vocab}, on {', '.join(chosen)}")
-    with tqdm(desc="reading for the tokenizer", unit="B", unit_scale=True, unit_divisor=1024,
-              total=sum(s.bytes for s in scans.values()), disable=not progress, file=sys.stderr) as bar:
+    with progress_bar(progress, "reading for the tokenizer", sum(s.bytes for s in scans.values())) as bar:
         def texts() -> Iterator[str]:
             for c in chosen.values():
                 for doc in c.documents():

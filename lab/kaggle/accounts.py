@@ -33,7 +33,9 @@ class Account:
 def _check_name(name: str) -> str:
     if not isinstance(name, str) or not _ACCOUNT_NAME.fullmatch(name):
         raise UserError(f"Bad account name {name!r}: use 1-40 characters a-z, 0-9, '-' or '_', "
-                        "starting with a letter or digit.")
+                        "starting with a letter or digit.",
+                        ru=f"Неверное имя аккаунта {name!r}: 1–40 знаков a-z, 0-9, '-' или '_', первый — буква "
+                           "или цифра.")
     return name
 
 
@@ -50,19 +52,33 @@ def _read_kaggle_json(path: str | Path) -> tuple[str, str]:
     """(username, key) from a kaggle.json; errors name the file, never its content."""
     p = Path(path).expanduser()
     try:
-        data = json.loads(p.read_text(encoding="utf-8"))
+        data = p.read_bytes()
     except FileNotFoundError:
-        raise UserError(f"No such file: {p}. Download kaggle.json from kaggle.com/settings (API).") from None
-    except (OSError, UnicodeDecodeError, ValueError):
-        raise UserError(f"{p} is not a kaggle.json: it should be JSON like "
-                        '{"username": "...", "key": "..."}.') from None
-    if not isinstance(data, dict):
-        raise UserError(f"{p} is not a kaggle.json: it should be a JSON object with username and key.")
-    username, key = data.get("username"), data.get("key")
+        raise UserError(f"No such file: {p}. Download kaggle.json from kaggle.com/settings (API).",
+                        ru=f"Нет такого файла: {p}. Скачайте kaggle.json на kaggle.com/settings (API).") from None
+    except OSError:
+        raise UserError(f"Cannot read {p}.", ru=f"Не удаётся прочитать {p}.") from None
+    return parse_kaggle_json(data, str(p))
+
+
+def parse_kaggle_json(data: bytes, where: str) -> tuple[str, str]:
+    """(username, key) from the bytes of a kaggle.json (`where` names it in errors, which never
+    hold its content)."""
+    try:
+        parsed = json.loads(data.decode("utf-8-sig"))
+    except (UnicodeDecodeError, ValueError):
+        raise UserError(f"{where} is not a kaggle.json: it should be JSON like " '{"username": "...", "key": "..."}.',
+                        ru=f"{where} — не kaggle.json: там должен быть JSON вида "
+                           '{"username": "...", "key": "..."}.') from None
+    if not isinstance(parsed, dict):
+        raise UserError(f"{where} is not a kaggle.json: it should be a JSON object with username and key.",
+                        ru=f"{where} — не kaggle.json: там должен быть JSON-объект с username и key.")
+    username, key = parsed.get("username"), parsed.get("key")
     if not isinstance(username, str) or not _KAGGLE_USER.fullmatch(username):
-        raise UserError(f"{p} has no valid \"username\".")
+        raise UserError(f"{where} has no valid \"username\".", ru=f"в {where} нет верного \"username\".")
     if not isinstance(key, str) or not _SECRET.fullmatch(key):
-        raise UserError(f"{p} has no valid \"key\" (a single word without spaces).")
+        raise UserError(f"{where} has no valid \"key\" (a single word without spaces).",
+                        ru=f"в {where} нет верного \"key\" (одно слово без пробелов).")
     return username, key
 
 
@@ -77,27 +93,33 @@ def read_token_file(path: str | Path) -> str:
     return token
 
 
-def add_account(name: str, *, kaggle_json: str | Path | None = None, token: str | None = None,
+def add_account(name: str, *, kaggle_json: str | Path | bytes | None = None, token: str | None = None,
                 username: str | None = None) -> Account:
-    """Stores an account from a kaggle.json file or an API token (`username` is then required)."""
+    """Stores an account from a kaggle.json (a file, or its bytes as uploaded) or an API token
+    (`username` is then required)."""
     _check_name(name)
     if (kaggle_json is None) == (token is None):
-        raise UserError("Give exactly one of a kaggle.json file or an API token.")
-    if kaggle_json is not None:
+        raise UserError("Give exactly one of a kaggle.json file or an API token.",
+                        ru="Дайте что-то одно: kaggle.json или API-токен.")
+    if isinstance(kaggle_json, bytes):
+        username, key = parse_kaggle_json(kaggle_json, "the uploaded file")
+    elif kaggle_json is not None:
         username, key = _read_kaggle_json(kaggle_json)
     else:
         key = None
         if not _SECRET.fullmatch(token or ""):
-            raise UserError("The API token must be a single word without spaces.")
+            raise UserError("The API token must be a single word without spaces.",
+                            ru="API-токен — это одно слово без пробелов.")
         if not username or not _KAGGLE_USER.fullmatch(username):
-            raise UserError("An account added with a token needs its Kaggle username.")
-    folder = accounts_dir() / name
-    if folder.exists():
-        raise UserError(f"Account '{name}' already exists; `lab accounts remove {name}` first to replace it.")
+            raise UserError("An account added with a token needs its Kaggle username.",
+                            ru="Аккаунту, добавленному по токену, нужно имя пользователя Kaggle.")
+    folder = check_new_name(name)
     twin = next((a for a in list_accounts() if a.username.lower() == username.lower()), None)
     if twin is not None:
         raise UserError(f"Kaggle user {username} is already account '{twin.name}': two names for one "
-                        "account would spend its quota twice.")
+                        "account would spend its quota twice.",
+                        ru=f"Пользователь Kaggle {username} уже добавлен как '{twin.name}': два имени одного "
+                           "аккаунта тратили бы его квоту дважды.")
     accounts_dir().mkdir(parents=True, exist_ok=True, mode=0o700)
     folder.mkdir(mode=0o700)
     os.chmod(folder, 0o700)  # mkdir's mode is masked by the umask
@@ -107,6 +129,15 @@ def add_account(name: str, *, kaggle_json: str | Path | None = None, token: str 
         _write_private(folder / "access_token", token + "\n")
         _write_private(folder / "account.json", json.dumps({"username": username}))
     return get_account(name)
+
+
+def check_new_name(name: str) -> Path:
+    """The folder a new account of this name gets; an error when the name is bad or taken."""
+    folder = accounts_dir() / _check_name(name)
+    if folder.exists():
+        raise UserError(f"Account '{name}' already exists; `lab accounts remove {name}` first to replace it.",
+                        ru=f"Аккаунт '{name}' уже есть; чтобы заменить его, сначала удалите его.")
+    return folder
 
 
 def get_account(name: str) -> Account:

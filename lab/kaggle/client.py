@@ -333,3 +333,20 @@ def client_for(account: str | Account, *, timeout_s: float = 60.0, retry: RetryP
     retry = retry or RetryPolicy()
     # An interrupted blob upload resumes after the policy's first backoff.
     return AccountClient(acc, api_for(acc, url, timeout_s, retry.base_s), url, retry, timeout_s)
+
+
+# Checking a new account: a person waits, so a few short tries.
+ADD_RETRY = RetryPolicy(attempts=3, base_s=1.0, cap_s=5.0, max_retry_after_s=30.0)
+
+
+def verify_new_account(account: Account, retry: RetryPolicy = ADD_RETRY, timeout_s: float = 30.0) -> Quota:
+    """Asks Kaggle for a just-added account's quota. Credentials Kaggle refuses (401, 403) are
+    not worth keeping: the account is removed again and the error says so. Any other trouble
+    raises as it is, the account kept (`lab accounts` asks again)."""
+    try:
+        return client_for(account, retry=retry, timeout_s=timeout_s).quota()
+    except KaggleError as e:
+        if e.status in (401, 403):
+            remove_account(account.name)
+            raise KaggleError(e.account, e.what, f"{e.todo} The account was not added.", status=e.status) from None
+        raise

@@ -37,8 +37,15 @@ def _smooth(values: list[float], weight: float) -> list[float]:
     return out
 
 
-def loss_figure(runs: dict[str, list[dict]], x: str = "step", title: str | None = None):
-    """A matplotlib Figure of one or more runs' losses; `x` is "step" or "tokens"."""
+# The plot's words; the control notebook passes its own language's (lab.ui.text.plot_words).
+PLOT_WORDS = {"train": "train", "val": "val (set {set})", "step": "step", "tokens": "tokens",
+              "loss": "loss (nats per token)", "title": "loss"}
+
+
+def loss_figure(runs: dict[str, list[dict]], x: str = "step", title: str | None = None, words: dict | None = None):
+    """A matplotlib Figure of one or more runs' losses; `x` is "step" or "tokens"; `words` the
+    labels (PLOT_WORDS' keys), English when not given."""
+    w = {**PLOT_WORDS, **(words or {})}
     # A bare Figure needs no pyplot and no backend: it renders with Agg wherever it runs.
     from matplotlib.figure import Figure
 
@@ -54,22 +61,22 @@ def loss_figure(runs: dict[str, list[dict]], x: str = "step", title: str | None 
             ys = [r["loss"] for r in train]
             ax.plot(xs, ys, color=color, alpha=0.25, linewidth=0.8)
             ax.plot(xs, _smooth(ys, 0.9 if len(ys) > 50 else 0.0), color=color, linewidth=1.5,
-                    label=f"{label}train")
+                    label=f"{label}{w['train']}")
         for j, (val_set, seg) in enumerate(val_segments(rows)):
             # One run: each val set its own colour. Several: the run's colour, dashed.
             val_color = colors[(j + 1) % len(colors)] if len(runs) == 1 else color
             ax.plot([r[x] for r in seg], [r["val_loss"] for r in seg], marker="o", markersize=3,
                     linestyle="-" if len(runs) == 1 else "--", color=val_color,
-                    label=f"{label}val (set {str(val_set)[:8]})")
+                    label=f"{label}{w['val'].format(set=str(val_set)[:8])}")
         for prev, cur in zip(train, train[1:]):
             if cur.get("session") != prev.get("session"):
                 ax.axvline(cur[x], color="gray", linewidth=0.6, linestyle=":")
-    ax.set_xlabel("tokens" if x == "tokens" else "step")
-    ax.set_ylabel("loss (nats per token)")
+    ax.set_xlabel(w["tokens"] if x == "tokens" else w["step"])
+    ax.set_ylabel(w["loss"])
     ax.grid(alpha=0.3)
     if ax.lines:
         ax.legend(loc="upper right", fontsize=8)
-    ax.set_title(title or "loss")
+    ax.set_title(title or w["title"])
     fig.tight_layout()
     return fig
 

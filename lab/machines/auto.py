@@ -140,25 +140,26 @@ def choose(cfg: RunConfig, need_hours: float | None, machines: list[Machine],
     local_en, local_ru = (_LOCAL_EN, _LOCAL_RU) if any(m.kind == "local" for m in machines) else ("", "")
     if covers(best):
         rivals = [m for m in candidates if covers(m) and m.name != best.name]
-        en, ru = _covering(best, rivals, need_hours, finish_h, has(best))
+        en, ru = _covering(best, rivals, need_hours, finish_h, has(best), _passed_over(best, candidates, holds, covers))
         return Choice(best.name, en + local_en, ru + local_ru)
     en, ru = _continued(best, candidates, need_hours, has(best))
     return Choice(best.name, en + local_en, ru + local_ru, continues=True)
 
 
 def _covering(best: Machine, rivals: list[Machine], need_hours: float | None, finish_h: dict[str, float | None],
-              held: frozenset) -> tuple[str, str]:
-    """Why `best`, which covers the whole run, takes it (in English and Russian)."""
+              held: frozenset, passed: tuple[str, str]) -> tuple[str, str]:
+    """Why `best`, which covers the whole run, takes it (in English and Russian); `passed`: the
+    clause on a machine holding more of the link that was passed over (`_passed_over`)."""
     soon_en, soon_ru = _soonest(best, rivals, finish_h)
     if best.kind == "ssh":
         return (f"{best.name}: one of the lab's own machines, with no quota, so it covers the whole run"
-                f"{soon_en}{_HOLDS_EN.get(held, '')}.",
+                f"{soon_en}{_HOLDS_EN.get(held, '')}{passed[0]}.",
                 f"{best.name}: своя машина лабы, без квоты, так что её хватит на весь прогон"
-                f"{soon_ru}{_HOLDS_RU.get(held, '')}.")
+                f"{soon_ru}{_HOLDS_RU.get(held, '')}{passed[1]}.")
     return (f"{best.name}: its {_h(best.quota_left_h)} h of GPU quota cover the whole run "
-            f"({_h(need_hours)} h){soon_en}{_HOLDS_EN.get(held, '')}.",
+            f"({_h(need_hours)} h){soon_en}{_HOLDS_EN.get(held, '')}{passed[0]}.",
             f"{best.name}: его {_h(best.quota_left_h, True)} ч квоты GPU хватит на весь прогон "
-            f"({_h(need_hours, True)} ч){soon_ru}{_HOLDS_RU.get(held, '')}.")
+            f"({_h(need_hours, True)} ч){soon_ru}{_HOLDS_RU.get(held, '')}{passed[1]}.")
 
 
 def _soonest(best: Machine, rivals: list[Machine], finish_h: dict[str, float | None]) -> tuple[str, str]:
@@ -202,13 +203,36 @@ def _continued(best: Machine, candidates: list[Machine], need_hours: float | Non
             f"кончится, лаба продолжит прогон с чекпоинта на другой свободной машине.")
 
 
+def _passed_over(best: Machine, candidates: list[Machine], holds: dict[str, set[str]], covers) -> tuple[str, str]:
+    """Why a machine that holds more of the link than `best` was not picked, as a clause of the
+    reason: it does not cover the run (covering comes first), or it holds only part of it and
+    `best` has more quota; ("", "") when none holds more. `covers(machine)`: choose's own test."""
+    mine = holds.get(best.name, set()) & _BOTH
+    richer = [m for m in candidates if m.name != best.name and len(holds.get(m.name, set()) & _BOTH) > len(mine)]
+    if not richer:
+        return "", ""
+    m = max(richer, key=lambda m: (len(holds.get(m.name, set()) & _BOTH), m.quota_left_h or 0.0))
+    what = frozenset(holds.get(m.name, set()) & _BOTH)
+    en = {frozenset({"data", "checkpoint"}): "the data and the checkpoint", frozenset({"data"}): "the data",
+          frozenset({"checkpoint"}): "the checkpoint"}[what]
+    ru = {frozenset({"data", "checkpoint"}): "данные и чекпоинт", frozenset({"data"}): "данные",
+          frozenset({"checkpoint"}): "чекпоинт"}[what]
+    if covers(m) and "ssh" in (m.kind, best.kind):  # the soonest to finish decided
+        return f"; {m.name} holds {en} but not all of the link", f"; у {m.name} есть {ru}, но не всё для звена"
+    if covers(m):  # it holds only part of the link: the most quota decides
+        return (f"; {m.name} holds {en} but not all of the link, and {best.name} has more quota left",
+                f"; у {m.name} есть {ru}, но не всё для звена, а квоты больше у {best.name}")
+    return (f"; {m.name} holds {en}, but its {_h(m.quota_left_h)} h do not cover the run",
+            f"; у {m.name} есть {ru}, но его {_h(m.quota_left_h, True)} ч не хватит на весь прогон")
+
+
 def _local_only(machines: list[Machine]) -> Choice:
     local = next((m for m in machines if m.kind == "local"), None)
     if local is not None and local.free:
-        return Choice(local.name, "This computer: the lab has no Kaggle account yet (add one with "
-                             "`lab accounts add NAME --kaggle-json PATH`).",
-                      "Этот компьютер: в лабе пока нет аккаунтов Kaggle (добавить: "
-                      "`lab accounts add ИМЯ --kaggle-json ПУТЬ`).")
+        return Choice(local.name, "This computer: the lab has no Kaggle account yet (add one in the control "
+                             "notebook's machines cell, or with `lab accounts add NAME --kaggle-json PATH`).",
+                      "Этот компьютер: в лабе пока нет аккаунтов Kaggle (добавьте в ячейке «Машины» пульта "
+                      "или командой `lab accounts add ИМЯ --kaggle-json ПУТЬ`).")
     busy = ", ".join(local.running) if local else ""
     return Choice(None, f"No machine is free: the lab has no Kaggle account and this computer runs {busy}. "
                         "The lab waits until it is free.",

@@ -23,6 +23,7 @@ driver may die anywhere: `lab watch RUN` resumes it.
 from __future__ import annotations
 
 import os
+import re
 import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
@@ -36,6 +37,7 @@ from lab.machines.auto import (FOREIGN, Choice, Machine, choose, pick, usable,  
 from lab.machines.base import Follow, env_seconds
 from lab.machines.control import (DriverLock, active_link, active_runs, cancel_flag, cancel_requested,  # noqa: F401
                                   driver_alive, logged, read_control, set_control, spawn_driver, spawned, tail)
+from lab.kernel.metrics import METRICS_MARK
 from lab.machines.live import live_curve
 from lab.machines.local import local_cards, local_gpu  # noqa: F401 - the API
 from lab.machines.needs import data_id, finish_hours, need_hours, pin_data, source_checkpoint
@@ -115,7 +117,9 @@ def _unexpected(run_id: str, e: Exception, say: Callable[[str], None]) -> Run:
     folder = load_run(run_id).folder
     (folder / "failure.txt").write_text("".join(traceback.format_exception(e)), encoding="utf-8")
     return _halt(run_id, "failed", f"run {run_id} stopped on an unexpected {type(e).__name__}: {e} (the traceback "
-                                   f"is in {folder / 'failure.txt'}). `lab watch {run_id}` continues it.", say=say)
+                                   f"is in {folder / 'failure.txt'}). `lab watch {run_id}` continues it.",
+                 f"прогон {run_id} остановился на неожиданной ошибке {type(e).__name__}: {e} (трассировка — в "
+                 f"{folder / 'failure.txt'}). `lab watch {run_id}` продолжит его.", say=say)
 
 
 @dataclass
@@ -134,7 +138,7 @@ def _drive(run_id: str, state: _Driving, say: Callable[[str], None]) -> Run:
     try:
         pin_data(run_id, say, state.progress)
     except UserError as e:
-        return _halt(run_id, "failed", _then_watch(str(e), run_id), say=say)
+        return _halt_on(run_id, e, say)
     while True:
         run = load_run(run_id)
         link = active_link(run)
@@ -153,7 +157,8 @@ def _go_on_with(run: Run, link: Link, state: _Driving, say: Callable[[str], None
     try:
         ended = host_of(link).follow(run, link, how)
     except UserError as e:  # the link could not be taken to an end now: `lab watch RUN` takes it up again
-        return _halt(run.id, _failed_or_cancelled(run.id), _then_watch(str(e), run.id), say=say)
+        return _halt(run.id, _failed_or_cancelled(run.id), _then_watch(str(e), run.id), _then_watch_ru(e.ru, run.id),
+                     say=say)
     if ended.outcome is None:
         raise RuntimeError(f"machine '{ended.machine}' ended link {ended.n} without saying how (no outcome)")
     return _after(run.id, ended, state, say)
@@ -174,19 +179,22 @@ def _after(run_id: str, ended: Link, state: _Driving, say: Callable[[str], None]
         if _in_a_row(load_run(run_id), End.PUSH_AGAIN) < MAX_INPUT_WAITS:
             return None  # the machine waited; the next link pushes again
         return _halt(run_id, "failed", _then_watch(f"{out.reason}; {MAX_INPUT_WAITS} sessions in a row found "
-                                                   "their inputs not mounted: the lab stops here", run_id), say=say)
+                                                   "their inputs not mounted: the lab stops here", run_id),
+                     _then_watch_ru(f"{out.reason_ru or out.reason}; {MAX_INPUT_WAITS} сессии подряд не нашли своих "
+                                    "входных данных: лаба останавливается", run_id), say=say)
     if out.kind is End.LOST:
         if _lost_in_a_row(load_run(run_id)) < MAX_LOST_IN_A_ROW:
             say(f"link {ended.n} on {ended.machine} failed; only that session is lost: the run goes on from step "
                 f"{load_run(run_id).step}. ({out.reason})")
             return None
-        return _halt(run_id, "failed", _then_watch(out.reason or "the link failed", run_id), say=say)
+        return _halt(run_id, "failed", _then_watch(out.reason or "the link failed", run_id),
+                     _then_watch_ru(out.reason_ru or (f"{MAX_LOST_IN_A_ROW} сессии подряд потеряны: "
+                                                      f"{out.reason or 'звено упало'}"), run_id), say=say)
     if out.kind is End.FAILED:
         return _halt(run_id, _failed_or_cancelled(run_id), _then_watch(out.reason, run_id),
                      _then_watch_ru(out.reason_ru, run_id), say=say)
     if out.kind is End.CANCELLED:
-        return _halt(run_id, "cancelled", f"run {run_id} cancelled at step {load_run(run_id).step}: "
-                                          f"`lab watch {run_id}` continues it", say=say)
+        return _halt(run_id, "cancelled", *_cancelled_words(run_id, load_run(run_id).step), say=say)
     return None  # CONTINUE, INTERRUPTED: the next link goes on from the run's step
 
 
@@ -222,17 +230,19 @@ def _next_step(run: Run, state: _Driving, say: Callable[[str], None]) -> Run | N
     """With no link running: stop, wait, or start the next link where the rule says."""
     run_id = run.id
     if cancel_requested(run_id):
-        return _halt(run_id, "cancelled", f"run {run_id} cancelled at step {run.step}: "
-                                          f"`lab watch {run_id}` continues it", say=say)
+        return _halt(run_id, "cancelled", *_cancelled_words(run_id, run.step), say=say)
     if run.step >= run.cfg.steps_until:
-        return _halt(run_id, "done", f"run {run_id} done: step {run.step:,} of {run.cfg.steps_until:,}", say=say)
+        return _halt(run_id, "done", f"run {run_id} done: step {run.step:,} of {run.cfg.steps_until:,}",
+                     f"прогон {run_id} готов: шаг {run.step:,} из {run.cfg.steps_until:,}".replace(",", " "), say=say)
     if state.one_link:  # this computer runs one link per start: its limit is the person's time
         return _halt(run_id, "stopped", f"run {run_id} stopped at step {run.step:,} ({run.links[-1].reason}); "
-                                        f"`lab watch {run_id}` continues it", say=say)
+                                        f"`lab watch {run_id}` continues it",
+                     f"прогон {run_id} остановлен на шаге {run.step} ({run.links[-1].reason}); "
+                     f"`lab watch {run_id}` продолжит его", say=say)
     try:
         choice, considered = _next_choice(run, state)
     except UserError as e:
-        return _halt(run_id, "failed", _then_watch(str(e), run_id), say=say)
+        return _halt_on(run_id, e, say)
     if choice.machine is None:
         if not worth_waiting(considered, run.cfg.machine or "auto"):
             return _halt(run_id, "failed", _then_watch(choice.reason_en, run_id), choice.reason_ru, say=say)
@@ -246,11 +256,23 @@ def _next_step(run: Run, state: _Driving, say: Callable[[str], None]) -> Run | N
     chosen = next(m for m in considered if m.name == choice.machine)
     set_control(run_id, message=choice.reason_en, message_ru=choice.reason_ru, waiting_until=None)
     link = host.start(run, chosen, choice.reason_en)
+    with updating(run_id) as r:  # each link says why its machine was picked, in both languages
+        r.links[-1].picked = {"en": choice.reason_en, "ru": choice.reason_ru}
     state.started.add(link.n)
     state.one_link = host.one_link_per_start
     limit = f" (limit {link.limit_min:g} min)" if link.limit_min else ""
     say(f"link {link.n} on {chosen.name}{limit}: {choice.reason_en}")
     return None
+
+
+def _cancelled_words(run_id: str, step: int) -> tuple[str, str]:
+    return (f"run {run_id} cancelled at step {step}: `lab watch {run_id}` continues it",
+            f"прогон {run_id} отменён на шаге {step}: `lab watch {run_id}` продолжит его")
+
+
+def _halt_on(run_id: str, e: UserError, say: Callable[[str], None]) -> Run:
+    """The run failed on an error the person can fix: its words in both languages where it has them."""
+    return _halt(run_id, "failed", _then_watch(str(e), run_id), _then_watch_ru(e.ru, run_id), say=say)
 
 
 def _then_watch(message: str, run_id: str) -> str:
@@ -368,13 +390,22 @@ def status(run_id: str) -> dict:
             "folder": str(run.folder)}
 
 
+# papermill's own progress lines in a session it runs here or on a box ("Executing Cell 3----").
+PAPERMILL_PROGRESS = re.compile(r"(Executing|Ending) Cell \d+-*$|Executing notebook with kernel:")
+
+
 def _log_tail(run: Run, link: Link | None, lines: int = 25) -> str:
+    """The session log's last human lines: the metrics lines echoed for the live curve
+    (`@lab-metrics {...}`) and papermill's progress stay in the log and the files, out of the
+    person's view."""
     if link is None:
         return ""
     try:
-        return host_of(link).log_tail(run, link, lines)
+        text = host_of(link).log_tail(run, link, lines * 8)
     except UserError:  # a machine no longer in the lab: its log is not the lab's to show
         return ""
+    return "\n".join([line for line in text.splitlines()
+                      if METRICS_MARK not in line and not PAPERMILL_PROGRESS.search(line)][-lines:])
 
 
 def cancel(run_id: str) -> str:
@@ -389,7 +420,7 @@ def cancel(run_id: str) -> str:
     alive = driver_alive(run.id)
     if link is None:
         if not alive:
-            _halt(run.id, "cancelled", f"run {run.id} cancelled at step {run.step}: `lab watch {run.id}` continues it")
+            _halt(run.id, "cancelled", *_cancelled_words(run.id, run.step))
             return f"run {run.id} cancelled at step {run.step}"
         return f"run {run.id}: cancelled; no further link will start"
     pid = read_control(run.id).get("pid") if alive else None

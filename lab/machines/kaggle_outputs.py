@@ -160,7 +160,8 @@ def _ending(link: Link, status: str, failure: str, output: dict) -> tuple[str, s
                                          "подключил готовую версию); она ничего не обучила, и лаба отправит её снова "
                                          "после паузы")
     if result and not output.get("problem") and not result.get("failed"):
-        return ("done" if result.get("done") else "stopped"), result["reason"], Outcome(End.CONTINUE, result["reason"])
+        reason, ru = _said_by_kaggle(result, status, failure)
+        return ("done" if result.get("done") else "stopped"), reason, Outcome(End.CONTINUE, reason, ru)
     if ckpt and ckpt["step"] > link.from_step:
         # Cut off, killed, or ended in ERROR after a save: the link ended at its whole checkpoint.
         why = (result or {}).get("reason") if (result or {}).get("failed") else failure
@@ -170,6 +171,18 @@ def _ending(link: Link, status: str, failure: str, output: dict) -> tuple[str, s
     failure = (result or {}).get("reason") if (result or {}).get("failed") else failure
     reason = failure_reason(link, status, failure, output)
     return "failed", reason, Outcome(End.LOST, reason)
+
+
+def _said_by_kaggle(result: dict, status: str, failure: str) -> tuple[str, str | None]:
+    """The session's own end reason, or, for a SIGTERM the lab did not send (it never signals a
+    Kaggle session), who sent it: Kaggle, at the session's runtime limit or the account's quota."""
+    if result.get("reason") != "SIGTERM received":
+        return result["reason"], None
+    step, said = result.get("step"), f"{status}, SIGTERM" + (f": {failure}" if failure else "")
+    return (f"Kaggle stopped the session ({said}): its runtime limit or the account's weekly quota ran out; "
+            f"it saved at step {step}, and the run goes on from there",
+            f"Kaggle остановил сессию ({said}): кончилось её время или недельная квота аккаунта; "
+            f"она сохранилась на шаге {step}, и прогон продолжится оттуда")
 
 
 def _cut_off(status: str, result: dict | None) -> str:

@@ -95,7 +95,9 @@ def pin_data(run_id: str, say: Callable[[str], None], progress: bool = False) ->
         if not Path(run.cfg.data_dir).is_dir():
             raise UserError(f"run {run_id}: its data folder {run.cfg.data_dir} is gone: prepare it again "
                             f"(lab prepare), or continue with another data folder (lab run --resume {run_id} "
-                            f"--data-dir DIR)")
+                            f"--data-dir DIR)",
+                            ru=f"прогон {run_id}: его папки данных {run.cfg.data_dir} больше нет: подготовьте данные "
+                               f"заново")
         return
     found = find_data(run.cfg, prepare=True, say=say, progress=progress)
     raise_on_errors(data_problems(run.cfg, found))

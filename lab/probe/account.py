@@ -127,13 +127,18 @@ def _pasted(path: Path) -> str:
 # One probe
 
 
+def settings_plan() -> ProbePlan:
+    """The probe as the person's settings have it: status polled as often as LAB_KAGGLE_POLL_S
+    says (default 30 s), a session without GPU taken as LAB_KAGGLE_ALLOW_CPU says."""
+    from lab.machines.kaggle_data import KaggleSettings
+    settings = KaggleSettings.from_env()
+    return ProbePlan(poll_s=settings.poll_s, allow_cpu=settings.allow_cpu)
+
+
 def probe_account(name: str, plan: ProbePlan | None = None, say: Callable[[str], None] = print) -> dict:
-    """Probes the account: pushes the probe, follows it, stores and returns the record. Status is
-    polled as often as the person's LAB_KAGGLE_POLL_S says (default 30 s)."""
-    if plan is None:
-        from lab.machines.kaggle_data import KaggleSettings
-        settings = KaggleSettings.from_env()
-        plan = ProbePlan(poll_s=settings.poll_s, allow_cpu=settings.allow_cpu)
+    """Probes the account: pushes the probe, follows it, stores and returns the record (`plan`:
+    the person's settings' when not given)."""
+    plan = plan or settings_plan()
     account = get_account(name)
     c = client_for(account, retry=RetryPolicy(attempts=4, base_s=1.0, cap_s=20.0))
     say(f"{name}: {cost_line(plan)}")

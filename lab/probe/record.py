@@ -97,7 +97,8 @@ def summary(record: dict | None, ru: bool = False) -> str:
             "cannot run: " + str(record.get("why"))
     parts = [str(record.get("gpu") or "?")]
     if record.get("tok_s"):
-        parts.append(f"{record['tok_s']:,.0f} " + ("ток/с" if ru else "tok/s"))
+        speed = f"{record['tok_s']:,.0f}"  # grouped as the calculator groups: "31 802" in Russian
+        parts.append(f"{speed.replace(',', ' ')} ток/с" if ru else f"{speed} tok/s")
     reduce = record.get("all_reduce")
     if reduce:
         parts.append(("all-reduce ок" if ru else "all-reduce ok") if reduce.get("ok") else "all-reduce ✖")

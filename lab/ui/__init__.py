@@ -2,28 +2,37 @@
 
     from lab import ui
     ui.setup()                   # 1. the lab home, the version, this computer's GPU; RU | EN
-    ui.machines()                # 2. Kaggle accounts with their quota bars, and the local card
-    form = ui.new_run()          # 3-4. the "New run" form with the calculator beside it
+    ui.machines()                # 2. machines: Kaggle accounts (add, probe, remove), quota, checkpoints kept
+    ui.data()                    # 3. constellations: declare, edit, remove, prepare
+    form = ui.new_run()          # 4. the "New run" form with the calculator beside it
     ui.start(form)               # 5. Start, and where the run went
-    ui.monitor(form)             # 6. links, log tail and the loss plot, refreshed while it runs
-    ui.runs()                    # 7. the lab's runs, lineage, overlay plot, "when to grow"
+    ui.monitor(form)             # 6. links, log, the loss plot; Stop and Continue
+    ui.runs()                    # 7. the lab's runs: compare curves, more steps, cooldown branches
     ui.try_model()               # 9. a run's checkpoint writing text from a prompt, streamed
 
 Each call shows its panel and returns it (for `form.set(layers=12)`, `monitor.refresh()`...).
-The panels live in `lab.ui_form` (the form), `lab.ui_calc` (the calculator) and
-`lab.ui_panels`; their words in `lab.ui_text`; what they ask of the lab (machines, Auto,
-start, status) in `lab.ui_backend`. No widget ever holds a secret: widget state is saved
-into notebooks.
+The panels live in `lab.ui.machines`, `data`, `form` (with `calc`, `start`), `monitor`, `runs`,
+`branch`, `recipes`, `trymodel` and `panels` (setup, Start); their words in `lab.ui.text`; what they ask of
+the lab in `lab.ui.backend`; what they tell each other in `lab.ui.parts`. No widget keeps a
+secret: widget state is saved into notebooks.
 """
 from __future__ import annotations
 
+from lab.ui.data import DataPanel
 from lab.ui.form import NewRunForm
-from lab.ui.panels import MachinesPanel, Monitor, RunsPanel, SetupPanel, StartPanel, lineage_rows
+from lab.ui.machines import MachinesPanel
+from lab.ui.monitor import Monitor
+from lab.ui.panels import SetupPanel, StartPanel
+from lab.ui.parts import tell
+from lab.ui.runs import RunsPanel, lineage_rows
 from lab.ui.text import language_switch, set_language
 from lab.ui.trymodel import TryModel
 
-__all__ = ["setup", "machines", "new_run", "start", "monitor", "runs", "try_model", "set_language", "language_switch",
-           "NewRunForm", "MachinesPanel", "Monitor", "RunsPanel", "SetupPanel", "StartPanel", "TryModel", "lineage_rows"]
+__all__ = ["setup", "machines", "data", "new_run", "start", "monitor", "runs", "try_model", "set_language",
+           "language_switch", "NewRunForm", "MachinesPanel", "DataPanel", "Monitor", "RunsPanel", "SetupPanel",
+           "StartPanel", "TryModel", "lineage_rows"]
+
+_form: NewRunForm | None = None  # the newest form: its cell run again keeps what the person had in it
 
 
 def setup() -> SetupPanel:
@@ -32,30 +41,47 @@ def setup() -> SetupPanel:
 
 
 def machines() -> MachinesPanel:
-    """Cell 2: each Kaggle account's quota (left / total, reset time) and runs; the local card."""
+    """Cell 2: every machine with its quota and probe; adding, probing, removing an account; the
+    checkpoint datasets kept on each account."""
     return MachinesPanel().show()
 
 
+def data() -> DataPanel:
+    """Cell 3: the constellations with their sources, licence and tokens; declare, edit, prepare."""
+    return DataPanel().show()
+
+
 def new_run(**values) -> NewRunForm:
-    """Cells 3-4: the "New run" form, with the calculator beside it. `values` pre-fill fields
-    (RunConfig names, `mode`, `resume_from`)."""
-    return NewRunForm(**values).show()
+    """Cell 4: the "New run" form, with the calculator beside it. `values` pre-fill fields
+    (RunConfig names, `mode`, `resume_from`); the cell run again keeps the rest of what the
+    person had in the form, and the Start and monitor cells follow the new form."""
+    global _form
+    before = _form.values() if _form is not None else {}
+    form = NewRunForm(**values)
+    form.keep({k: v for k, v in before.items() if k not in values})
+    _form = form
+    tell("form", form)
+    return form.show()
 
 
 def start(form: NewRunForm, press: bool = False) -> StartPanel:
     """Cell 5: the form's Start button and where the run went. `press` presses it and waits
-    until the run is registered (headless runs); an invalid form is an error then."""
+    until the run is registered and has started or failed (headless runs); a form that cannot
+    start, or a run that failed before it started, is an error then."""
     panel = StartPanel(form).show()
     if press:
         form.settle()
         if form.start(wait=True) is None:
             problems = "; ".join(p.en for p in form.errors) or form.start_error or "Start is disabled"
             raise RuntimeError(f"the run did not start: {problems}")
+        if form.launch.wait(600) == "failed":
+            raise RuntimeError(f"the run did not start: {form.launch.message}")
     return panel
 
 
 def monitor(form: NewRunForm | None = None, run: str | None = None, wait_minutes: float = 0) -> Monitor:
-    """Cell 6: follows the form's run (or `run`); `wait_minutes` blocks until it ends (headless)."""
+    """Cell 6: follows the run the newest form started (or `run`); `wait_minutes` blocks until
+    it ends (headless)."""
     m = Monitor(form, run).show()
     if wait_minutes:
         m.wait(wait_minutes)
@@ -63,7 +89,8 @@ def monitor(form: NewRunForm | None = None, run: str | None = None, wait_minutes
 
 
 def runs() -> RunsPanel:
-    """Cell 7: the lab's runs with lineage, an overlay plot of chosen runs, "when to grow"."""
+    """Cell 7: the lab's runs with lineage, their curves compared, "when to grow", more steps for
+    a finished run, a cooldown branch."""
     return RunsPanel().show()
 
 

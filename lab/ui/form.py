@@ -14,13 +14,16 @@ from dataclasses import replace
 from pathlib import Path
 
 import ipywidgets as widgets
+import traitlets
 
 from lab import sizing
 from lab.ui import backend
 from lab.config import MODEL_FIELDS, Problem, RunConfig, UserError, field_choices, field_kind
 from lab.ui.calc import ORANGE, RED, calculator_html
-from lab.ui.text import (GPU_NAMES, MODES, SECTIONS, TITLE, Panel, esc, help_text, label, lang, language_switch, on_language,
-                         pair, tr)
+from lab.ui.parts import hear, tell
+from lab.ui.start import Launch
+from lab.ui.text import (GPU_NAMES, MODES, SECTIONS, TITLE, Panel, error_text, esc, help_text, label, lang, language_switch,
+                         on_language, pair, tr)
 
 # The guide's sections and order. Every name but "mode" is a RunConfig field: its widget
 # follows from the field's kind and choices, its words from its metadata (`lab.config`).
@@ -112,7 +115,6 @@ class NewRunForm(Panel):
         self.choice = None
         self.choice_error: str | None = None
         self.run_id: str | None = None
-        self._went = "auto"
         self.start_error: str | None = None
         self._starting = False
         self._start_thread: threading.Thread | None = None
@@ -150,6 +152,7 @@ class NewRunForm(Panel):
         self.start_button.on_click(lambda _: self.start())
         self.where = widgets.HTML()
         self.where.add_class("lab-where")
+        self.launch = Launch(self.where, on_change=self._launched)
 
     def _layout(self) -> widgets.VBox:
         """The fields on the left in the guide's sections, the calculator and Start on the right."""
@@ -174,12 +177,44 @@ class NewRunForm(Panel):
         self.inputs["resume_from"].observe(self._checkpoint_changed, names="value")
         self.hints.observe(lambda _: self._relabel(), names="value")
         on_language(self._relabel)
+        for topic in ("constellations", "machines", "runs"):  # what another cell changed: listed anew, no re-run
+            hear(topic, "NewRunForm", self.lab_changed)
 
     # -- the widget -------------------------------------------------------------------------
 
     def on_started(self, callback) -> None:
         """`callback(run_id)` once a run started from this form is registered."""
         self._listeners.append(callback)
+
+    def lab_changed(self) -> None:
+        """Constellations, accounts or runs changed elsewhere: the lists and token counts anew."""
+        if self._starting:
+            return
+        overview_gone = backend.account_names() != self._accounts
+        self._fill_choices()
+        self._relabel()
+        if overview_gone and self.inputs["machine"].value == "auto":
+            self.update()  # Auto's pick over the machines as they are now
+
+    def keep(self, values: dict) -> None:
+        """Fills what still fits of an earlier form's `values` (a constellation or account since
+        removed is passed over); the others stay at the guide's values."""
+        first = {k: values[k] for k in ("mode", "resume_from") if k in values}
+        for name, value in [(None, first)] + [(k, {k: v}) for k, v in values.items() if k not in first]:
+            try:
+                self.set(**value)
+            except (UserError, traitlets.TraitError):
+                if name == "constellations":
+                    self.set(constellations=[c for c in value[name] if c in self._constellation_names])
+
+    def values(self) -> dict:
+        """What the person has in the form (the fields `set` takes): a re-run of its cell keeps it."""
+        out = {n: self.inputs[n].value for n in CONFIG_FIELDS if not self.inputs[n].disabled}
+        out["constellations"] = list(out.get("constellations", ()))
+        out["mode"] = self.inputs["mode"].value
+        if out["mode"] == "resume" and self.inputs["resume_from"].value:
+            out["resume_from"] = self.inputs["resume_from"].value
+        return out
 
     # -- choices and labels -----------------------------------------------------------------
 
@@ -212,7 +247,7 @@ class NewRunForm(Panel):
             self.inputs["constellations"].rows = max(2, min(6, len(self._constellation_names)))
             relabel(self.inputs["resume_from"], self._checkpoint_options())
             self.start_button.description = tr("Start", "Старт")
-            self._render_where()
+            self.launch.render()
         finally:
             self._quiet = quiet
         if not quiet:
@@ -406,15 +441,16 @@ class NewRunForm(Panel):
     # -- Start ----------------------------------------------------------------------------
 
     def start(self, wait: bool = False) -> str | None:
-        """Presses Start: the run is launched in the background; `wait` returns its id."""
+        """Presses Start: the run is registered in the background and watched until it has
+        really started (`lab.ui.start`); `wait` returns its id once registered."""
         if self.start_button.disabled:
             return None
         cfg = self.config()
         resume = cfg.resume_from or None
         cfg = replace(cfg, resume_from="")
-        self._starting, self.start_error, self.run_id, self._went = True, None, None, cfg.machine
+        self._starting, self.start_error, self.run_id = True, None, None
         self.start_button.disabled = True
-        self.where.value = f"<i>{esc(tr('Starting…', 'Запускается…'))}</i>"
+        self.launch.registering()
         self._start_thread = backend.in_background(backend.start, cfg, cfg.machine, resume,
                                                    on_done=self._started, on_error=self._start_failed)
         if wait:
@@ -423,28 +459,19 @@ class NewRunForm(Panel):
 
     def _started(self, run_id: str) -> None:
         self._starting, self.run_id = False, run_id
-        try:
-            self._went = backend.status(run_id).get("machine") or self.config().machine
-        except UserError:
-            self._went = self.config().machine
-        self._fill_choices()  # the run may have prepared data: token counts, checkpoints
-        self._relabel()
+        self.launch.registered(run_id)
+        self._render()
         for callback in self._listeners:
             callback(run_id)
+        tell("started", run_id)  # the monitor follows it, whichever cell shows this form
 
-    def _render_where(self) -> None:
-        """"Run <id> → <machine>" under Start, in the current language."""
-        if not self.run_id or self._starting:
-            return
-        m = self._went
-        where = (tr("this computer", "этот компьютер") if m == "local" else
-                 tr("the lab picks the machine", "машину выберет лаба") if m == "auto" else f"Kaggle: {m}")
-        from lab.home import runs_dir
-        self.where.value = (f"<div style='line-height:1.4'>✔ {esc(tr('Run', 'Прогон'))} <b class='lab-run-id'>"
-                            f"{esc(self.run_id)}</b> → {esc(where)}<br><span style='color:#666;font-size:85%'>"
-                            f"{esc(runs_dir() / self.run_id)}</span></div>")
+    def _launched(self, phase: str) -> None:
+        """The run has started or failed: the data it prepared and its checkpoints are listed anew."""
+        self._fill_choices()
+        self._relabel()
+        tell("constellations")
 
     def _start_failed(self, error: Exception) -> None:
-        self._starting, self.start_error = False, str(error)
-        self.where.value = f"<div style='color:{RED}'>✖ {esc(tr('Did not start', 'Не запустился'))}: {esc(error)}</div>"
+        self._starting, self.start_error = False, error_text(error)
+        self.launch.failed_to_register(error)
         self._render()

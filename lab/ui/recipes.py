@@ -11,7 +11,9 @@ from __future__ import annotations
 import ipywidgets as widgets
 
 from lab.config import UserError
-from lab.ui.text import Panel, esc, on_language, tr
+from lab.ui.branch import BranchRow
+from lab.ui.parts import tell
+from lab.ui.text import Panel, error_text, esc, on_language, tr
 
 CELL = "padding:2px 8px;text-align:left"
 
@@ -27,31 +29,19 @@ class RecipePanel(Panel):
         self.summary = widgets.HTML()
         self.summary.add_class("lab-recipes-fit")
         self.plots = widgets.VBox([])
-        self.run = widgets.Dropdown(layout=widgets.Layout(width="26em"))
-        self.step = widgets.Dropdown(layout=widgets.Layout(width="10em"))
-        self.frac = widgets.BoundedFloatText(value=0.2, min=0.05, max=0.5, step=0.05, layout=widgets.Layout(width="7em"))
-        self.branch_button = widgets.Button(icon="code-fork", layout=widgets.Layout(width="auto"))
-        self.branch_out = widgets.HTML()
-        self.branch_out.add_class("lab-recipes-branch")
-        self.branch_title = widgets.HTML()
+        self.branching = BranchRow(on_started=lambda run_id: tell("started", run_id))
         self.box = widgets.VBox([widgets.HBox([self.data, self.fit_button, self.refresh_button]), self.summary,
-                                 self.plots, self.branch_title,
-                                 widgets.HBox([self.run, self.step, self.frac, self.branch_button]), self.branch_out])
+                                 self.plots, self.branching.box])
         self.box.add_class("lab-recipes")
         self.fit_button.on_click(lambda _: self.fit())
         self.refresh_button.on_click(lambda _: self.refresh())
-        self.branch_button.on_click(lambda _: self.branch())
         self.data.observe(lambda _: self.show_fit(), names="value")
-        self.run.observe(lambda _: self._steps(), names="value")
         on_language(self._relabel)
         self._relabel()
 
     def _relabel(self) -> None:
         self.fit_button.description = tr("Fit the law", "Подогнать закон")
         self.refresh_button.description = tr("Refresh", "Обновить")
-        self.branch_button.description = tr("Cooldown branch", "Ветка охлаждения")
-        self.frac.description = tr("frac", "доля")
-        self.branch_title.value = (f"<h4 style='margin:8px 0 2px'>{esc(tr('A cooldown branch from a WSD run’s checkpoint', 'Ветка охлаждения из чекпоинта WSD-прогона'))}</h4>")
         self.refresh()
 
     # --- points and the fit -----------------------------------------------------------
@@ -67,7 +57,7 @@ class RecipePanel(Panel):
         self.data.value = self.data.options[0][1]
         self.data.description = tr("Data", "Данные")
         self.show_fit()
-        self._branchable()
+        self.branching.refresh(self.runs)
 
     def show_fit(self) -> None:
         from lab.recipes.fit import load_fit
@@ -91,7 +81,7 @@ class RecipePanel(Panel):
         try:
             save_fit(fit_law(self.groups[key], bootstrap=self.bootstrap))
         except UserError as e:
-            self.summary.value = f"<span style='color:#d32f2f'>{esc(e)}</span>"
+            self.summary.value = f"<span style='color:#d32f2f'>{esc(error_text(e))}</span>"
             return
         self.show_fit()
 
@@ -108,39 +98,6 @@ class RecipePanel(Panel):
                 out.append(widgets.Image(value=figure_png(fig), format="png", layout=widgets.Layout(max_width="760px")))
                 plt.close(fig)
         return out
-
-    # --- a branch ---------------------------------------------------------------------
-    def _branchable(self) -> None:
-        from lab.kernel.checkpoint import checkpoint_step, list_checkpoints
-        from lab.recipes.branch import BRANCHABLE, parent_decay_start
-        self.steps_of = {}
-        for r in self.runs:
-            cfg = r.cfg
-            if cfg.schedule not in BRANCHABLE:
-                continue
-            steps = [s for s in (checkpoint_step(p) for p in list_checkpoints(r.folder / "checkpoints"))
-                     if s <= parent_decay_start(cfg)]
-            if steps:
-                self.steps_of[r.id] = steps
-        self.run.options = list(reversed(list(self.steps_of))) or [tr("no WSD checkpoints", "нет WSD-чекпоинтов")]
-        self.run.description = tr("Run", "Прогон")
-        self._steps()
-
-    def _steps(self) -> None:
-        self.step.options = self.steps_of.get(self.run.value, [])
-        self.step.description = tr("step", "шаг")
-
-    def branch(self) -> None:
-        from lab.recipes.branch import start_branch
-        if self.run.value not in self.steps_of or self.step.value is None:
-            return
-        try:
-            run_id = start_branch(self.run.value, int(self.step.value), float(self.frac.value))
-        except UserError as e:
-            self.branch_out.value = f"<span style='color:#d32f2f'>{esc(e)}</span>"
-            return
-        self.branch_out.value = esc(tr(f"Branch {run_id} started; the monitor and the runs list show it.",
-                                       f"Ветка {run_id} запущена; монитор и список прогонов показывают её."))
 
 
 def _fit_html(fit, n_points: int) -> str:

@@ -140,7 +140,8 @@ KIND_COLOR = {"exact": "#2e7d32", "measured": "#1565c0", "calibrated": "#6a1b9a"
               "unknown": "#757575"}
 STATUS = {"new": ("new", "новый"), "starting": ("starting", "запускается"), "running": ("running", "идёт"),
           "stopped": ("stopped", "остановлен"), "done": ("done", "готово"), "failed": ("failed", "упал"),
-          "cancelled": ("cancelled", "отменён"), "waiting": ("waiting", "ждёт машину")}
+          "cancelled": ("cancelled", "отменён"), "waiting": ("waiting", "ждёт машину"),
+          "not in this lab": ("not in this lab", "не из этой лабы")}
 
 
 def pair(texts: tuple[str, str]) -> str:
@@ -169,3 +170,39 @@ def status_word(status: str) -> str:
 
 def hours(h: float | None) -> str:
     return "—" if h is None else format_hours(h, lang())
+
+
+def said(en: str | None, ru: str | None) -> str:
+    """A message of the lab in the view's language. One the lab has only in English is shown
+    so in Russian too, and says so, rather than pass for a translation."""
+    if lang() == "en":
+        return en or ru or ""
+    if ru:
+        return ru
+    return f"{en} (сообщение есть только по-английски)" if en else ""
+
+
+# Why a session stopped, as the training loop says it (lab.kernel.train, lab.kernel.checkpoint).
+STOP_REASONS = {"steps_until reached": "дошёл до «Шагов до»", "time limit": "лимит времени",
+                "another rank stopped": "остановился другой процесс", "SIGTERM received": "пришёл SIGTERM",
+                "SIGINT received": "пришёл SIGINT", "stop requested": "попросили остановиться",
+                "cancelled on Kaggle": "отменён на Kaggle"}
+
+
+def stop_reason(text: str | None, ru: str | None = None) -> str:
+    """A link's end reason in the view's language."""
+    if not text:
+        return ""
+    return said(text, ru or STOP_REASONS.get(text))
+
+
+def error_text(e: BaseException) -> str:
+    """An error in the view's language: its Russian where the raiser gave one (`UserError.ru`)."""
+    return said(str(e), getattr(e, "ru", None))
+
+
+def plot_words() -> dict[str, str]:
+    """The loss plot's title, axes and legend in the view's language (`lab.kernel.plots`)."""
+    return {"train": tr("train", "обучение"), "val": tr("val (set {set})", "val (выборка {set})"),
+            "step": tr("step", "шаг"), "tokens": tr("tokens", "токены"),
+            "loss": tr("loss (nats per token)", "loss (нат на токен)"), "title": tr("loss", "loss")}

@@ -36,7 +36,7 @@ def runs_with_checkpoints() -> list:
     """The lab's runs that have a checkpoint to sample from, newest first."""
     from lab.kernel.checkpoint import list_checkpoints
     from lab.runs import list_runs
-    from lab.ui.panels import newest_first
+    from lab.ui.parts import newest_first
     return [r for r in newest_first(list_runs()) if list_checkpoints(r.folder / "checkpoints")]
 
 

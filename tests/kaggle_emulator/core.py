@@ -35,6 +35,7 @@ from typing import Any, Callable
 from kaggle_emulator.datasets import DATASET_BEHAVIOURS, Datasets
 from kaggle_emulator.kernels import Kernels
 from kaggle_emulator.logs import Logs
+from kaggle_emulator.pages import Pages
 from kaggle_emulator.files import _kill_tree
 from kaggle_emulator.model import (ACTIVE, TERMINAL, EmulatedAccount, SessionInfo, _Blob, _Dataset, _Fault,
                                    _HttpError, _Kernel, _KillPlan, _Session, _duration, _timestamp)
@@ -42,7 +43,7 @@ from kaggle_emulator.server import _Handler
 from kaggle_emulator.sessions import Sessions
 
 
-class KaggleEmulator(Datasets, Kernels, Sessions, Logs):
+class KaggleEmulator(Datasets, Kernels, Sessions, Logs, Pages):
     """The emulated Kaggle: `start()`, `url`, `stop()`; a context manager.
 
     time_scale: emulated seconds per wall second (quota use, session timeouts, and the pushed

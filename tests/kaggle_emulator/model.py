@@ -98,7 +98,8 @@ class _Session:
     failure: str = ""
     launching: bool = False  # the sandbox is being built; the process is not there yet
     proc: subprocess.Popen | None = None
-    started_at: float | None = None
+    launched_at: float | None = None  # papermill started
+    started_at: float | None = None  # the notebook's first line: its clock (quota, timeout) runs from here
     stop_reason: str | None = None  # "timeout", "quota", "cancel", "shutdown"
     term_sent_at: float | None = None
     outputs_lost: bool = False  # killed at its timeout with /kaggle/working not kept

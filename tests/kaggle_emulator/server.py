@@ -14,6 +14,8 @@ from kaggle_emulator.model import MAX_RPC_BODY_BYTES, _CHUNK
 
 
 _RPC_PATH = re.compile(r"/(?:api/)?v1/([A-Za-z0-9_.]+)/([A-Za-z0-9_]+)")
+_PAGE_PATH = re.compile(r"/code/([A-Za-z0-9_-]+)/([A-Za-z0-9_-]+)")
+_STOP_PATH = re.compile(r"/code/([A-Za-z0-9_-]+)/([A-Za-z0-9_-]+)/stop")
 _LOG_PATH = re.compile(r"/(?:api/)?v1/kernels/logs/stream/([A-Za-z0-9_-]+)/([A-Za-z0-9_-]+)")
 
 if TYPE_CHECKING:
@@ -48,6 +50,12 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(status, json.dumps(body).encode(), headers=headers)
 
     def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+        stop = _STOP_PATH.fullmatch(self._path())
+        if stop:  # the kernel page's Stop session button
+            _drain(self.rfile, min(int(self.headers.get("Content-Length") or 0), MAX_RPC_BODY_BYTES), False)
+            status = self.emulator.stop_from_page(*stop.groups())
+            self._send(status, b"", "text/plain", {"Location": f"/code/{stop.group(1)}/{stop.group(2)}"})
+            return
         match = _RPC_PATH.fullmatch(self._path())
         length = int(self.headers.get("Content-Length") or 0)
         if match is None or length > MAX_RPC_BODY_BYTES:
@@ -102,6 +110,11 @@ class _Handler(BaseHTTPRequestHandler):
         path = self._path()
         if path in ("/", "/health"):
             self._send(200, b"kaggle emulator\n", "text/plain")
+            return
+        page = _PAGE_PATH.fullmatch(path)
+        if page:
+            status, body = self.emulator.kernel_page(*page.groups())
+            self._send(status, body, "text/html; charset=utf-8")
             return
         logs = _LOG_PATH.fullmatch(path)
         if logs:

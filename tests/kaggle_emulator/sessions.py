@@ -29,18 +29,39 @@ if "RANK" in os.environ and os.environ.get("NCCL_P2P_DISABLE") != "1":
 """
 
 
+# The pushed notebooks' parameters that are lengths of time: the training notebook's (minutes) and
+# the probe's hold (seconds, lab.probe.account.probe_notebook). The probe's worker timeout stays: it cuts
+# off a hang, and workers start as slowly here as they do.
+TIME_PARAMETERS = ("limit_min", "checkpoint_every_min", "hold_s")
+
+
+# The first line a session's notebook prints: its clock (quota, timeout) starts there. Starting
+# papermill and its kernel costs this machine seconds that Kaggle's own start-up does not (the kit
+# allows for Kaggle's in STARTUP_MIN), and at a fast time scale those seconds would eat a short
+# session (a probe: 20 emulated minutes are 20 s at --time-scale 60).
+CLOCK_MARK = "[kaggle-emulator] the notebook runs"
+BOOT_LIMIT_S = 120.0  # a notebook that prints nothing this long after its launch: its clock starts all the same
+
+
+def _emulator_cell(source: str) -> dict:
+    return {"cell_type": "code", "execution_count": None, "metadata": {"tags": ["kaggle-emulator"]}, "outputs": [],
+            "source": "# Added by the Kaggle emulator.\n" + source}
+
+
 class Sessions:
     """Part of KaggleEmulator (a mixin): its state lives there."""
 
     def _as_run_here(self, text: str) -> str:
         """The pushed notebook as the emulator runs it, with one cell added after its parameters:
-        the notebook's time limits on the emulator's clock (`time_scale` emulated seconds per
-        wall second: quota and session timeouts run that fast too), and with `min_step_s` a card
+        the notebook's time parameters on the emulator's clock (`time_scale` emulated seconds per
+        wall second: quota and session timeouts run that fast too) — the training notebook's
+        limits and the probe's hold, else a probe holding its session for 150
+        real seconds outlives its 20-minute session at any fast scale — and with `min_step_s` a card
         no faster than one training step per that many wall seconds, so how far a session gets
         within its limit does not depend on how fast this machine is."""
         lines = []
         if self.time_scale != 1.0:
-            lines += ["for _name in ('limit_min', 'checkpoint_every_min'):",
+            lines += [f"for _name in {TIME_PARAMETERS!r}:",
                       "    if _name in globals():",
                       f"        globals()[_name] = globals()[_name] / {self.time_scale!r}"]
         if self.min_step_s:
@@ -52,18 +73,17 @@ class Sessions:
                       f"    _emu_time.sleep(max(0.0, {self.min_step_s!r} - (_emu_time.monotonic() - started)))",
                       "    return out",
                       "_emu_torch.Tensor.backward = _emu_paced_backward"]
-        if not lines:
-            return text
         try:
             nb = json.loads(text)
             cells = nb["cells"]
         except (ValueError, KeyError, TypeError):
             return text
-        tags = [c.get("metadata", {}).get("tags", []) for c in cells]
-        at = next((i for i, t in enumerate(tags) if "injected-parameters" in t),
-                  next((i for i, t in enumerate(tags) if "parameters" in t), -1))
-        cells.insert(at + 1, {"cell_type": "code", "execution_count": None, "metadata": {"tags": ["kaggle-emulator"]},
-                              "outputs": [], "source": "# Added by the Kaggle emulator.\n" + "\n".join(lines)})
+        if lines:
+            tags = [c.get("metadata", {}).get("tags", []) for c in cells]
+            at = next((i for i, t in enumerate(tags) if "injected-parameters" in t),
+                      next((i for i, t in enumerate(tags) if "parameters" in t), -1))
+            cells.insert(at + 1, _emulator_cell("\n".join(lines)))
+        cells.insert(0, _emulator_cell(f"print({CLOCK_MARK!r}, flush=True)"))  # the session's clock starts here
         return json.dumps(nb)
 
     def _supervise(self) -> None:
@@ -114,7 +134,7 @@ class Sessions:
                 self._finish(s, "ERROR", f"The emulator could not start the session: {e}")
             return
         with self._lock:
-            s.proc, s.started_at, s.launching = proc, time.monotonic(), False
+            s.proc, s.launched_at, s.launching = proc, time.monotonic(), False
             if s.status == "QUEUED":
                 s.status = "RUNNING"
             if s.stop_reason is not None:  # cancelled while the sandbox was being built
@@ -150,6 +170,8 @@ class Sessions:
                     raw.write(line)
                     raw.flush()
                     with self._lock:
+                        if s.started_at is None and CLOCK_MARK.encode() in line:
+                            s.started_at = time.monotonic()
                         s.log.append({"stream_name": "stdout", "time": round(time.monotonic() - started, 3),
                                       "data": line.decode("utf-8", "replace")})
         except (OSError, ValueError):
@@ -167,6 +189,8 @@ class Sessions:
 
     def _charge_and_limit(self, dt: float, now: float) -> None:
         for s in self._sessions.values():
+            if s.started_at is None and s.launched_at is not None and now - s.launched_at > BOOT_LIMIT_S:
+                s.started_at = s.launched_at
             if s.status not in ("RUNNING", "CANCEL_REQUESTED") or s.started_at is None or s.exited_at:
                 continue
             account = self._accounts[s.owner]

@@ -153,23 +153,36 @@ def test_a_prepared_batch_is_contiguous_before_it_is_pinned(pydoc_data):
     assert got_x.is_contiguous() and got_y.is_contiguous() and torch.equal(got_x, x) and torch.equal(got_y, y)
 
 
-def test_gpu_check_runs_its_reduced_mode_on_cpu_and_prints_json(pydoc_data):
-    """Every job of a GPU machine, at a tiny size on the CPU: DDP (gloo) first, the card's own path,
-    the T4's (fp16 with a GradScaler), the out-of-memory answers on a simulated card (under DDP
-    too), and a SIGTERM'd run resumed on the same curve."""
-    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "gpu-check"), "--cpu-smoke", "--steps", "4"],
-                          capture_output=True, text=True, cwd=ROOT, env={**os.environ}, timeout=900)
+def gpu_check_smoke(*jobs: str) -> dict:
+    """gpu-check's reduced mode on the CPU, only `jobs`: its report's runs, each without an error."""
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "gpu-check"), "--cpu-smoke", "--steps", "4",
+                           "--only", ",".join(jobs)], capture_output=True, text=True, cwd=ROOT, env={**os.environ},
+                          timeout=900)
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout.strip().splitlines()[-1])
     runs = report["runs"]
-    assert report["smoke"] and list(runs) == ["ddp", "native", "t4_path", "memory", "memory_ddp", "resume"]
+    assert report["smoke"] and list(runs) == list(jobs)
     for name, run in runs.items():
         assert "error" not in run and "skipped" not in run, (name, run)
+    return runs
+
+
+# gpu-check's jobs in three tests, so that the suite's processes share them: every job of a GPU
+# machine at a tiny size on the CPU.
+
+def test_gpu_check_benches_ddp_in_gloo_and_the_cards_own_path_on_cpu(pydoc_data):
+    runs = gpu_check_smoke("ddp", "native")
     for name in ("ddp", "native"):
         assert runs[name]["real_tok_s"]["median"] > 0 and runs[name]["lean_tok_s"]["median"] > 0
         assert runs[name]["real_over_lean"] > 0 and 0 < runs[name]["eval"]["share_of_session"] < 1
         assert "t4_equivalent_tok_s" not in runs[name]  # no figure of another card
     assert runs["ddp"]["world"] == 2
+
+
+def test_gpu_check_trains_the_t4s_path_and_answers_out_of_memory_on_a_simulated_card(pydoc_data):
+    """The T4's path (fp16 with a GradScaler), the out-of-memory answers on a small simulated card,
+    under DDP too."""
+    runs = gpu_check_smoke("t4_path", "memory", "memory_ddp")
     t4 = runs["t4_path"]
     assert t4["precision"] == "fp16" and t4["trains"]["losses_finite"] and t4["trains"]["skipped_steps"] == 0
     for memory, cards in ((runs["memory"], ("T4", "rtx3050")), (runs["memory_ddp"], ("T4",))):
@@ -179,7 +192,10 @@ def test_gpu_check_runs_its_reduced_mode_on_cpu_and_prints_json(pydoc_data):
             assert got["advised"] == got["largest_batch"] == 3
     assert runs["memory_ddp"]["world"] == 2
     assert set(runs["memory"]["estimate_vs_peak"]) == {"6", "24"}
-    resume = runs["resume"]
+
+
+def test_gpu_check_resumes_a_sigterm_run_on_the_same_curve(pydoc_data):
+    resume = gpu_check_smoke("resume")["resume"]
     assert resume["stopped_by_sigterm"] and resume["stopped_early"] and resume["bitwise"] and resume["same_curve"]
 
 

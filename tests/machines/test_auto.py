@@ -44,6 +44,20 @@ def test_among_covering_accounts_the_one_holding_data_and_checkpoint_wins_over_m
     assert choose(CFG, 20.0, machines_, holds).machine == "alice"
 
 
+def test_a_pick_that_passes_over_an_account_holding_the_data_and_checkpoint_says_why():
+    # Issue 25: link 1 went to alice although bob held the data and the checkpoint, and said nothing.
+    holds = {"alice": set(), "bob": {"data", "checkpoint"}}
+    choice = choose(CFG, 8.0, [acct("alice", 25.0), acct("bob", 5.0)], holds)
+    assert choice.machine == "alice"
+    assert "bob holds the data and the checkpoint, but its 5.0 h do not cover the run" in choice.reason_en
+    assert "у bob есть данные и чекпоинт, но его 5,0 ч не хватит на весь прогон" in choice.reason_ru
+    assert "\n" not in choice.reason_en and choice.reason_en.endswith(".")  # one line
+    partly = choose(CFG, 2.0, [acct("alice", 25.0), acct("bob", 5.0)], {"bob": {"data"}})
+    assert partly.machine == "alice" and "bob holds the data but not all of the link, and alice has more" in \
+        partly.reason_en
+    assert "bob" not in choose(CFG, 8.0, [acct("alice", 25.0), acct("bob", 5.0)], {}).reason_en
+
+
 def test_with_equal_holdings_the_most_quota_left_wins():
     assert choose(CFG, 1.0, [acct("alice", 3.0), acct("bob", 4.0)], {"alice": {"data"}, "bob": {"data"}}).machine == "bob"
 

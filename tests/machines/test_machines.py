@@ -481,3 +481,29 @@ def test_an_unexpected_error_fails_the_run_with_its_traceback_and_lab_watch_goes
     assert "a field the driver never saw coming" in (final.folder / "failure.txt").read_text()
     assert "Traceback" in (final.folder / "failure.txt").read_text()
     assert machines.drive(run.id, say=lambda s: None, progress=False).status == "done"
+
+
+def test_a_sigterm_the_lab_did_not_send_is_said_to_be_kaggles_and_the_run_goes_on():
+    """The lab never signals a Kaggle session: a session that saved on a SIGTERM was stopped by
+    Kaggle (its runtime limit, or the weekly quota in the emulator), which the link says."""
+    from lab.runs import Link
+    output = {"result": {"reason": "SIGTERM received", "step": 12, "done": False},
+              "checkpoint": {"name": "ckpt_00000012.pt", "step": 12, "sha256": "0" * 64}}
+    status, reason, outcome = kaggle_outputs._ending(Link(1, "alice"), "ERROR", "quota ran out", output)
+    assert status == "stopped" and outcome.kind is End.CONTINUE
+    assert reason.startswith("Kaggle stopped the session (ERROR, SIGTERM: quota ran out)") and "step 12" in reason
+    assert outcome.reason_ru.startswith("Kaggle остановил сессию") and "SIGTERM" not in kaggle_outputs._ending(
+        Link(1, "alice"), "COMPLETE", "", {**output, "result": {"reason": "time limit", "step": 12}})[1]
+
+
+def test_the_log_tail_leaves_out_the_metrics_echo_and_papermills_progress(monkeypatch):
+    from lab.runs import Link
+    log = ("Executing notebook with kernel: python3\nExecuting Cell 1---------------------------------------\n"
+           "step 1 loss 5.1\n@lab-metrics {\"step\": 1}\nEnding Cell 1------------------------------------------\n"
+           "saved ckpt_00000001.pt\n")
+
+    class Host:
+        def log_tail(self, run, link, lines):
+            return log
+    monkeypatch.setattr(machines, "host_of", lambda link: Host())
+    assert machines._log_tail(None, Link(1, "local")) == "step 1 loss 5.1\nsaved ckpt_00000001.pt"

@@ -23,7 +23,7 @@ def home(tmp_path, monkeypatch):
     monkeypatch.setattr(ui_backend, "_overview", None)
     ui.set_language("ru")
     yield
-    from lab.ui.panels import _monitors
+    from lab.ui.monitor import _monitors
     for m in _monitors:
         m.close()
 
@@ -91,7 +91,7 @@ def test_the_machines_panel_shows_each_accounts_probe_and_its_age(monkeypatch):
     assert "2xT4, 101,500 ток/с, all-reduce ок" in text(lines["lab-probe-alice"].value)
     assert "3 ч назад" in text(lines["lab-probe-alice"].value)
     assert "не может" in text(lines["lab-probe-bob"].value) and "#d32f2f" in lines["lab-probe-bob"].value
-    assert "не проверен" in text(lines["lab-probe-carol"].value)
+    assert "пробы ещё не было" in text(lines["lab-probe-carol"].value)  # "проба" is feminine: no "не проверен"
     ui.set_language("en")
     panel.render()
     lines = {c: w for w in _walk(panel.box) for c in getattr(w, "_dom_classes", ()) if c.startswith("lab-probe-")}

@@ -149,3 +149,20 @@ def test_the_pasted_worker_has_every_kernel_module_it_imports():
     source = "".join(probe_notebook(ProbePlan())["cells"][2]["source"])
     assert "def one_step(" in source and "def pick_precision(" in source and "def make_optimizer(" in source
     assert source.count("def one_step(") == 1 and "torch.optim.AdamW(model.parameters()" not in source
+
+
+def test_a_probes_speed_is_grouped_as_its_language_writes_numbers():
+    record = {"can_run": True, "gpu": "cpu", "tok_s": 31802.4}
+    assert "31,802 tok/s" in summary(record)
+    assert "31 802 ток/с" in summary(record, ru=True)  # "31,802" reads as thirty-one point eight in Russian
+
+
+def test_the_probe_the_control_notebook_pushes_follows_the_persons_settings(monkeypatch):
+    from lab.probe.account import settings_plan
+    from lab.ui import backend
+    monkeypatch.setenv("LAB_KAGGLE_ALLOW_CPU", "1")
+    monkeypatch.setenv("LAB_KAGGLE_POLL_S", "0.5")
+    seen = []
+    monkeypatch.setattr("lab.probe.account.probe_account", lambda name, plan=None, say=print: seen.append(plan or settings_plan()))
+    backend.probe("alice", say=lambda s: None)
+    assert seen[0].allow_cpu and seen[0].poll_s == 0.5  # as `lab probe` would: a CPU-only session is no verdict

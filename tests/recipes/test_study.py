@@ -144,7 +144,8 @@ def test_the_control_notebook_panel_shows_the_fit_its_plots_and_offers_branches(
     assert panel.data.value
     assert "α" in panel.summary.value and "lab-recipes-params" in panel.summary.value
     assert len(panel.plots.children) >= 3
-    assert panel.steps_of  # WSD runs with checkpoints in their constant phase
+    assert panel.branching.steps_of  # WSD runs with checkpoints in their constant phase
+    assert panel.branching.run.value in panel.branching.steps_of and panel.branching.step.value is not None
     before = lang()
     set_language("en" if before == "ru" else "ru")
     try:

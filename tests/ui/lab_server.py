@@ -27,6 +27,8 @@ SETTINGS = {  # JupyterLab user settings: quiet, and every cell in the DOM
     "@jupyterlab/notebook-extension/tracker.jupyterlab-settings": {"windowingMode": "none"},
     "@jupyterlab/apputils-extension/notification.jupyterlab-settings": {"fetchNews": "false",
                                                                         "checkForUpdates": False},
+    # The notebook is saved with its widgets' state, so the test can look for secrets in it.
+    "@jupyter-widgets/jupyterlab-manager/plugin.jupyterlab-settings": {"saveState": True},
 }
 PAGE_CONFIG = {"disabledExtensions": {"@jupyterlab/apputils-extension:announcements": True}}
 
@@ -51,9 +53,9 @@ def _free_port() -> int:
 
 
 @contextlib.contextmanager
-def jupyterlab_server(root: Path, work: Path, env: dict[str, str]) -> Iterator[tuple[str, str]]:
-    """Serves `root` with `env` added to the server's (and so the kernels') environment;
-    yields (base URL, token). Its log is `work/jupyterlab.log`."""
+def jupyterlab_server(root: Path, work: Path, env: dict[str, str], unset: tuple[str, ...] = ()) -> Iterator[tuple[str, str]]:
+    """Serves `root` with `env` added to the server's (and so the kernels') environment and the
+    variables `unset` taken out; yields (base URL, token). Its log is `work/jupyterlab.log`."""
     config, settings = work / "jupyter-config", work / "lab-settings"
     (config / "labconfig").mkdir(parents=True, exist_ok=True)
     (config / "labconfig" / "page_config.json").write_text(json.dumps(PAGE_CONFIG))
@@ -62,7 +64,8 @@ def jupyterlab_server(root: Path, work: Path, env: dict[str, str]) -> Iterator[t
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(value))
     port, token = _free_port(), secrets.token_hex(16)
-    full_env = {**os.environ, **env, "JUPYTER_CONFIG_DIR": str(config), "JUPYTERLAB_SETTINGS_DIR": str(settings),
+    full_env = {**{k: v for k, v in os.environ.items() if k not in unset}, **env,
+                "JUPYTER_CONFIG_DIR": str(config), "JUPYTERLAB_SETTINGS_DIR": str(settings),
                 "JUPYTERLAB_WORKSPACES_DIR": str(work / "lab-workspaces"), "JUPYTER_RUNTIME_DIR": str(work / "runtime")}
     log = open(work / "jupyterlab.log", "wb")
     proc = subprocess.Popen([sys.executable, "-m", "jupyterlab", "--no-browser", "--ServerApp.ip=127.0.0.1",

@@ -35,7 +35,7 @@ def home(tmp_path, monkeypatch):
     ui.set_language("ru")
     yield tmp_path / "lab-home"
     ui.set_language("ru")
-    from lab.ui.panels import _monitors
+    from lab.ui.monitor import _monitors
     for m in _monitors:
         m.close()
 
@@ -347,7 +347,7 @@ def test_the_monitor_shows_links_and_the_loss_plot_in_steps_or_tokens():
     m = ui.Monitor(run_id=run.id)
     try:
         assert run.id in m.state.value and "готово" in m.state.value and "80 / 80" in m.state.value
-        assert "этот компьютер" in m.links.value and "steps_until reached" in m.links.value
+        assert "этот компьютер" in m.links.value and "дошёл до «Шагов до»" in m.links.value
         assert bytes(m.plot.value).startswith(b"\x89PNG") and m.plot.layout.display is None
         steps_png = bytes(m.plot.value)
         m.x.value = "tokens"
@@ -393,7 +393,7 @@ def test_the_runs_table_shows_lineage_overlays_runs_and_says_when_to_grow():
     one = bytes(panel.plot.value)
     panel.choose.value = (child.id, parent.id)
     assert bytes(panel.plot.value).startswith(b"\x89PNG") and bytes(panel.plot.value) != one
-    assert "Когда расти" in panel.verdict.value and child.id in panel.verdict.value
+    assert "Когда расти" in panel.verdict.value and parent.id in panel.verdict.value  # the run picked last
     assert "val ещё падает" in panel.verdict.value  # a falling 1/(1+t) curve: train longer
 
 
@@ -413,7 +413,7 @@ def test_the_runs_table_shows_each_runs_speed_beside_its_prediction():
 def test_the_machines_panel_on_a_fresh_lab_home_shows_this_computer():
     panel = ui.MachinesPanel()
     shown = " ".join(text(w.value) for w in walk(panel.box) if isinstance(getattr(w, "value", None), str))
-    assert "Этот компьютер" in shown and "Аккаунтов Kaggle нет" in shown
+    assert "Этот компьютер" in shown and "Аккаунтов Kaggle пока нет" in shown
 
 
 def test_kaggle_accounts_show_their_quota_and_no_widget_holds_a_secret(kaggle_lab):

@@ -1,0 +1,361 @@
+"""The machines cell: every machine of the lab (this computer, each Kaggle account with its quota
+bar and its probe, the lab's own boxes with their check), adding and removing an account, and
+the runs' checkpoint datasets kept on each account.
+
+The list is generic over the registry's kinds (`lab.machines.registry`): a Kaggle account gets its
+quota bar, probe and remove buttons; any other kind but this computer gets its check. Adding an
+account reads its kaggle.json from an upload (or a pasted token), stores it as `lab accounts
+add` does and then empties the widgets that held it: no credential stays in widget state.
+"""
+from __future__ import annotations
+
+import ipywidgets as widgets
+
+from lab.config import UserError
+from lab.ui import backend
+from lab.ui.parts import GREY, RED, button, html, note, table, tell
+from lab.ui.text import Panel, error_text, esc, hours, lang, on_language, status_word, tr
+
+NAME_W = "22em"
+
+
+class MachinesPanel(Panel):
+    """The lab's machines, one row each, with what can be done to them; the account form under."""
+
+    def __init__(self):
+        self.refresh_button = button("lab-machines-refresh", "refresh")
+        self.refresh_button.on_click(lambda _: self.refresh())
+        self.list = widgets.VBox()
+        self.adding = AddAccount(on_added=self._added)
+        self.storage = CheckpointDatasets()
+        self.box = widgets.VBox([self.refresh_button, self.list, self.adding.box, self.storage.box])
+        self.box.add_class("lab-machines")
+        self.machines: list = []
+        self.error: str | None = None
+        self.probing: dict[str, list[str]] = {}  # account -> what its running probe said so far
+        self.asking: dict[str, str] = {}  # machine -> the action waiting for its confirmation ("probe", "remove")
+        self.results: dict[str, str] = {}  # machine -> the last answer of an action, as HTML
+        on_language(self.render)
+        self.refresh()
+
+    def refresh(self) -> None:
+        try:
+            self.machines, self.error = backend.overview(refresh=True), None
+        except UserError as e:
+            self.machines, self.error = [], error_text(e)
+        self.render()
+
+    def render(self) -> None:
+        self.refresh_button.description = tr("Refresh", "Обновить")
+        rows = [self._row(m) for m in self.machines]
+        if not any(m.kind == "kaggle" for m in self.machines):
+            rows.append(html(value=note(tr("No Kaggle accounts yet: add one below.",
+                                           "Аккаунтов Kaggle пока нет: добавьте ниже."))))
+        if self.error:
+            rows.append(html(value=note(self.error, "error")))
+        self.list.children = rows
+        self.adding.relabel()
+        self.storage.render()
+
+    def _added(self) -> None:
+        self.refresh()
+        tell("machines")
+
+    # -- one machine ------------------------------------------------------------------------
+
+    def _row(self, m) -> widgets.Widget:
+        busy = ", ".join(m.running) if m.running else tr("free", "свободна") if m.free else \
+            tr("cannot be used now", "сейчас недоступна") if m.error else tr("busy", "занята")  # the error says why
+        if m.kind == "local":
+            name = f"<b>{esc(tr('This computer', 'Этот компьютер'))}</b> · {esc(backend.local_gpu()[1])}"
+            state: widgets.Widget = html(value=f"<span style='color:{GREY}'>{esc(tr('no quota', 'без квоты'))}</span>")
+        elif m.kind == "kaggle":
+            name, state = f"<b>{esc(m.name)}</b> · Kaggle {esc(m.gpu)}", self._quota(m)
+        else:
+            name = f"<b>{esc(m.name)}</b> · {esc(m.kind)} {esc(m.gpu)}"
+            state = html(value=note(m.error, "error") if m.error else note(tr("reachable", "на связи"), "ok"))
+        line = widgets.HBox([html(value=name, width=NAME_W), state, html(value=f"&nbsp;· {esc(busy)}")],
+                            layout=widgets.Layout(align_items="center"))
+        if m.kind == "local":
+            return line
+        line.children += tuple(self._actions(m))
+        parts = [line] + ([_probe_line(m.name)] if m.kind == "kaggle" else []) + self._pending(m)
+        return widgets.VBox(parts)
+
+    def _quota(self, m) -> widgets.Widget:
+        if m.error:
+            return html(value=note(m.error, "error"))
+        left, total = m.quota_left_h or 0.0, m.quota_total_h or 0.0
+        bar = widgets.FloatProgress(value=min(left, total), min=0.0, max=max(total, 1e-9),
+                                    bar_style="success" if left > 0.3 * total else "warning" if left > 0 else "danger",
+                                    layout=widgets.Layout(width="12em"))
+        bar.add_class(f"lab-quota-{m.name}")
+        reset = f" · {tr('resets', 'сброс')} {m.refresh[:16].replace('T', ' ')} UTC" if m.refresh else ""
+        return widgets.HBox([bar, html(value=f"{esc(hours(left))} {esc(tr('of', 'из'))} {esc(hours(total))}{esc(reset)}")])
+
+    def _actions(self, m) -> list[widgets.Button]:
+        """The row's buttons: Probe and Remove for an account, Check for any other machine."""
+        out = []
+        if m.kind == "kaggle":
+            probe = button(f"lab-do-probe-{m.name}", "stethoscope")
+            probe.description = tr("Probe", "Проба")
+            probe.disabled = m.name in self.probing
+            probe.on_click(lambda _, n=m.name: self._ask(n, "probe"))
+            remove = button(f"lab-do-remove-{m.name}", "trash")
+            remove.description = tr("Remove", "Удалить")
+            remove.on_click(lambda _, n=m.name: self._ask(n, "remove"))
+            out += [probe, remove]
+        else:
+            check = button(f"lab-do-check-{m.name}", "check")
+            check.description = tr("Check", "Проверить")
+            check.on_click(lambda _, n=m.name: self._check(n))
+            out.append(check)
+        return out
+
+    def _pending(self, m) -> list[widgets.Widget]:
+        """Under the row: the question waiting for a yes, a probe's progress, the last answer."""
+        out = []
+        action = self.asking.get(m.name)
+        if action:
+            out.append(self._question(m.name, action))
+        if m.name in self.probing:
+            said = self.probing[m.name][-1] if self.probing[m.name] else ""
+            out.append(html(f"lab-probing-{m.name}", note(tr("Probing… ", "Проба идёт… ") + said), margin="0 0 0 2em"))
+        if m.name in self.results:
+            out.append(html(f"lab-answer-{m.name}", self.results[m.name], margin="0 0 0 2em"))
+        return out
+
+    def _question(self, name: str, action: str) -> widgets.Widget:
+        if action == "probe":
+            en, ru = backend.probe_cost()
+            text = tr(f"{en} Kaggle also keeps a private kernel lab-probe and a tiny dataset on the account.",
+                      f"{ru} На аккаунте останутся приватное ядро lab-probe и крошечный датасет.")
+            yes = tr("Probe, spend the quota", "Пробовать, потратить квоту")
+        else:
+            text = tr(f"Remove {name}? Its credentials are deleted from this computer; its runs stay.",
+                      f"Удалить {name}? Его ключ удалится с этого компьютера; прогоны останутся.")
+            yes = tr("Remove", "Удалить")
+        ok, no = button(f"lab-confirm-{action}-{name}", style="warning"), button(f"lab-cancel-{action}-{name}")
+        ok.description, no.description = yes, tr("Cancel", "Отмена")
+        ok.on_click(lambda _: self._confirmed(name, action))
+        no.on_click(lambda _: self._unask(name))
+        buttons = widgets.HBox([ok, no], layout=widgets.Layout(margin="0 0 4px 2em"))
+        return widgets.VBox([html(value=note(text, "warning"), margin="0 0 0 2em"), buttons])
+
+    # -- actions ----------------------------------------------------------------------------
+
+    def _ask(self, name: str, action: str) -> None:
+        self.asking[name] = action
+        self.results.pop(name, None)
+        self.render()
+
+    def _unask(self, name: str) -> None:
+        self.asking.pop(name, None)
+        self.render()
+
+    def _confirmed(self, name: str, action: str) -> None:
+        self.asking.pop(name, None)
+        if action == "remove":
+            try:
+                backend.remove_account(name)
+            except UserError as e:
+                self.results[name] = note(error_text(e), "error")
+                self.render()
+                return
+            self.refresh()
+            tell("machines")
+            return
+        self.probing[name] = []
+        self.render()
+        backend.in_background(backend.probe, name, lambda text: self._probe_said(name, text),
+                              on_done=lambda record: self._probed(name, None),
+                              on_error=lambda e: self._probed(name, e))
+
+    def _probe_said(self, name: str, text: str) -> None:
+        self.probing.setdefault(name, []).append(text.split(": ", 1)[-1])
+        self.render()
+
+    def _probed(self, name: str, error: Exception | None) -> None:
+        self.probing.pop(name, None)
+        self.results[name] = note(error_text(error), "error") if error else \
+            note(tr("Probe done: its result is in the row.", "Проба готова: её итог — в строке."), "ok")
+        self.refresh()  # a probe that found the account cannot run bars it from Auto: the states anew
+
+    def _check(self, name: str) -> None:
+        try:
+            backend.check_machine(name)
+        except UserError as e:
+            self.results[name] = note(error_text(e), "error")
+        else:
+            self.results[name] = note(tr("It answers: ready for runs.", "Отвечает: готова к прогонам."), "ok")
+        self.render()
+
+
+def _probe_line(account: str) -> widgets.HTML:
+    """The account's last probe (`lab probe NAME`): its verdict and figures, and how old it is."""
+    from lab.probe.record import age, read_probe, summary
+    record = read_probe(account)
+    ru = lang() == "ru"
+    if record is None:  # "the account was not probed", as a sentence with its own subject (Russian genders)
+        text = tr("probe: not yet — press Probe", "пробы ещё не было — нажмите «Проба»")
+    else:
+        text = f"{tr('probe', 'проба')}: {summary(record, ru=ru)} · {age(record, ru=ru)} {tr('ago', 'назад')}"
+    color = GREY if record is None or record.get("can_run", True) is True else RED
+    line = html(f"lab-probe-{account}", f"<span style='color:{color};font-size:90%;margin-left:2em'>{esc(text)}</span>")
+    return line
+
+
+# ---------------------------------------------------------------------------------------
+# Adding an account
+
+
+class AddAccount:
+    """The lab's name for the account, and its kaggle.json uploaded (or an API token pasted with
+    its Kaggle username); each field's trouble beside it."""
+
+    def __init__(self, on_added):
+        self.on_added = on_added
+        self.filename = "kaggle.json"
+        self.title = html()
+        self.name = widgets.Text(layout=widgets.Layout(width="14em"))
+        self.name.add_class("lab-account-name")
+        self.upload = widgets.FileUpload(accept=".json,application/json", multiple=False)
+        self.upload.add_class("lab-account-upload")
+        self.token = widgets.Password(layout=widgets.Layout(width="18em"))
+        self.token.add_class("lab-account-token")
+        self.username = widgets.Text(layout=widgets.Layout(width="12em"))
+        self.username.add_class("lab-account-username")
+        self.add = button("lab-account-add", "plus", "primary")
+        self.add.on_click(lambda _: self.submit())
+        self.messages = {k: html(f"lab-account-message-{k}") for k in ("name", "file", "token", "done")}
+        self.labels = {k: html(width="11em") for k in ("name", "file", "token")}
+        row = lambda k, *w: widgets.VBox([widgets.HBox([self.labels[k], *w], layout=widgets.Layout(  # noqa: E731
+            align_items="center")), self.messages[k]])
+        self.box = widgets.VBox([self.title, row("name", self.name), row("file", self.upload),
+                                 row("token", self.token, self.username), widgets.HBox([self.add]),
+                                 self.messages["done"]])
+        self.box.add_class("lab-add-account")
+        self.relabel()
+
+    def relabel(self) -> None:
+        self.title.value = f"<h4 style='margin:10px 0 4px'>{esc(tr('Add a Kaggle account', 'Добавить аккаунт Kaggle'))}</h4>"
+        self.labels["name"].value = esc(tr("Name in the lab", "Имя в лабе"))
+        self.labels["file"].value = esc(tr("kaggle.json", "kaggle.json"))
+        self.labels["token"].value = esc(tr("or an API token", "или API-токен"))
+        self.name.placeholder = tr("e.g. alice", "например, alice")
+        self.username.placeholder = tr("Kaggle username", "имя на Kaggle")
+        self.upload.description = tr("Upload", "Загрузить")
+        self.add.description = tr("Add", "Добавить")
+
+    def _consume(self) -> tuple[bytes | None, str | None, str]:
+        """What was given, taken out of the widgets at once: they hold no credential after."""
+        files = self.upload.value
+        data = bytes(files[0]["content"]) if files else None
+        self.filename = files[0]["name"] if files else "kaggle.json"
+        token = self.token.value or None
+        username = self.username.value
+        self.upload.value = ()
+        self.token.value = ""
+        return data, token, username
+
+    def submit(self) -> None:
+        for m in self.messages.values():
+            m.value = ""
+        name = self.name.value.strip()
+        if not name:
+            self.messages["name"].value = note(tr("Give the account a name in the lab.", "Дайте аккаунту имя в лабе."),
+                                               "error")
+            return
+        try:
+            backend.check_account_name(name)
+        except UserError as e:
+            self.messages["name"].value = note(error_text(e), "error")
+            return  # the upload waits for a name that fits
+        data, token, username = self._consume()
+        if (data is None) == (token is None):
+            where = "file" if data is None else "token"
+            self.messages[where].value = note(tr("Upload its kaggle.json, or paste an API token (one of the two).",
+                                                 "Загрузите его kaggle.json или вставьте API-токен (что-то одно)."),
+                                              "error")
+            return
+        self.add.disabled = True
+        try:
+            self._store(name, data, token, username)
+        finally:
+            self.add.disabled = False
+
+    def _store(self, name: str, data: bytes | None, token: str | None, username: str) -> None:
+        try:
+            added, user, left, total, unchecked = backend.add_account(name, kaggle_json=data, token=token,
+                                                                      username=username, filename=self.filename)
+        except UserError as e:
+            self.messages["file" if data is not None else "token"].value = note(error_text(e), "error")
+            return
+        self.name.value, self.username.value = "", ""
+        self.on_added()  # its row first, then the word that it is added
+        if unchecked is not None:
+            text = tr(f"Added {added} (Kaggle user {user}), but Kaggle could not be asked: ",
+                      f"Аккаунт {added} (пользователь Kaggle {user}) добавлен, но спросить Kaggle не удалось: ")
+            self.messages["done"].value = note(text + error_text(unchecked), "warning")
+        else:
+            self.messages["done"].value = note(tr(f"Added {added} (Kaggle user {user}): {hours(left)} of {hours(total)} "
+                                                  f"of GPU quota left.",
+                                                  f"Аккаунт {added} (пользователь Kaggle {user}) добавлен: квоты GPU "
+                                                  f"осталось {hours(left)} из {hours(total)}."), "ok")
+
+
+# ---------------------------------------------------------------------------------------
+# The runs' checkpoint datasets on each account
+
+
+class CheckpointDatasets:
+    """The checkpoint datasets of the lab's runs kept on each account, with their size; those of
+    finished runs can be removed (a run still going on needs its hand-off)."""
+
+    def __init__(self):
+        self.title, self.table, self.message = html(), html("lab-ckpt-datasets"), html("lab-ckpt-message")
+        self.show = button("lab-ckpt-show", "database")
+        self.show.on_click(lambda _: self.load())
+        self.rows: list[dict] | None = None
+        self.removes = widgets.VBox()
+        self.box = widgets.VBox([self.title, self.show, self.table, self.removes, self.message])
+
+    def load(self) -> None:
+        self.message.value = note(tr("Asking Kaggle…", "Спрашиваю Kaggle…"))
+        backend.in_background(backend.checkpoint_datasets, on_done=self._loaded,
+                              on_error=lambda e: setattr(self.message, "value", note(error_text(e), "error")))
+
+    def _loaded(self, rows: list[dict]) -> None:
+        self.rows, self.message.value = rows, ""
+        self.render()
+
+    def render(self) -> None:
+        self.title.value = (f"<h4 style='margin:10px 0 4px'>{esc(tr('Checkpoints kept on Kaggle', 'Чекпоинты на Kaggle'))}"
+                            "</h4>")
+        self.show.description = tr("Show, with sizes", "Показать с размерами")
+        if self.rows is None:
+            return
+        found = [r for r in self.rows if "error" not in r]
+        lines = [[esc(r["account"]), f"<code>{esc(r['slug'])}</code>", esc(f"{r['bytes'] / 1e6:.1f} MB"),
+                  esc(r["run"] or "—"), esc(status_word(r["status"]))] for r in found]
+        lines += [[esc(r["account"]), note(error_text(r["error"]), "error"), "", "", ""] for r in self.rows if "error" in r]
+        head = [esc(tr(*h)) for h in (("account", "аккаунт"), ("dataset", "датасет"), ("size", "размер"),
+                                       ("run", "прогон"), ("run's status", "статус прогона"))]
+        self.table.value = table(head, lines, "lab-ckpt-table") if lines else \
+            note(tr("No checkpoint datasets on the lab's accounts.", "Чекпоинтов на аккаунтах лабы нет."))
+        self.removes.children = [self._remove_button(r) for r in found if r["finished"]]
+
+    def _remove_button(self, r: dict) -> widgets.Button:
+        b = button(f"lab-ckpt-remove-{r['slug'].split('/')[-1]}", "trash")
+        b.description = tr(f"Remove {r['slug']} ({r['bytes'] / 1e6:.1f} MB)", f"Удалить {r['slug']} ({r['bytes'] / 1e6:.1f} МБ)")
+        b.on_click(lambda _: self._remove(r))
+        return b
+
+    def _remove(self, r: dict) -> None:
+        try:
+            backend.remove_checkpoint_dataset(r["account"], r["slug"])
+        except UserError as e:
+            self.message.value = note(error_text(e), "error")
+            return
+        self.message.value = note(tr(f"Removed {r['slug']}.", f"{r['slug']} удалён."), "ok")
+        self.load()

@@ -1,0 +1,288 @@
+"""The monitor: one run's state, its links (where each went and why), the loss plot and the log's
+human lines, refreshed while it runs; Stop and Continue.
+
+Stop is what `lab cancel RUN` does: no further link; this computer's session saves a checkpoint
+and stops; Kaggle's public API cannot stop a running session, so the monitor says so and links
+the kernel's page, where Stop session ends it. Continue registers the stopped run to go on from
+its checkpoint (`lab.settle.register_run`), as `lab watch RUN` would. The monitor follows the run
+the newest New run form started, whichever cell showed that form.
+"""
+from __future__ import annotations
+
+import threading
+import time
+
+import ipywidgets as widgets
+
+from lab.config import UserError
+from lab.machines.live import curve_rows
+from lab.ui import backend
+from lab.ui.parts import button, hear, html, note, png, table, tell, x_labels, x_toggle, newest_first
+from lab.sizing.words import format_number
+from lab.ui.text import Panel, error_text, esc, lang, on_language, said, status_word, stop_reason, tr
+
+LIVE = ("new", "starting", "running", "waiting")
+STOPPED = ("stopped", "cancelled", "failed")
+LOG_LINES = 12  # the log tail shown: its newest lines, no scrolling needed
+
+_monitors: list["Monitor"] = []
+
+
+class Monitor(Panel):
+    """Status of each link, the log tail and the loss plot of one run, refreshed while it runs."""
+
+    def __init__(self, form=None, run_id: str | None = None, every_s: float = 3.0):
+        for old in _monitors:  # a re-run cell replaces its monitor
+            old.close()
+        _monitors[:] = [self]
+        self._stop = threading.Event()
+        self._lock = threading.RLock()
+        self.every_s, self.run_id = every_s, run_id
+        self.status: dict = {}
+        self._plotted: tuple | None = None
+        self._filling = False
+        self._seen_status: str | None = None
+        self.answer = ""  # what Stop or Continue answered, as HTML
+        self._continued: str | None = None  # after Continue: "asked", then "running" once the run ran
+        self._make_widgets()
+        self._fill_picker(run_id)
+        hear("started", "Monitor", self.follow)  # any New run form, the one shown now included
+        if form is not None and form.run_id and not run_id:
+            self.follow(form.run_id)
+        on_language(self._relabel)
+        self._relabel()
+        threading.Thread(target=self._tick, daemon=True).start()
+
+    def _make_widgets(self) -> None:
+        self.picker = widgets.Dropdown(layout=widgets.Layout(width="30em"))
+        self.refresh_button = button("lab-monitor-refresh", "refresh")
+        self.stop_button = button("lab-stop", "stop", "danger")
+        self.continue_button = button("lab-continue", "play", "success")
+        self.x = x_toggle()
+        self.auto = widgets.Checkbox(value=True, indent=False, layout=widgets.Layout(width="auto"))
+        self.state, self.links, self.log = html("lab-monitor-status"), html("lab-monitor-links"), html("lab-log-box")
+        self.said = html("lab-monitor-answer")
+        self.plot = widgets.Image(format="png", layout=widgets.Layout(max_width="900px"))
+        self.plot.add_class("lab-monitor-plot")
+        self.plot.layout.display = "none"
+        top = widgets.HBox([self.picker, self.refresh_button, self.x, self.auto, self.stop_button, self.continue_button])
+        self.box = widgets.VBox([top, self.state, self.said, self.links, self.plot, self.log])
+        self.box.add_class("lab-monitor")
+        self.refresh_button.on_click(lambda _: self.refresh())
+        self.stop_button.on_click(lambda _: self.stop())
+        self.continue_button.on_click(lambda _: self.go_on())
+        self.picker.observe(self._picked, names="value")
+        self.x.observe(lambda _: self.refresh(), names="value")
+
+    def close(self) -> None:
+        self._stop.set()
+
+    def _relabel(self) -> None:
+        if self._stop.is_set():
+            return  # a closed monitor (its cell was run again)
+        self.refresh_button.description = tr("Refresh", "Обновить")
+        self.auto.description = tr("auto refresh", "обновлять сам")
+        self.stop_button.description = tr("Stop", "Стоп")
+        self.continue_button.description = tr("Continue", "Продолжить")
+        x_labels(self.x)
+        self.refresh()
+
+    def _fill_picker(self, selected: str | None) -> None:
+        from lab.runs import list_runs
+        ids = [r.id for r in newest_first(list_runs())]
+        if selected and selected not in ids:
+            ids.insert(0, selected)
+        self._filling = True
+        self.picker.options = [(tr("— no runs yet —", "— прогонов пока нет —"), "")] if not ids else ids
+        self.picker.value = selected or (ids[0] if ids else "")
+        self._filling = False
+        self.run_id = self.picker.value or None
+
+    def _picked(self, change) -> None:
+        if not self._filling:
+            self.run_id, self.answer, self._continued = change["new"] or None, "", None
+            self._plotted = None
+            self.refresh()
+
+    def follow(self, run_id: str) -> None:
+        """Shows this run from now on (a form tells it when Start has registered a run)."""
+        if self._stop.is_set():
+            return
+        self._fill_picker(run_id)
+        self._plotted, self.answer, self._continued = None, "", None
+        self.refresh()
+
+    def _tick(self) -> None:
+        while not self._stop.wait(self.every_s):
+            if self.auto.value and self.run_id and self.status.get("status", "new") in LIVE:
+                try:
+                    self.refresh()
+                except Exception:  # noqa: BLE001 - a half-written file: the next tick reads it whole
+                    pass
+
+    # -- Stop and Continue ----------------------------------------------------------------
+
+    def stop(self) -> None:
+        """What `lab cancel RUN` does, said in the view's language."""
+        if not self.run_id:
+            return
+        link = _active_link(self.status)
+        try:
+            answer = backend.cancel(self.run_id)
+        except UserError as e:
+            self.answer = note(error_text(e), "error")
+        else:
+            self.answer = _stop_words(link, answer)
+        self.refresh()
+
+    def go_on(self) -> None:
+        """Continues a stopped run from its checkpoint, in the background."""
+        if not self.run_id:
+            return
+        try:
+            backend.continue_run(self.run_id)
+        except UserError as e:
+            self.answer = note(error_text(e), "error")
+        else:
+            self.answer = note(tr("Continuing from the checkpoint…", "Продолжаю с чекпоинта…"), "ok")
+            self._continued = "asked"
+        self._plotted = None
+        self.refresh()
+
+    # -- drawing --------------------------------------------------------------------------
+
+    def refresh(self) -> None:
+        with self._lock:
+            self._refresh()
+
+    def _refresh(self) -> None:
+        self.said.value = self.answer
+        if not self.run_id:
+            self.state.value = f"<i>{esc(tr('Press Start in the form or pick a run.', 'Нажмите «Старт» в форме или выберите прогон.'))}</i>"
+            self.stop_button.layout.display = self.continue_button.layout.display = "none"
+            return
+        try:
+            self.status = backend.status(self.run_id)
+        except UserError as e:
+            self.state.value = note(error_text(e), "error")
+            return
+        from lab.runs import load_run
+        run = load_run(self.run_id)
+        rows = curve_rows(run, self.status.get("live") or None)
+        self._draw(run, rows)  # the plot first: when the header says a run ended, its curve is the final one
+        self._header(run, rows)
+        self.links.value = _links_table(self.status.get("links", []))
+        tail = "\n".join((self.status.get("log_tail") or "").splitlines()[-LOG_LINES:])
+        self.log.value = (f"<pre class='lab-log' style='overflow-x:auto;white-space:pre-wrap;font-size:80%;background:#f7f7f7;"
+                          f"padding:4px'>{esc(tail)}</pre>") if tail else ""
+        if self._seen_status not in (None, self.status["status"]):
+            tell("runs")  # the runs cell and the form's checkpoints see it too
+        self._seen_status = self.status["status"]
+        self._forget_continued()
+
+    def _forget_continued(self) -> None:
+        """Continue's answer stands while the run goes on; once it has run and ended, the header
+        says how it ended and the answer is old news."""
+        running = self.status["status"] in ("running", "waiting")
+        if self._continued == "asked" and running:
+            self._continued = "running"
+        elif self._continued == "running" and not running:
+            self._continued, self.answer = None, ""
+            self.said.value = ""
+
+    def _header(self, run, rows: list[dict]) -> None:
+        """"run: status · step N / M" — N the newest step the monitor has (live or downloaded),
+        the control side's message under it."""
+        st = self.status["status"]
+        step = max([run.step] + [r["step"] for r in rows if isinstance(r.get("step"), int)])
+        message = said(self.status.get("message"), self.status.get("message_ru"))
+        live = self.status.get("live") or {}
+        if live.get("note_en"):  # Kaggle keeps this session's log until it ends: no curve moves meanwhile
+            message = f"{message} {tr(live['note_en'], live['note_ru'])}".strip()
+        self.state.value = (f"<b>{esc(self.run_id)}</b>: <span class='lab-run-status'>{esc(status_word(st))}</span>"
+                            f" · {esc(tr('step', 'шаг'))} <span class='lab-run-step'>{format_number(step, lang())} / "
+                            f"{format_number(run.cfg.steps_until, lang())}</span>"
+                            + (f"<div class='lab-run-message'>{esc(message)}</div>" if message else ""))
+        live_run = st in LIVE and not self.status.get("cancel_requested")
+        self.stop_button.layout.display = None if live_run else "none"
+        self.continue_button.layout.display = None if st in STOPPED and self.status.get("driver") is False else "none"
+
+    def _draw(self, run, rows: list[dict]) -> None:
+        metrics = run.folder / "metrics.jsonl"
+        try:
+            st = metrics.stat()
+        except OSError:
+            st = None
+        live = self.status.get("live") or {}  # a session elsewhere: the rows its log showed so far
+        key = (st and st.st_mtime_ns, st and st.st_size, live.get("last_step"), self.x.value, self.run_id,
+               lang())
+        if key == self._plotted or sum("loss" in r for r in rows) < 2:  # one point draws an empty frame
+            return
+        self.plot.value = png({run.id: rows}, self.x.value, title=run.id)
+        self.plot.layout.display = None
+        self._plotted = key
+
+    def wait(self, minutes: float) -> None:
+        """Blocks until the run ends or `minutes` pass, then shows the final state and plot as
+        plain outputs too (a headless run's notebook keeps them)."""
+        deadline = time.monotonic() + minutes * 60
+        while self.run_id and time.monotonic() < deadline:
+            self.refresh()
+            if self.status.get("status") not in LIVE:
+                break
+            time.sleep(1.0)
+        self.refresh()
+        from IPython.display import HTML, Image, display
+        display(HTML(self.state.value + self.links.value))
+        if self.plot.value:
+            display(Image(data=bytes(self.plot.value)))
+
+
+def _active_link(status: dict) -> dict | None:
+    links = status.get("links") or []
+    return links[-1] if links and links[-1].get("status") in ("starting", "running") else None
+
+
+def kernel_page(link: dict | None) -> str | None:
+    """The page of a Kaggle link's kernel, where its session is stopped by hand."""
+    if not link or link.get("kind") != "kaggle":
+        return None
+    kernel = (link.get("detail") or {}).get("kernel") or {}
+    return kernel.get("url") or (f"https://www.kaggle.com/code/{kernel['slug']}" if kernel.get("slug") else None)
+
+
+def _stop_words(link: dict | None, answer: str) -> str:
+    """What Stop did, in the view's language: on Kaggle, where to stop the session that still runs."""
+    url = kernel_page(link)
+    if url:
+        account = link.get("machine")
+        text = tr(f"No further link will start. Kaggle's public API cannot stop a running session: open its page "
+                  f"signed in as {account} and press Stop session; the lab then downloads what it saved.",
+                  f"Следующее звено не начнётся. Публичный API Kaggle не умеет останавливать идущую сессию: откройте "
+                  f"её страницу под аккаунтом {account} и нажмите Stop session; лаба затем скачает, что она сохранила.")
+        return (note(text, "warning") + f" <a class='lab-kernel-page' href='{esc(url)}' target='_blank' "
+                f"rel='noopener'>{esc(tr('the kernel page', 'страница ядра'))} ↗</a>")
+    if link and link.get("kind") == "local":
+        return note(tr("Stopping: the session saves a checkpoint at the next step and stops.",
+                       "Останавливаю: сессия сохранит чекпоинт на ближайшем шаге и остановится."), "ok")
+    return note(said(answer, None) if link else tr("Cancelled: no further link will start.",
+                                                   "Отменено: следующее звено не начнётся."), "ok")
+
+
+def _links_table(links: list[dict]) -> str:
+    """Each link: its machine, status, steps, start, why its machine was picked and how it ended."""
+    rows = []
+    for link in links:
+        picked = link.get("picked") or {}
+        why = said(picked.get("en") or (link.get("detail") or {}).get("why"), picked.get("ru"))
+        outcome = link.get("outcome") or {}
+        ended = stop_reason(link.get("reason"), outcome.get("reason_ru"))
+        rows.append([esc(link["n"]), esc(tr("this computer", "этот компьютер") if link["machine"] == "local"
+                                         else link["machine"]),
+                     esc(status_word(link["status"])),
+                     esc(f"{link['from_step']} → {link['to_step'] if link['to_step'] is not None else '…'}"),
+                     esc((link.get("started") or "")[:19].replace("T", " ")),
+                     f"<span class='lab-link-why'>{esc(why)}</span>", esc(ended)])
+    head = [esc(tr(*h)) for h in (("link", "звено"), ("machine", "машина"), ("status", "статус"), ("steps", "шаги"),
+                                   ("started", "начато"), ("why there", "почему там"), ("how it ended", "чем кончилось"))]
+    return table(head, rows, "lab-monitor-links") if rows else ""

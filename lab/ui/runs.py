@@ -1,0 +1,258 @@
+"""The runs cell: the lab's runs with their lineage; any runs' curves compared (steps or tokens,
+each val set its own line, ancestors drawn in or not); "when to grow" for the run looked at; a
+finished run continued with more steps; a cooldown branch."""
+from __future__ import annotations
+
+import ipywidgets as widgets
+
+from lab import sizing
+from lab.config import RunConfig, UserError
+from lab.kernel.metrics import read_metrics
+from lab.ui import backend
+from lab.ui.branch import BranchRow
+from lab.ui.parts import RED, button, hear, html, newest_first, note, png, table, tell, x_labels, x_toggle
+from lab.ui.text import Panel, error_text, esc, lang, on_language, status_word, tr
+
+
+def one_curve(rows: list[dict]) -> list[dict]:
+    """Each step once, in order: a training row per step and a val row per (step, val set), the
+    later of two for the same step (a session that repeated steps after its checkpoint)."""
+    last: dict[tuple, int] = {}
+    for i, r in enumerate(rows):
+        if isinstance(r.get("step"), int):
+            last[(r["step"], "val", r.get("val_set")) if "val_loss" in r else (r["step"], "train")] = i
+    keep = sorted(last.values(), key=lambda i: (rows[i]["step"], "val_loss" in rows[i], i))
+    return [rows[i] for i in keep]
+
+
+def lineage_rows(run) -> list[dict]:
+    """A run's curve with its ancestors': each one's rows up to the step the next one started
+    from, then the next one's after that step, so the parts join at the checkpoint step. A
+    child's own copy of its parent's curve (a branch or a run started from another's checkpoint
+    keeps one) is that parent's part: it is not drawn twice."""
+    from lab.runs import lineage, load_run
+    chain = [load_run(r) for r in lineage(run)]
+    rows: list[dict] = []
+    after = None
+    for i, r in enumerate(chain):
+        cut = (chain[i + 1].parent or {}).get("step") if i + 1 < len(chain) else None
+        rows += [x for x in one_curve(read_metrics(r.folder))
+                 if (after is None or x["step"] > after) and (cut is None or x["step"] <= cut)]
+        after = cut if cut is not None else after
+    return rows
+
+
+def speed_cell(folder) -> str:
+    """The run's measured tokens/s beside the calculator's prediction for it (lab.sizing.calibration), or "-"."""
+    from lab.sizing.calibration import check
+    c = check(folder)
+    if c is None:
+        return "-"
+    num = lambda x: sizing.format_number(round(x), lang())  # noqa: E731
+    pred = f"{tr('predicted', 'прогноз')} {num(c.predicted)}"
+    text = f"? ({pred})" if c.measured is None else f"{num(c.measured)} ({pred}, {c.error:+.0%})"
+    return f"<span class='lab-speed-check'>{esc(text)}</span>"
+
+
+class RunsPanel(Panel):
+    """The lab's runs with lineage; an overlay of chosen runs; the "when to grow" verdict; more
+    steps for a finished run; a cooldown branch."""
+
+    def __init__(self):
+        self.table = html("lab-runs-table")
+        self.choose = widgets.SelectMultiple(rows=5, layout=widgets.Layout(width="30em"))
+        self.choose.add_class("lab-runs-choose")
+        self.x = x_toggle()
+        self.ancestors = widgets.Checkbox(value=True, indent=False, layout=widgets.Layout(width="auto"))
+        self.refresh_button = button("lab-runs-refresh", "refresh")
+        self.plot = widgets.Image(format="png", layout=widgets.Layout(max_width="900px"))
+        self.plot.add_class("lab-runs-plot")
+        self.plot.layout.display = "none"
+        self.verdict = html("lab-grow")
+        self.more = MoreSteps(on_started=self._started)
+        self.branching = BranchRow(on_started=self._started)
+        self.looked_at: str | None = None  # the run the person picked last: "when to grow" is about it
+        self.box = widgets.VBox([self.refresh_button, self.table,
+                                 widgets.HBox([self.choose, widgets.VBox([self.x, self.ancestors])]),
+                                 self.plot, self.verdict, self.more.box, self.branching.box])
+        self.box.add_class("lab-runs")
+        self.refresh_button.on_click(lambda _: self.refresh())
+        self.choose.observe(self._chosen, names="value")
+        for w in (self.x, self.ancestors):
+            w.observe(lambda _: self.draw(), names="value")
+        hear("runs", "RunsPanel", self.refresh)
+        on_language(self._relabel)
+        self._relabel()
+
+    def _relabel(self) -> None:
+        self.refresh_button.description = tr("Refresh", "Обновить")
+        self.ancestors.description = tr("with ancestors", "с предками")
+        x_labels(self.x)
+        self.refresh()
+
+    def _started(self, run_id: str) -> None:
+        tell("started", run_id)  # the monitor follows it
+        self.refresh()
+
+    def refresh(self) -> None:
+        from lab.runs import list_runs
+        self.runs = {r.id: r for r in newest_first(list_runs())}
+        rows = [self._row(r) for r in self.runs.values()]
+        head = [tr(*h) for h in (("run", "прогон"), ("status", "статус"), ("step", "шаг"), ("size", "размер"),
+                                 ("loss", "loss"), ("val", "val"), ("val bits/byte", "val бит/байт"),
+                                 ("tok/s (predicted)", "ток/с (прогноз)"), ("machines", "машины"), ("from", "от кого"))]
+        self.table.value = table([esc(h) for h in head], rows, "lab-runs") if rows else \
+            f"<i>{esc(tr('No runs yet.', 'Прогонов пока нет.'))}</i>"
+        chosen = tuple(i for i in self.choose.value if i in self.runs) or tuple(list(self.runs)[:1])
+        self._quiet = True
+        self.choose.options = list(self.runs)
+        self.choose.value = chosen
+        self._quiet = False
+        if self.looked_at not in chosen:
+            self.looked_at = chosen[0] if chosen else None
+        self.more.refresh(list(self.runs.values()))
+        self.branching.refresh(list(self.runs.values()))
+        self.draw()
+
+    def _row(self, r) -> list[str]:
+        from lab.models.bpb import last_val, val_bpb
+        from lab.runs import lineage
+        m = read_metrics(r.folder)
+        loss = next((x["loss"] for x in reversed(m) if "loss" in x), None)
+        val = last_val(m)
+        bpb = val_bpb(val, r.cfg)  # bits per byte: runs of any tokenizer on one scale
+        c = r.cfg
+        return [f"<code>{esc(r.id)}</code>", esc(status_word(r.status)), esc(f"{r.step:,} / {c.steps_until:,}"),
+                esc(f"{c.layers}×{c.width}, n {c.context}"), "-" if loss is None else f"{loss:.3f}",
+                "-" if val is None else f"{val['val_loss']:.3f}", "-" if bpb is None else f"{bpb:.3f}",
+                speed_cell(r.folder), esc(", ".join(dict.fromkeys(link.machine for link in r.links)) or "-"),
+                esc(" ← ".join(reversed(lineage(r)[:-1])) or "-")]
+
+    def _chosen(self, change) -> None:
+        """The run added to the selection last is the one looked at."""
+        if getattr(self, "_quiet", False):
+            return
+        added = [i for i in change["new"] if i not in change["old"]]
+        if added:
+            self.looked_at = added[-1]
+        elif self.looked_at not in change["new"]:
+            self.looked_at = change["new"][0] if change["new"] else None
+        self.draw()
+
+    def draw(self) -> None:
+        chosen = [self.runs[i] for i in self.choose.value if i in self.runs]
+        series = {r.id: lineage_rows(r) if self.ancestors.value else one_curve(read_metrics(r.folder)) for r in chosen}
+        series = {k: v for k, v in series.items() if any("loss" in x for x in v)}
+        if series:
+            one = next(iter(series)) if len(series) == 1 else None  # the plot says which run it draws
+            self.plot.value = png(series, self.x.value, title=one or tr("comparison", "сравнение"))
+            self.plot.layout.display = None
+        else:
+            self.plot.layout.display = "none"
+        looked = self.runs.get(self.looked_at or "")
+        self.verdict.value = self._verdict(looked) if looked else ""
+
+    def _verdict(self, run) -> str:
+        cfg = run.cfg
+        v = sizing.when_to_grow(lineage_rows(run), sizing.find_manifest(cfg), cfg)
+        head = tr("Grow", "Пора расти") if v.grow else tr("Not yet", "Расти рано")
+        return (f"<div><b>{esc(tr('When to grow', 'Когда расти'))} — <span class='lab-grow-run'>{esc(run.id)}</span>: "
+                f"{esc(head)}.</b> {esc(v.reason(lang()))}</div>")
+
+
+class MoreSteps:
+    """A finished run continued with more steps ("added data — raise Steps until", as the guide
+    says): from its newest checkpoint, every other field as the run had it (the model locked), a
+    new Steps until checked against the run's step and its data before anything starts."""
+
+    def __init__(self, on_started):
+        self.on_started = on_started
+        self.title, self.info = html(), html("lab-more-info")
+        self.run = widgets.Dropdown(layout=widgets.Layout(width="26em"), style={"description_width": "initial"})
+        self.steps = widgets.IntText(layout=widgets.Layout(width="14em"), style={"description_width": "initial"},
+                                     continuous_update=True)
+        self.machine = widgets.Dropdown(layout=widgets.Layout(width="16em"), style={"description_width": "initial"})
+        for w, cls in ((self.run, "lab-more-run"), (self.steps, "lab-more-steps"), (self.machine, "lab-more-machine")):
+            w.add_class(cls)
+        self.go = button("lab-more-go", "forward", "success")
+        self.go.on_click(lambda _: self.submit())
+        self.message, self.done = html("lab-message-more-steps"), html("lab-more-done")
+        self.runs: dict = {}
+        self.run.observe(lambda _: self._picked(), names="value")
+        self.steps.observe(lambda _: self.check(), names="value")
+        self.box = widgets.VBox([self.title, widgets.HBox([self.run, self.steps, self.machine, self.go],
+                                                          layout=widgets.Layout(align_items="center")),
+                                 self.message, self.info, self.done])
+
+    def refresh(self, runs: list) -> None:
+        self.runs = {r.id: r for r in runs if r.status == "done" and r.step > 0}
+        self.title.value = (f"<h4 style='margin:8px 0 2px'>{esc(tr('Continue a finished run with more steps', 'Продолжить законченный прогон: больше шагов'))}</h4>")
+        self.run.description, self.steps.description = tr("Run", "Прогон"), tr("Steps until", "Шагов до")
+        self.machine.description, self.go.description = tr("Machine", "Машина"), tr("Continue", "Продолжить")
+        keep = self.run.value if self.run.value in self.runs else next(iter(self.runs), "")
+        self.run.options = [(i, i) for i in self.runs] or [(tr("no finished runs", "законченных прогонов нет"), "")]
+        self.run.value = keep
+        machines = [(tr("Auto", "Авто"), "auto"), (tr("This computer", "Этот компьютер"), "local")] + \
+                   [(f"Kaggle: {a}", a) for a in backend.account_names()]
+        self.machine.options = machines
+        self.machine.value = self.machine.value if self.machine.value in [v for _, v in machines] else "auto"
+        self.go.disabled = not self.runs
+        self._picked()
+
+    def _picked(self) -> None:
+        run = self.runs.get(self.run.value)
+        if run is None:
+            self.info.value, self.message.value = "", ""
+            return
+        self.steps.value = run.cfg.steps_until * 2  # a suggestion: the checks below say what it means
+        c = run.cfg
+        self.info.value = note(tr(f"From its checkpoint at step {run.step:,}; the model ({c.layers}×{c.width}, n {c.context}, "
+                                  f"{c.heads} heads) and every other field as the run had them.",
+                                  f"С его чекпоинта на шаге {run.step}; модель ({c.layers}×{c.width}, n {c.context}, "
+                                  f"голов {c.heads}) и остальные поля — как были у прогона."))
+        self.check()
+
+    def problems(self) -> list:
+        """What is wrong with the new Steps until: not past the run's step, or more steps than
+        its data holds tokens for (a warning: it reads the data again)."""
+        from lab.config import Problem
+        run = self.runs.get(self.run.value)
+        if run is None:
+            return []
+        cfg = RunConfig.from_dict({**run.config, "steps_until": int(self.steps.value or 0), "resume_from": ""})
+        est = sizing.estimate(cfg, checkpoint={"step": run.step, "config": run.config}, given={"steps_until"})
+        out = [p for p in est.problems if p.field == "steps_until"]
+        if cfg.steps_until <= run.step and not out:
+            out.append(Problem("steps_until", f"steps_until {cfg.steps_until} is not above the run's step {run.step}: "
+                                              "raise it", f"«Шагов до» {cfg.steps_until} не больше шага прогона "
+                                                          f"{run.step}: увеличьте"))
+        per_step, have = est.tokens_per_step.value, est.tokens_available.value
+        if per_step and have and cfg.steps_until * per_step > have:
+            times = cfg.steps_until * per_step / have
+            out.append(Problem("steps_until", f"{cfg.steps_until:,} steps read the data {times:.1f} times: add data "
+                                              "or take fewer steps", f"{cfg.steps_until} шагов прочтут данные "
+                                              f"{times:.1f} раза: добавьте данных или возьмите меньше шагов".replace(".", ","),
+                               "warning"))
+        return out
+
+    def check(self) -> bool:
+        probs = self.problems()
+        errors = [p for p in probs if p.severity == "error"]
+        self.message.value = "".join(f"<div>{note(p.message(lang()), p.severity)}</div>" for p in probs)
+        self.steps.layout.border = f"2px solid {RED}" if errors else None
+        self.go.disabled = bool(errors) or not self.runs
+        return not errors
+
+    def submit(self) -> None:
+        self.done.value = ""
+        if not self.check():
+            return
+        try:
+            run_id = backend.continue_run(self.run.value, {"steps_until": int(self.steps.value)}, self.machine.value)
+        except UserError as e:
+            self.message.value = note(error_text(e), "error")
+            return
+        self.done.value = note(tr(f"Run {run_id} goes on to step {self.steps.value:,}; the monitor shows it.",
+                                  f"Прогон {run_id} идёт дальше, до шага {self.steps.value}; его показывает монитор."),
+                               "ok")
+        self.on_started(run_id)
