@@ -3,7 +3,8 @@ a registered run. The form's Start, `lab run`, `lab branch` and `lab sweep` all 
 `register_run`; then a caller either drives the run in its own process
 (`lab.machines.driver.drive`) or spawns a background driver (`lab.machines.control.spawn_driver`).
 
-    register_run(given, resume, machine)  the one way in: settles the fields and records the run
+    register_run(given, resume, machine)  the one way in: settles the fields, records the run and
+                                          the calculator's prediction of its speed (predicted.json)
     start_point(resume)                   the run continued, or the checkpoint a new run starts from
     settled_config(given, point)          the fields as the run will train, merged and checked once
 
@@ -26,6 +27,7 @@ from lab.machines import registry
 from lab.machines.control import cancel_flag, driver_alive
 from lab.machines.needs import data_problems, found_data
 from lab.runs import Run, create_run, load_run, updating
+from lab.sizing.calibration import record_prediction
 
 
 @dataclass(frozen=True)
@@ -117,9 +119,15 @@ def register_run(given: dict, resume: str | None = None, machine: str | None = N
     cfg.machine = check_machine(cfg.machine)
     for problem in warnings if warn is not None else ():
         warn(problem)
-    if point.run is None:
-        return create_run(cfg, parent=point.parent())
-    return _going_on(point.run, cfg)
+    run = create_run(cfg, parent=point.parent()) if point.run is None else _going_on(point.run, cfg)
+    # What the calculator says of this run now, before it measures itself: `lab runs`, the runs
+    # panel and `lab size --calibration` set it beside the speed the run then measures. Every way
+    # a run is made (the form's Start, lab run, lab branch, lab sweep) comes through here.
+    record_prediction(run.folder, cfg)  # on the card it is sized for
+    if cfg.machine == "local":  # and on this computer's, where it will train
+        from lab.machines.local import local_gpu
+        record_prediction(run.folder, cfg, gpu=local_gpu())
+    return run
 
 
 def _going_on(run: Run, cfg: RunConfig) -> Run:

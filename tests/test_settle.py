@@ -128,6 +128,9 @@ def test_the_form_lab_run_and_lab_sweep_register_the_same_config_for_the_same_fi
     assert load_run(by_form).config == load_run(by_cli).config == load_run(by_sweep).config == direct
     assert direct["data_dir"] == "", "nothing prepared in this home: the driver prepares it"
     assert spawned == [by_form, by_cli], "the form and `lab run --detach` spawn its driver; the sweep runs it itself"
+    from lab.sizing.calibration import read_predictions
+    for rid in (by_form, by_cli, by_sweep):  # each has the calculator's word on it, on this computer's card
+        assert read_predictions(load_run(rid).folder)["cpu"]["tok_s"] > 0, rid
 
 
 def test_a_new_run_from_a_checkpoint_is_the_same_from_the_form_and_from_lab_run(home, pydoc_data, spawned):

@@ -64,7 +64,8 @@ def run_listing(args: argparse.Namespace) -> int:
     if not runs:
         print("no runs yet: start one with `lab run`")
         return 0
-    print(f"{'run':<32} {'status':<8} {'step':>13} {'loss':>7} {'val':>7} {'val bpb':>7}  links / from")
+    print(f"{'run':<32} {'status':<8} {'step':>13} {'loss':>7} {'val':>7} {'val bpb':>7}  "
+          f"{'tok/s (predicted, error)':<30}  links / from")
     for r in runs:
         rows = read_metrics(r.folder)
         loss = next((m["loss"] for m in reversed(rows) if "loss" in m), None)
@@ -73,8 +74,16 @@ def run_listing(args: argparse.Namespace) -> int:
         chain = lineage(r)
         origin = f" <- {chain[-2]}" if len(chain) > 1 else ""
         print(f"{r.id:<32} {r.status:<8} {f'{r.step:,}/{r.cfg.steps_until:,}':>13} "
-              f"{_fmt(loss):>7} {_fmt(val and val['val_loss']):>7} {_fmt(val_bpb(val, r.cfg)):>7}  {machines}{origin}")
+              f"{_fmt(loss):>7} {_fmt(val and val['val_loss']):>7} {_fmt(val_bpb(val, r.cfg)):>7}  "
+              f"{_speed(r.folder):<30}  {machines}{origin}")
     return 0
+
+
+def _speed(folder) -> str:
+    """The run's measured tokens/s beside what the calculator predicted for it (lab.sizing.calibration)."""
+    from lab.sizing.calibration import check
+    c = check(folder)
+    return "-" if c is None else c.text()
 
 
 def _fmt(x: float | None) -> str:

@@ -19,10 +19,10 @@ LABELS = {  # figure -> (English, Russian)
     "epochs": ("epochs", "эпох"),
     "tokens_planned": ("tokens to steps_until", "токенов до «Шагов до»"),
     "tok_s": ("speed", "скорость"),
-    "run_hours": ("run time", "время прогона"),
+    "run_hours": ("time, whole run", "время всего прогона"),
     "memory_per_card_gb": ("memory per card", "память на карту"),
     "max_batch_per_card": ("largest batch per card", "наибольший батч"),
-    "quota_hours": ("Kaggle quota", "квота Kaggle"),
+    "quota_hours": ("Kaggle quota, whole run", "квота Kaggle на весь прогон"),
 }
 
 
@@ -35,11 +35,18 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--manifest", metavar="FILE", help="a prepared data manifest.json (default: found)")
     parser.add_argument("--grow", metavar="RUN",
                         help="also say whether to grow, from this run's val history (a run id or folder)")
+    parser.add_argument("--calibration", action="store_true",
+                        help="print one line: how far the calculator's speed predictions were from what the lab's "
+                             "runs then measured")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--lang", choices=("en", "ru"), default="en", help="language of the messages")
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.calibration:
+        from lab.sizing.calibration import summary
+        print(summary())
+        return 0
     start = _read_json(args.config) if args.config else {}
     cfg = RunConfig.from_dict(start)
     given = set(start)  # a config file's model fields count as given: locked when resuming
@@ -133,15 +140,26 @@ def _value_text(name: str, fig: sizing.Figure, lang: str) -> str:
     if name == "epochs":
         return num(v, lang)
     if name == "tok_s":
-        return f"{num(v, lang)} " + ("ток/с" if lang == "ru" else "tokens/s")
+        return f"{num(v, lang)} " + ("ток/с" if lang == "ru" else "tokens/s") + _interval(fig, lang, num)
     if name in ("run_hours", "quota_hours"):
-        text = sizing.format_hours(v, lang)
-        if name == "run_hours" and fig.extra.get("capped_by_limit"):
-            steps = num(fig.extra["steps_in_limit"], lang)
-            text += f" (лимит, ~{steps} шагов)" if lang == "ru" else f" (limit, ~{steps} steps)"
-        return text
+        return sizing.format_hours(v, lang) + _interval(fig, lang, sizing.format_hours) + _sessions(fig, lang)
     if name == "memory_per_card_gb":
         usable = fig.extra.get("usable_gb")
         unit = "ГБ" if lang == "ru" else "GB"
         return f"{num(v, lang)} {unit}" + (f" / {num(usable, lang)} {unit}" if usable else "")
     return num(v, lang)
+
+
+def _interval(fig: sizing.Figure, lang: str, fmt) -> str:
+    lo_hi = fig.extra.get("interval")
+    if not lo_hi or fig.kind == "exact":
+        return ""
+    return f" ({fmt(lo_hi[0], lang)}–{fmt(lo_hi[1], lang)})"
+
+
+def _sessions(fig: sizing.Figure, lang: str) -> str:
+    n = fig.extra.get("sessions") or 0
+    if n < 2:
+        return ""
+    each = sizing.format_hours(fig.extra["session_hours"], lang)
+    return f", сессий {n} до {each}" if lang == "ru" else f", {n} sessions of up to {each}"

@@ -78,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
         with reporting_failure(rank) if "WORLD_SIZE" in os.environ else nullcontext():
             result = train(cfg, args.out, data_dir, resume=cfg.resume_from or None,
                            allow_fallback=args.allow_fallback, log=lambda s: print(s, flush=True),
-                           stop_file=stop_file_from_env())
+                           stop_file=stop_file_from_env(), on_metrics=_prediction_once(Path(args.out), cfg, rank))
     except (CheckpointError, DataError, OutOfMemory) as e:
         raise UserError(str(e)) from None
     if "WORLD_SIZE" in os.environ:
@@ -86,6 +86,24 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(json.dumps(result))
     return 0
+
+
+def _prediction_once(out: Path, cfg: RunConfig, rank: int):
+    """On the first metrics row (the fields checked, the folder there), predicted.json in the
+    --out folder on this computer's card, as a registered run gets from
+    `lab.settle.register_run`: a folder `lab train` fills is measured like any run. Its own rows
+    never count in it (lab.sizing.calibration)."""
+    if rank != 0:
+        return None
+    done: list[bool] = []
+
+    def note(_row: dict) -> None:
+        if not done:
+            done.append(True)
+            from lab.machines.local import local_gpu
+            from lab.sizing.calibration import record_prediction
+            record_prediction(out, cfg, gpu=local_gpu())
+    return note
 
 
 if __name__ == "__main__":  # what torchrun runs

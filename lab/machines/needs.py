@@ -25,31 +25,27 @@ def need_hours(run: Run) -> float | None:
 def finish_hours(cfg: RunConfig, step: int, machines: list) -> dict[str, float | None]:
     """Hours the rest of a run (at `step` of `cfg`) takes on each Kaggle account and box, by the
     speed measured on its cards (the calculator's figure; None where it has none): what the Auto
-    rule ranks by among the machines that cover the run. Asked only where a box is among them
-    (the lab's Kaggle accounts all have the same cards). The driver and the form's preview both
-    ask it, so the preview names the machine the driver picks."""
+    rule ranks by among the machines that cover the run. Asked only where a box is among them;
+    each Kaggle account has the same cards but its own measured session starts. The driver and
+    the form's preview both ask it, so the preview names the machine the driver picks."""
     if not any(m.kind == "ssh" for m in machines):
         return {}
-    card = {m.name: "2xT4" if m.kind == "kaggle" else m.gpu for m in machines if m.kind in ("kaggle", "ssh")}
-    hours = {gpu: _hours_on(cfg, step, gpu, kaggle=gpu == "2xT4") for gpu in set(card.values())}
-    return {name: hours[gpu] for name, gpu in card.items()}
+    return {m.name: _hours_on(cfg, step, "2xT4" if m.kind == "kaggle" else m.gpu, m.name)
+            for m in machines if m.kind in ("kaggle", "ssh")}
 
 
-def _hours_on(cfg: RunConfig, step: int, gpu: str, kaggle: bool) -> float | None:
+def _hours_on(cfg: RunConfig, step: int, gpu: str, machine: str) -> float | None:
+    """The calculator's whole-run hours on `machine`'s cards: its steps and what its sessions
+    spend besides (on a Kaggle account, the starts and output copies its sessions measured)."""
     from dataclasses import replace
 
     from lab import sizing
     ckpt = {"step": step, "config": cfg.to_dict()} if step else None
     try:
-        est = sizing.estimate(replace(cfg, gpu=gpu), checkpoint=ckpt)
+        est = sizing.estimate(replace(cfg, gpu=gpu, machine=machine), checkpoint=ckpt)
     except (UserError, ValueError):
         return None
-    if kaggle:
-        return est.hours_to_finish  # its start-ups included
-    hours = est.run_hours
-    if hours.value is None:
-        return None
-    return float((getattr(hours, "extra", None) or {}).get("to_steps_until", hours.value))
+    return None if est.run_hours.value is None else float(est.run_hours.value)
 
 
 def found_data(cfg: RunConfig) -> Path | None:

@@ -2,7 +2,6 @@
 (weights, FLOPs per token, the next size up)."""
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, replace
 
 from lab.config import RunConfig, cpu_precision, flops_per_token, weight_count  # noqa: F401 (the calculator's names)
@@ -13,9 +12,6 @@ TOKENS_PER_WEIGHT = 20  # the guide's "about 20 tokens of data per weight"
 REFERENCE = {"context": 1024, "width": 512, "heads": 8, "layers": 8, "vocab": 4000, "batch_per_card": 6}
 AUTO_GPU = "2xT4"  # "auto" sizes for Kaggle's machine: the Auto rule picks a Kaggle account first
 STARTUP_MIN = 10.0  # a Kaggle session's start, data mount and the final checkpoint save
-# At the reference size, per core: a 2-core EPYC (Zen 5, AVX512-BF16), torch 2.13, the model and
-# AdamW alone (median step of 6): 850 tok/s in fp32, 2,506 in bf16 autocast.
-CPU_TOK_S_PER_CORE = {"fp32": 425.0, "bf16": 1250.0}
 
 
 @dataclass(frozen=True)
@@ -25,7 +21,7 @@ class Card:
     cards: int
     usable_gb: float | None  # per card; None: host memory, read on first use
     precision: str  # what precision "auto" picks on it
-    ref_tok_s: float  # at REFERENCE, all cards together
+    ref_tok_s: float  # at REFERENCE, all cards together (the CPU's: lab.sizing.priors)
     ref_measured: bool  # the guide measured ref_tok_s; otherwise it is our estimate
     kaggle: bool  # runs on Kaggle and spends an account's weekly quota
     context_gb: float  # CUDA context and cuBLAS workspaces, outside PyTorch's allocator
@@ -45,17 +41,10 @@ CARDS = {
 }
 
 
-def reference_tok_s(card: Card, precision: str | None = None) -> float:
-    """tokens/s at REFERENCE; on the CPU, in `precision` where its rate is known (fp32, bf16)."""
-    if card.name == "cpu":  # scales roughly with cores; calibrate with a short run
-        rate = CPU_TOK_S_PER_CORE.get(precision or card.precision, CPU_TOK_S_PER_CORE[card.precision])
-        return rate * (os.cpu_count() or 1)
-    return card.ref_tok_s
-
-
 def rate_known(card: Card, precision: str) -> bool:
-    """Whether reference_tok_s speaks for `precision` (else it is the card's own precision's)."""
-    return precision == card.precision or (card.name == "cpu" and precision in CPU_TOK_S_PER_CORE)
+    """Whether the card's prior speaks for `precision` (else it is the card's own precision's:
+    bf16 on a T4 is emulated, fp16 on a CPU is not what the loop trains in)."""
+    return precision == card.precision or (card.name == "cpu" and precision in ("fp32", "bf16"))
 
 
 def next_size(cfg: RunConfig) -> RunConfig:

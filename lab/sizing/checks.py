@@ -38,10 +38,10 @@ def _data_problems(cfg: RunConfig, est: Estimate, manifest: dict | None, vocab_g
     out: list[Problem] = []
     if manifest is None:
         names = ", ".join(cfg.constellations) or cfg.data_dir
-        out.append(Problem("constellations", f"no prepared data for {names}: tokens available are unknown; "
-                                             f"run `lab prepare` first",
-                           f"для {names} нет подготовленных данных: сколько токенов, неизвестно; "
-                           f"сначала `lab prepare`", severity="warning"))
+        out.append(Problem("constellations", f"{names} is not prepared yet: the run prepares it when it starts, "
+                                             f"so the tokens available are unknown until then",
+                           f"{names} ещё не подготовлено: прогон подготовит данные сам при запуске, "
+                           f"а до тех пор сколько в них токенов, неизвестно", severity="warning"))
         return out
     per = manifest.get("constellations")
     if isinstance(per, dict) and per and not cfg.data_dir:

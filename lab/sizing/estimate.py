@@ -2,18 +2,19 @@
 memory), computed from the cards, the measured speeds and the memory formula."""
 from __future__ import annotations
 
-import math
 from dataclasses import replace
 
 from lab.config import MODEL_FIELDS, Problem, RunConfig
-from lab.sizing.cards import AUTO_GPU, CARDS, STARTUP_MIN, TOKENS_PER_WEIGHT, Card, weight_count
+from lab.home import machines_dir
+from lab.sizing.cards import AUTO_GPU, CARDS, TOKENS_PER_WEIGHT, Card, weight_count
 from lab.sizing.checks import problems
 from lab.sizing.figures import Estimate, Figure, unknown
 from lab.sizing.inputs import checkpoint_info, find_manifest, resolve_vocab, tokens_available
 from lab.sizing.memory import GB, max_batch, memory_bytes, usable_bytes
-from lab.sizing.speeds import Measured, measured_runs, speed_figure
-
-EVAL_FORWARD_SHARE = 1 / 3  # an eval batch is a forward only: a third of a training micro-step
+from lab.sizing.runtime import RunTime, compiles, kaggle_session_costs, local_session_costs, run_time
+from lab.sizing.speedmodel import speed_figure, speed_model
+from lab.sizing.speeds import Measured, measured_runs
+from lab.sizing.words import format_number
 
 
 def _with_checkpoint_model(cfg: RunConfig, ckpt: dict | None, given: set[str] | None) -> RunConfig:
@@ -23,13 +24,6 @@ def _with_checkpoint_model(cfg: RunConfig, ckpt: dict | None, given: set[str] | 
         return cfg
     theirs = ckpt.get("config") or {}
     return replace(cfg, **{k: theirs[k] for k in MODEL_FIELDS if k not in given and isinstance(theirs.get(k), int)})
-
-
-def _eval_share(cfg: RunConfig) -> float:
-    """Time spent on val evaluations, as a fraction of training time."""
-    if cfg.eval_every < 1 or cfg.grad_accum < 1:
-        return 0.0
-    return cfg.eval_batches * EVAL_FORWARD_SHARE / (cfg.eval_every * cfg.grad_accum)
 
 
 def _sizes_ok(cfg: RunConfig, vocab: int) -> bool:
@@ -64,7 +58,7 @@ def estimate(cfg: RunConfig, vocab: int | None = None, manifest: dict | None = N
 
     est = Estimate(card.name if card else cfg.gpu, gpu_auto, card.cards if card else 1, precision, vocab_n,
                    vocab_source, **{name: unknown("fix the fields first", "сначала исправьте поля")
-                                    for name in Estimate.FIGURES})
+                                    for name in Estimate.FIGURES}, config=run_cfg)
     if _sizes_ok(run_cfg, vocab_n):
         _size_figures(est, run_cfg, manifest)
         if card is not None:
@@ -89,8 +83,8 @@ def _size_figures(est: Estimate, cfg: RunConfig, manifest: dict | None) -> None:
                                f"около {TOKENS_PER_WEIGHT} токенов на вес")
     available = tokens_available(cfg, manifest)
     if not available:
-        est.tokens_available = unknown("no prepared data for these constellations (lab prepare)",
-                                        "для этих созвездий нет подготовленных данных (lab prepare)", "tokens")
+        est.tokens_available = unknown("not prepared yet: the run prepares the data when it starts",
+                                        "ещё не подготовлено: прогон подготовит данные при запуске", "tokens")
         est.epochs = unknown("data size unknown", "объём данных неизвестен", "epochs")
         return
     est.tokens_available = Figure(available, "exact", "tokens", "train tokens in the manifest",
@@ -114,36 +108,57 @@ def _step_figures(est: Estimate, cfg: RunConfig, card: Card, steps: int) -> None
 
 
 def _time_figures(est: Estimate, cfg: RunConfig, card: Card, runs: list[Measured], steps: int) -> None:
-    """Speed, the run's hours (capped by the limit) and the quota they spend."""
-    est.tok_s = speed = speed_figure(card, cfg, est.vocab, est.precision, runs)
-    if not speed.value:
+    """Speed, the whole run's time and the Kaggle quota it spends: one number for both, the
+    one Auto compares with each account's quota."""
+    compiled = compiles(cfg, card, est.vocab, steps)
+    model = speed_model(card, est.precision, runs, compiled)
+    est.tok_s = speed = speed_figure(model, cfg, est.vocab)
+    kaggle = on_kaggle(cfg.machine)
+    costs = kaggle_session_costs(None if cfg.machine == "auto" else cfg.machine) if kaggle else local_session_costs()
+    t = run_time(model, cfg, est.vocab, steps, costs, compiled, speed.value)
+    lo, hi = _hours_interval(t, speed)
+    parts = {"steps": t.train_s, "evaluations": t.evals_s, "saves": t.saves_s, "compiling": t.compile_s,
+             "session_starts": t.sessions_s}
+    extra = {"sessions": t.sessions, "session_hours": round(t.longest_session_s / 3600, 3),
+             "steps_per_session": t.steps_per_session, "interval": [round(lo, 3), round(hi, 3)],
+             "parts": {k: round(v / 3600, 3) for k, v in parts.items()}}
+    share = (t.total_s - t.train_s) / t.total_s if t.total_s else 0.0
+    est.run_hours = Figure(round(t.total_s / 3600, 3), speed.kind, "hours",
+                           f"{steps:,} steps at {speed.value:,} tokens/s, +{share:.0%} for evaluations, samples, saves, "
+                           f"compiling and session starts ({costs.note})",
+                           f"{format_number(steps, 'ru')} шагов при {format_number(speed.value, 'ru')} токенов/с, "
+                           f"+{share:.0%} на оценки, примеры текста, сохранения, компиляцию и запуски сессий "
+                           f"({costs.note_ru})", extra)
+    if not kaggle:
+        est.quota_hours = Figure(0.0, "exact", "hours", "this computer spends no Kaggle quota",
+                                 "этот компьютер не тратит квоту Kaggle")
         return
-    eval_share = _eval_share(cfg)
-    step_s = est.tokens_per_step.value / speed.value * (1 + eval_share)
-    hours_to_end = steps * step_s / 3600
-    limit_h = cfg.limit_min / 60 if cfg.limit_min > 0 else math.inf
-    run_h = min(hours_to_end, limit_h)
-    capped = hours_to_end > limit_h
-    sessions = math.ceil(hours_to_end / limit_h) if steps and limit_h < math.inf else (1 if steps else 0)
-    est.run_hours = Figure(round(run_h, 3), speed.kind, "hours",
-                           f"{steps} steps at {speed.value} tokens/s, val evaluations +{eval_share:.1%}"
-                           + (f"; the limit stops it at ~{int(limit_h * 3600 / step_s)} steps" if capped else ""),
-                           f"{steps} шагов при {speed.value} токенов/с, оценки val +{eval_share:.1%}"
-                           + (f"; лимит остановит около {int(limit_h * 3600 / step_s)} шагов" if capped else ""),
-                           {"to_steps_until": round(hours_to_end, 3), "capped_by_limit": capped,
-                            "steps_in_limit": int(limit_h * 3600 / step_s) if capped else steps,
-                            "sessions": sessions})
-    if not card.kaggle:
-        est.quota_hours = Figure(0.0, "exact", "hours", "a local card spends no Kaggle quota",
-                                 "своя карта не тратит квоту Kaggle", {"to_steps_until": 0.0})
-        return
-    overhead = STARTUP_MIN / 60
-    est.quota_hours = Figure(round(run_h + overhead, 3) if steps else 0.0, speed.kind, "hours",
-                             f"run time + {STARTUP_MIN:g} min for the session's start and the final save; "
-                             f"2×T4 costs the same per hour as one GPU",
-                             f"время прогона + {STARTUP_MIN:g} мин на запуск сессии и последнее сохранение; "
-                             f"час 2×T4 стоит как час одной GPU",
-                             {"to_steps_until": round(hours_to_end + sessions * overhead, 3)})
+    est.quota_hours = Figure(est.run_hours.value, speed.kind, "hours",
+                             "the whole run's time on Kaggle, session starts included; 2×T4 costs the same "
+                             "per hour as one GPU",
+                             "время всего прогона на Kaggle вместе с запусками сессий; час 2×T4 стоит как час "
+                             "одной GPU", dict(extra))
+
+
+def on_kaggle(machine: str) -> bool:
+    """Whether the run spends Kaggle quota: on a named account (not this computer, not one of
+    the lab's boxes), or on Auto's pick, which is a Kaggle account whenever the lab has one
+    (lab.machines.auto.choose)."""
+    if machine == "local" or (machine != "auto" and (machines_dir() / machine).is_dir()):  # a box of the lab's
+        return False
+    if machine != "auto":
+        return True
+    from lab.kaggle.accounts import list_accounts
+    return bool(list_accounts())
+
+
+def _hours_interval(t: RunTime, speed: Figure) -> tuple[float, float]:
+    """The run's hours at the ends of the speed's interval (steps, evaluations and samples
+    scale with the step time; the rest does not)."""
+    lo_tok, hi_tok = speed.extra.get("interval") or (speed.value, speed.value)
+    timed = t.train_s + t.evals_s
+    rest = t.total_s - timed
+    return ((rest + timed * speed.value / max(hi_tok, 1)) / 3600, (rest + timed * speed.value / max(lo_tok, 1)) / 3600)
 
 
 def _memory_figures(est: Estimate, cfg: RunConfig, card: Card) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from lab.config import Problem
+from lab.config import Problem, RunConfig
 
 
 @dataclass
@@ -52,6 +52,7 @@ class Estimate:
     quota_hours: Figure
     problems: list[Problem] = field(default_factory=list)
     predicted_val_loss: Figure | None = None  # kind "fitted": the recipe lab's fit, when one exists for the data
+    config: RunConfig | None = None  # the fields as sized: a continued run's model fields are its checkpoint's
 
     FIGURES = ("weights", "tokens_per_step", "tokens_wanted", "tokens_available", "epochs", "tokens_planned",
                "tok_s", "run_hours", "memory_per_card_gb", "max_batch_per_card", "quota_hours")
@@ -62,10 +63,11 @@ class Estimate:
 
     @property
     def hours_to_finish(self) -> float | None:
-        """GPU quota the rest of the run needs (to `steps_until`, start-ups included): what the
-        Auto rule compares with each account's quota. None when the fields do not say."""
+        """GPU quota the rest of the run needs on Kaggle (to `steps_until`, every session's start
+        included): the calculator's quota figure, which the Auto rule compares with each
+        account's quota. None when the fields do not say."""
         q = self.quota_hours
-        return None if q.value is None else float(q.extra.get("to_steps_until", q.value))
+        return None if q.value is None else float(q.value)
 
     @property
     def warnings(self) -> list[Problem]:

@@ -1,21 +1,19 @@
-"""Measured speeds and calibration: the lab's runs' tokens/s (read incrementally from
-runs/<id>/metrics.jsonl) and the speed figure they calibrate, or the guide's reference
-scaled by FLOPs per token when there are none."""
+"""Measured speeds: the tokens/s of every run folder the lab has (its runs, the probes'
+bursts), read incrementally from metrics.jsonl, with the size and card each ran at. The speed
+model (`lab.sizing.speedmodel`) fits itself to them."""
 from __future__ import annotations
 
 import json
-import math
 import os
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from lab.config import RunConfig, card_set
 from lab.corpus.manifests import read_json_cached, stat_key
 from lab.home import accounts_dir, machines_dir, runs_dir
-from lab.sizing.cards import CARDS, REFERENCE, Card, flops_per_token, rate_known, reference_tok_s
-from lab.sizing.figures import Figure
+from lab.sizing.cards import CARDS, REFERENCE, flops_per_token
 from lab.sizing.inputs import find_manifest, resolve_vocab
 
 WARMUP_STEPS = 20  # steps at a session's start that compile kernels and fill caches
@@ -91,11 +89,11 @@ class _SpeedLog:
         if len(self.values) < MIN_SPEED_SAMPLES:
             return None
         if self.cached_median is None:
-            self.cached_median = _median(self.values)
+            self.cached_median = median(self.values)
         return self.cached_median
 
 
-def _median(values: Iterable[float]) -> float:
+def median(values: Iterable[float]) -> float:
     s = sorted(values)
     mid = len(s) // 2
     return s[mid] if len(s) % 2 else (s[mid - 1] + s[mid]) / 2
@@ -103,7 +101,7 @@ def _median(values: Iterable[float]) -> float:
 
 @dataclass(frozen=True)
 class Measured:
-    """One of the lab's runs with a steady tokens/s."""
+    """One of the lab's runs (or a probe's burst) with a steady tokens/s."""
     run: str
     gpu: str
     precision: str
@@ -114,16 +112,18 @@ class Measured:
     vocab: int
     batch_per_card: int
     tok_s: float
+    grad_accum: int = 1
+    compiled: bool | None = None  # from the session's result.json; None: not known (yet)
 
     def size_key(self) -> tuple:
-        return (self.context, self.width, self.heads, self.layers, self.vocab, self.batch_per_card)
+        return (self.context, self.width, self.heads, self.layers, self.vocab, self.batch_per_card, self.grad_accum)
 
     def flops_per_token(self) -> float:
         return flops_per_token(self.layers, self.width, self.vocab, self.context)
 
 
 _speed_logs: dict[str, _SpeedLog] = {}
-_run_infos: dict[str, tuple[tuple, tuple | None]] = {}
+_run_infos: dict[str, tuple[tuple, dict | None]] = {}
 
 
 def _run_gpu(cfg: dict, device: dict) -> str | None:
@@ -151,15 +151,22 @@ def _run_vocab(cfg: dict, device: dict) -> int:
     return resolve_vocab(None, find_manifest(run_cfg), None)[0]
 
 
-def _run_info(folder: str) -> tuple | None:
-    """(gpu, precision, context, width, heads, layers, vocab, batch_per_card) of a run
-    folder, worked out once per change of its config.json or device.json."""
-    cfg_path, dev_path = os.path.join(folder, "config.json"), os.path.join(folder, "device.json")
-    key = (stat_key(cfg_path), stat_key(dev_path))
+def _compiled(result: Any) -> bool | None:
+    """Whether the session trained compiled, from its result.json (`compile_s`)."""
+    if not isinstance(result, dict) or "compile_s" not in result:
+        return None
+    return result["compile_s"] is not None
+
+
+def run_info(folder: str) -> dict | None:
+    """What a run folder says about its size and card (Measured's fields but the speed),
+    worked out once per change of its config.json, device.json or result.json."""
+    paths = [os.path.join(folder, f) for f in ("config.json", "device.json", "result.json")]
+    key = tuple(stat_key(p) for p in paths)
     hit = _run_infos.get(folder)
     if hit and hit[0] == key:
         return hit[1]
-    cfg, device = read_json_cached(Path(cfg_path)), read_json_cached(Path(dev_path))
+    cfg, device, result = (read_json_cached(Path(p)) for p in paths)
     info = None
     try:
         if isinstance(cfg, dict):
@@ -167,36 +174,61 @@ def _run_info(folder: str) -> tuple | None:
             gpu = _run_gpu(cfg, device)
             precision = device.get("precision") or cfg.get("precision") or "auto"
             if gpu is not None:
-                info = (gpu, CARDS[gpu].precision if precision == "auto" else precision,
-                        *(int(cfg.get(k, REFERENCE[k])) for k in ("context", "width", "heads", "layers")),
-                        _run_vocab(cfg, device), int(cfg.get("batch_per_card", REFERENCE["batch_per_card"])))
+                info = {"gpu": gpu, "precision": CARDS[gpu].precision if precision == "auto" else precision,
+                        **{k: int(cfg.get(k, REFERENCE[k])) for k in ("context", "width", "heads", "layers",
+                                                                      "batch_per_card")},
+                        "vocab": _run_vocab(cfg, device), "grad_accum": int(cfg.get("grad_accum") or 1),
+                        "compiled": _compiled(result)}
     except (TypeError, ValueError, AttributeError):
         info = None  # a run folder with odd files is left out, not an error
     _run_infos[folder] = (key, info)
     return info
 
 
+def lab_runs() -> list[tuple[str, str]]:
+    """The lab's runs: (run id, folder)."""
+    return _scan(runs_dir())
+
+
+def probe_bursts() -> list[tuple[str, str]]:
+    """Each account's `lab probe` burst, a run folder (lab.probe.record): ("probe:NAME", folder)."""
+    return [(f"probe:{name}", os.path.join(path, "probe")) for name, path in _scan(accounts_dir())
+            if os.path.isdir(os.path.join(path, "probe"))]
+
+
+def box_checks() -> list[tuple[str, str]]:
+    """Each box's `lab machines check` burst, a run folder too: ("check:NAME", folder)."""
+    return [(f"check:{name}", os.path.join(path, "check")) for name, path in _scan(machines_dir())
+            if os.path.isdir(os.path.join(path, "check"))]
+
+
+# Where measurements come from: each source lists (name, run folder) pairs, the folder holding
+# config.json, device.json and metrics.jsonl as `lab train` writes them. Another kind of burst
+# is one more function here.
+SOURCES: list[Callable[[], list[tuple[str, str]]]] = [lab_runs, probe_bursts, box_checks]
+
+
 def measured_runs(gpu: str | None = None, root: Path | None = None) -> list[Measured]:
-    """The lab's runs in `root` (default `$LAB_HOME/runs`, each account's probe burst, `lab
-    probe`, and each box's check burst, `lab machines check`), on `gpu` or all, whose metrics give
-    a steady speed."""
-    folders = _scan(runs_dir() if root is None else root)
-    if root is None:  # a probe's burst is a run folder too (lab.probe.record), and so is a box check's
-        folders += [(f"probe:{name}", os.path.join(path, "probe")) for name, path in _scan(accounts_dir())
-                    if os.path.isdir(os.path.join(path, "probe"))]
-        folders += [(f"check:{name}", os.path.join(path, "check")) for name, path in _scan(machines_dir())
-                    if os.path.isdir(os.path.join(path, "check"))]
+    """Every measurement the lab has (SOURCES; or only the run folders in `root`), on `gpu` or
+    all, whose metrics give a steady speed."""
+    folders = _scan(root) if root is not None else [f for source in SOURCES for f in source()]
     out = []
     for name, folder in folders:
-        info = _run_info(folder)
-        if info is None or (gpu is not None and info[0] != gpu):
+        info = run_info(folder)
+        if info is None or (gpu is not None and info["gpu"] != gpu):
             continue  # read metrics only for runs that can matter
-        log = _speed_logs.setdefault(folder, _SpeedLog())
-        log.update(os.path.join(folder, "metrics.jsonl"))
-        tok_s = log.median()
+        tok_s = steady_tok_s(folder)
         if tok_s is not None:
-            out.append(Measured(name, *info, tok_s))
+            out.append(Measured(name, tok_s=tok_s, **info))
     return out
+
+
+def steady_tok_s(folder: str) -> float | None:
+    """The median tokens/s of a run folder's latest session after its warm-up (None: too few
+    steps yet)."""
+    log = _speed_logs.setdefault(folder, _SpeedLog())
+    log.update(os.path.join(folder, "metrics.jsonl"))
+    return log.median()
 
 
 def _scan(root: Path) -> list[tuple[str, str]]:
@@ -204,58 +236,3 @@ def _scan(root: Path) -> list[tuple[str, str]]:
         return [(e.name, e.path) for e in os.scandir(root) if e.is_dir()]
     except OSError:
         return []
-
-
-def speed_figure(card: Card, cfg: RunConfig, vocab: int, precision: str, runs: list[Measured]) -> Figure:
-    """tokens/s: the measurement at this size when there is one, else a FLOP rate (tokens/s
-    × FLOPs per token) carried over from measured sizes, divided by this size's FLOPs."""
-    flops = flops_per_token(cfg.layers, cfg.width, vocab, cfg.context)
-    key = (cfg.context, cfg.width, cfg.heads, cfg.layers, vocab, cfg.batch_per_card)
-    own = [r for r in runs if r.gpu == card.name and r.precision == precision]
-    if own:
-        same = [r for r in own if r.size_key() == key]
-        if same:
-            names = ", ".join(sorted(r.run for r in same))
-            return Figure(round(_median(r.tok_s for r in same)), "measured", "tokens/s",
-                          f"median of the lab's runs at this size on {card.name}: {names}",
-                          f"медиана прогонов лабы этого размера на {card.name}: {names}")
-        rate, used = _interpolated_rate(own, flops)
-        return Figure(round(rate / flops), "calibrated", "tokens/s",
-                      f"scaled by FLOPs per token from the lab's runs on {card.name}: {used}",
-                      f"пересчитано по FLOPs на токен от прогонов лабы на {card.name}: {used}")
-    ref = REFERENCE
-    ref_flops = flops_per_token(ref["layers"], ref["width"], ref["vocab"], ref["context"])
-    tok_s = reference_tok_s(card, precision) * ref_flops / flops
-    at_ref = key == tuple(ref[k] for k in ("context", "width", "heads", "layers", "vocab", "batch_per_card"))
-    if card.ref_measured and at_ref and precision == card.precision:
-        return Figure(round(tok_s), "measured", "tokens/s", f"the guide's measurement on {card.name}",
-                      f"замер из гайда на {card.name}")
-    basis = "the guide's measurement" if card.ref_measured else "the lab's rough guess"
-    basis_ru = "замера из гайда" if card.ref_measured else "грубой прикидки лабы"
-    other = not rate_known(card, precision)  # not corrected for: measure a short run instead
-    return Figure(round(tok_s), "estimate", "tokens/s",
-                  f"scaled by FLOPs per token (6·N + 12·layers·n·d) from {basis} on {card.name} at the reference size"
-                  + (f", in {card.precision}: {precision} will be slower" if other else ""),
-                  f"пересчитано по FLOPs на токен (6·N + 12·слои·n·d) от {basis_ru} на {card.name} "
-                  f"для эталонного размера" + (f", в {card.precision}: {precision} будет медленнее" if other else ""))
-
-
-def _interpolated_rate(runs: list[Measured], flops: float) -> tuple[float, str]:
-    """FLOP rate at `flops`: interpolated in log-log between the nearest measured sizes
-    below and above, or the nearest one's rate outside their range. Small models reach a
-    lower rate than big ones, so this beats a single reference."""
-    by_size: dict[float, list[Measured]] = {}
-    for r in runs:
-        by_size.setdefault(r.flops_per_token(), []).append(r)
-    points = sorted((f, _median(r.tok_s * f for r in rs), rs) for f, rs in by_size.items())
-    below = [p for p in points if p[0] <= flops]
-    above = [p for p in points if p[0] >= flops]
-    if below and above and below[-1][0] != above[0][0]:
-        (f0, r0, rs0), (f1, r1, rs1) = below[-1], above[0]
-        w = (math.log(flops) - math.log(f0)) / (math.log(f1) - math.log(f0))
-        rate, used = math.exp(math.log(r0) + w * (math.log(r1) - math.log(r0))), rs0 + rs1
-    else:
-        f, rate, used = min(points, key=lambda p: abs(math.log(p[0] / flops)))
-    return rate, ", ".join(sorted({r.run for r in used}))
-
-

@@ -42,6 +42,18 @@ def lineage_rows(run) -> list[dict]:
     return rows
 
 
+def speed_cell(folder) -> str:
+    """The run's measured tokens/s beside the calculator's prediction for it (lab.sizing.calibration), or "-"."""
+    from lab.sizing.calibration import check
+    c = check(folder)
+    if c is None:
+        return "-"
+    num = lambda x: sizing.format_number(round(x), lang())  # noqa: E731
+    pred = f"{tr('predicted', 'прогноз')} {num(c.predicted)}"
+    text = f"? ({pred})" if c.measured is None else f"{num(c.measured)} ({pred}, {c.error:+.0%})"
+    return f"<span class='lab-speed-check'>{esc(text)}</span>"
+
+
 class RunsPanel(Panel):
     """The lab's runs with lineage; an overlay of chosen runs; the "when to grow" verdict; more
     steps for a finished run; a cooldown branch."""
@@ -88,7 +100,7 @@ class RunsPanel(Panel):
         rows = [self._row(r) for r in self.runs.values()]
         head = [tr(*h) for h in (("run", "прогон"), ("status", "статус"), ("step", "шаг"), ("size", "размер"),
                                  ("loss", "loss"), ("val", "val"), ("val bits/byte", "val бит/байт"),
-                                 ("machines", "машины"), ("from", "от кого"))]
+                                 ("tok/s (predicted)", "ток/с (прогноз)"), ("machines", "машины"), ("from", "от кого"))]
         self.table.value = table([esc(h) for h in head], rows, "lab-runs") if rows else \
             f"<i>{esc(tr('No runs yet.', 'Прогонов пока нет.'))}</i>"
         chosen = tuple(i for i in self.choose.value if i in self.runs) or tuple(list(self.runs)[:1])
@@ -112,7 +124,8 @@ class RunsPanel(Panel):
         c = r.cfg
         return [f"<code>{esc(r.id)}</code>", esc(status_word(r.status)), esc(f"{r.step:,} / {c.steps_until:,}"),
                 esc(f"{c.layers}×{c.width}, n {c.context}"), "-" if loss is None else f"{loss:.3f}",
-                "-" if val is None else f"{val['val_loss']:.3f}", "-" if bpb is None else f"{bpb:.3f}", esc(", ".join(dict.fromkeys(link.machine for link in r.links)) or "-"),
+                "-" if val is None else f"{val['val_loss']:.3f}", "-" if bpb is None else f"{bpb:.3f}",
+                speed_cell(r.folder), esc(", ".join(dict.fromkeys(link.machine for link in r.links)) or "-"),
                 esc(" ← ".join(reversed(lineage(r)[:-1])) or "-")]
 
     def _chosen(self, change) -> None:

@@ -107,23 +107,24 @@ MODE_FIELD = (
      "Один запуск обучения: на Kaggle или на своей карте. Он начинается либо с нуля — веса случайные, — "
      "либо с чекпоинта прошлого прогона."))
 
-# Under "How to choose a size", beside the calculator.
+# Under "How to choose a size", beside the calculator: the guide's words, with the form's own
+# numbers filled in by `lab.ui.calc` (the guide's example is the reference size).
 SIZE_HELP = {
     "weights": (
-        "≈ 12 · layers · d² + vocab · d + n · d. For 8 layers, d 512, vocab 4000 and n 1024 that is "
-        "27,738,112 — exactly what the training log prints.",
-        "≈ 12 · слои · d² + словарь · d + n · d. Для 8 слоёв, d 512, словаря 4000 и n 1024 это 27 738 112 — "
-        "ровно столько печатает лог обучения."),
+        "≈ 12 · layers · d² + vocab · d + n · d. For {layers} layers, d {width}, vocab {vocab} and n {context} that "
+        "is {weights} — exactly what the training log prints.",
+        "≈ 12 · слои · d² + словарь · d + n · d. Для {layers} {of_layers}, d {width}, словаря {vocab} и n {context} "
+        "это {weights} — ровно столько печатает лог обучения."),
     "data": (
-        "About 20 tokens of data per weight. 27.7 M weights want ≈ 550 M tokens; a bigger model on the same "
-        "data will be undertrained.",
-        "Ориентир — около 20 токенов данных на один вес. 27,7 млн весов хотят ≈ 550 млн токенов; модель "
+        "About 20 tokens of data per weight. {weights_short} weights want ≈ {wanted} tokens; a bigger model on the "
+        "same data will be undertrained.",
+        "Ориентир — около 20 токенов данных на один вес. {weights_short} весов хотят ≈ {wanted} токенов; модель "
         "больше этого на тех же данных недообучится."),
     "time": (
-        "A bigger model makes each step slower: 24 layers are about 3× slower than 8. The form recomputes "
-        "the speed for a new size from the 2×T4 measurement — an estimate, not a measurement.",
-        "Больше модель — медленнее каждый шаг: 24 слоя примерно втрое медленнее 8. Скорость для нового размера "
-        "форма пересчитывает от замера 2×T4 — это оценка, а не замер."),
+        "A bigger model makes each step slower: {deeper} layers are about {ratio}× slower than {layers}. The form "
+        "recomputes the speed for a new size from {source} — {kind}.",
+        "Больше модель — медленнее каждый шаг: {deeper} {deeper_layers} примерно в {ratio} раза медленнее "
+        "{layers}. Скорость для нового размера форма пересчитывает от {source} — {kind}."),
     "grow": (
         "When val on the current size has reached a plateau and there is enough data for a bigger model. "
         "If val still falls, training longer is cheaper.",

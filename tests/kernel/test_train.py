@@ -51,6 +51,8 @@ def test_train_on_pydoc_logs_weights_metrics_and_a_falling_loss(trained):
     assert rows[-1]["loss"] < rows[0]["loss"] - 0.5
     assert (out / "checkpoints" / "ckpt_00000020.pt").is_file()
     assert json.loads((out / "config.json").read_text())["steps_until"] == 20
+    # The calculator's word on it before it ran, on this computer's card (lab.sizing.calibration).
+    assert json.loads((out / "predicted.json").read_text())["predictions"]["cpu"]["tok_s"] > 0
 
 
 def test_a_trained_checkpoint_loads_with_weights_only(trained):

@@ -97,17 +97,23 @@ def test_24_layers_are_about_3x_slower_than_8():
     assert ratio == pytest.approx(3.0, rel=RATIO_TOLERANCE)
 
 
-def test_speed_scales_by_flops_per_token():
-    f = sizing.flops_per_token
-    assert f(8, 512, 4000, 1024) == 6 * 27_738_112 + 12 * 8 * 1024 * 512
-    expected = 102_000 * f(8, 512, 4000, 1024) / f(12, 512, 4000, 1024)
-    assert est(layers=12).tok_s.value == round(expected)
+def test_another_size_is_the_cards_prior_scaled_to_the_guides_measurement():
+    """No measurement of the lab's: a step is the sum of the card's prior parts, and the prior
+    is scaled so that the reference size gives the guide's 102,000 tokens/s."""
+    pri = sizing.priors.prior(sizing.CARDS["2xT4"], "fp16")
+    size = sizing.Size(1024, 512, 12, 4000, 6, 1, 2)
+    step_s = sum(c * x for c, x in zip(pri.parts, size.parts()))
+    assert est(layers=12).tok_s.value == round(size.tokens_per_step / step_s)
+    ref = sizing.Size(1024, 512, 8, 4000, 6, 1, 2)
+    assert ref.tokens_per_step / sum(c * x for c, x in zip(pri.parts, ref.parts())) == pytest.approx(102_000)
 
 
 def test_other_sizes_and_cards_are_estimates_and_say_so():
     for e in (est(layers=12), est(context=2048), est(batch_per_card=8), est(gpu="rtx3050"), est(gpu="cpu")):
         assert e.tok_s.kind == "estimate"
         assert e.run_hours.kind == "estimate"
+        lo, hi = e.tok_s.extra["interval"]
+        assert lo < e.tok_s.value < hi
     assert "estimate" not in est().tok_s.kind
 
 
@@ -117,35 +123,42 @@ def test_rtx3050_is_slower_than_one_t4():
 
 # --- time and quota ----------------------------------------------------------------------
 
-def test_run_hours_are_steps_times_tokens_over_speed_plus_val_evaluations():
-    e = est(gpu="2xT4", steps_until=45_000, limit_min=630)
-    eval_share = 20 / 3 / 250  # 20 forward-only batches every 250 steps
-    expected = 45_000 * 12_288 / 102_000 * (1 + eval_share) / 3600
-    assert e.run_hours.value == pytest.approx(expected, abs=0.001)
-    assert e.run_hours.extra["capped_by_limit"] is False
+def test_the_whole_runs_time_is_its_steps_plus_what_sessions_spend_besides(home):
+    e = est(gpu="2xT4", machine="alice", steps_until=45_000, limit_min=630)
+    parts = e.run_hours.extra["parts"]
+    assert parts["steps"] == pytest.approx(45_000 * 12_288 / 102_000 / 3600, abs=0.001)
+    assert parts["session_starts"] == pytest.approx(sizing.STARTUP_MIN / 60, abs=0.001)  # one Kaggle session
+    assert parts["compiling"] > 0 and parts["evaluations"] > 0 and parts["saves"] > 0
+    assert e.run_hours.value == pytest.approx(sum(parts.values()), abs=0.002)
+    assert e.run_hours.extra["sessions"] == 1
 
 
-def test_run_hours_are_capped_by_the_limit():
-    e = est(gpu="2xT4", steps_until=450_000, limit_min=630)
-    assert e.run_hours.value == pytest.approx(10.5)
-    assert e.run_hours.extra["capped_by_limit"] is True
-    assert e.run_hours.extra["to_steps_until"] > 10.5
-    assert e.run_hours.extra["sessions"] == math.ceil(e.run_hours.extra["to_steps_until"] / 10.5)
-    assert 0 < e.run_hours.extra["steps_in_limit"] < 450_000
+def test_a_run_longer_than_its_limit_takes_several_sessions_and_says_so():
+    e = est(gpu="2xT4", machine="alice", steps_until=450_000, limit_min=630)
+    t = e.run_hours
+    assert t.value > 10.5  # the whole run, not one session
+    assert t.extra["sessions"] == math.ceil(t.value / t.extra["session_hours"]) == 2  # 15 h of steps
+    assert 10.5 < t.extra["session_hours"] < 10.5 + 11 / 60  # the limit, the session's start and its last save
+    assert t.extra["parts"]["session_starts"] == pytest.approx(t.extra["sessions"] * sizing.STARTUP_MIN / 60, abs=0.01)
+    assert t.extra["steps_per_session"] * t.extra["sessions"] >= 450_000
 
 
-def test_quota_is_run_time_plus_session_startup():
-    e = est(gpu="2xT4")
-    assert e.quota_hours.value == pytest.approx(e.run_hours.value + sizing.STARTUP_MIN / 60, abs=0.001)
-    capped = est(gpu="2xT4", steps_until=450_000, limit_min=630)
-    assert capped.quota_hours.value == pytest.approx(10.5 + 10 / 60, abs=0.001)
+def test_kaggle_quota_is_the_whole_runs_time_which_auto_compares():
+    e = est(gpu="2xT4", machine="alice", steps_until=100_000, width=768, layers=12, heads=12, batch_per_card=12)
+    assert e.quota_hours.value == e.run_hours.value == e.hours_to_finish  # one number for all three
+    assert e.quota_hours.extra["sessions"] == e.run_hours.extra["sessions"] >= 2
     # a quota hour on 2×T4 costs the same as on one GPU: no doubling
-    assert capped.quota_hours.value < 11
+    assert est(gpu="2xT4", machine="alice").quota_hours.value < 2 * est(gpu="2xT4", machine="alice").run_hours.value
 
 
-def test_local_cards_spend_no_quota():
-    assert est(gpu="rtx3050").quota_hours.value == 0
-    assert est(gpu="cpu").quota_hours.value == 0
+def test_this_computer_spends_no_quota_and_auto_without_accounts_picks_it(home):
+    for gpu in ("rtx3050", "cpu", "2xT4"):
+        assert est(gpu=gpu, machine="local").quota_hours.value == 0
+    assert est(gpu="cpu", machine="auto").quota_hours.value == 0  # the lab has no Kaggle account
+    from lab.kaggle.accounts import add_account
+    add_account("bob", token="KGAT_0123456789abcdef0123456789abcdef", username="bob")
+    e = est(gpu="cpu", machine="auto")  # Auto now picks bob: the run spends bob's quota, whatever the card
+    assert e.quota_hours.value == e.run_hours.value > 0
 
 
 def test_resumed_run_counts_only_the_remaining_steps():
@@ -196,10 +209,25 @@ def test_rtx3050_has_8_gb_and_room_for_half_the_batch():
     assert e.max_batch_per_card.value < est(gpu="T4").max_batch_per_card.value
 
 
-@pytest.mark.parametrize("precision", ["fp32", "bf16"])
-def test_cpu_speed_is_the_measured_rate_of_the_precision_asked_for(precision):
-    e = est(gpu="cpu", precision=precision)
-    assert e.tok_s.value == round(sizing.CPU_TOK_S_PER_CORE[precision] * os.cpu_count())
+# Runs on this 2-core machine before any was measured by the lab. (Not the README's earlier bf16
+# figure at the reference size, 2,506: bf16 ran 1.05-1.8x slower than fp32 at every size of
+# scripts/bench_prior.py's grid on this machine since, so that figure no longer describes it.)
+@pytest.mark.parametrize("precision, layers, width, context, batch, measured", [
+    ("bf16", 2, 64, 64, 4, 18_154),  # issue 25: the form guessed 240,984 here
+    ("bf16", 4, 128, 128, 8, 18_602),  # README, Speed: lab train at the demo's size
+    ("bf16", 4, 256, 256, 4, 11_481),
+    ("fp32", 4, 128, 128, 8, 15_750),
+    ("fp32", 4, 256, 256, 4, 5_952),
+    ("fp32", 8, 512, 1024, 6, 850)])  # README: model and AdamW alone at the reference size
+def test_an_unmeasured_cpu_guess_is_of_the_right_order(monkeypatch, precision, layers, width, context, batch, measured):
+    """What 2-core runs here measured, against the guess before any run: within 3× either way,
+    and inside the interval the calculator gives."""
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")  # the runs here were 2-core ones
+    e = est(gpu="cpu", precision=precision, layers=layers, width=width, heads=2, context=context, batch_per_card=batch)
+    assert e.tok_s.kind == "estimate" and "guess" in e.tok_s.note
+    assert measured / 3 < e.tok_s.value < measured * 3
+    lo, hi = e.tok_s.extra["interval"]
+    assert lo < measured < hi
     assert "slower" not in e.tok_s.note  # both rates are known: no "in bf16: fp32 will be slower"
 
 
@@ -442,17 +470,14 @@ def test_lab_run_at_the_same_size_is_measured_ignoring_warm_up(home):
 def test_lab_runs_at_other_sizes_calibrate_the_estimate(home):
     write_run(home, "small", [5_000] * 20 + [150_000] * 30, layers=4)
     write_run(home, "big", [5_000] * 20 + [40_000] * 30, layers=16)
-    f = lambda layers: sizing.flops_per_token(layers, 512, 4000, 1024)  # noqa: E731
     e = sizing.estimate(RunConfig(gpu="2xT4", layers=8), manifest={})
     assert e.tok_s.kind == "calibrated" and "small" in e.tok_s.note and "big" in e.tok_s.note
-    # the FLOP rate is interpolated in log-log between the two measured sizes
-    lo, hi = 150_000 * f(4), 40_000 * f(16)
-    w = math.log(f(8) / f(4)) / math.log(f(16) / f(4))
-    assert e.tok_s.value == round(math.exp(math.log(lo) + w * math.log(hi / lo)) / f(8))
-    # outside the measured range: the nearest size's rate
+    assert e.tok_s.extra["from"] == ["big", "small"]
+    assert 40_000 < e.tok_s.value < 150_000  # between the two measured depths
+    lo, hi = e.tok_s.extra["interval"]
+    assert lo < e.tok_s.value < hi
     e24 = sizing.estimate(RunConfig(gpu="2xT4", layers=24), manifest={})
-    assert e24.tok_s.value == round(hi / f(24))
-    assert e24.run_hours.kind == "calibrated"
+    assert e24.tok_s.value < 40_000 and e24.run_hours.kind == "calibrated"
 
 
 def test_runs_on_another_gpu_do_not_calibrate(home):

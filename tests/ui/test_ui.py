@@ -20,6 +20,7 @@ from lab import ui
 from lab.ui import backend as ui_backend
 from lab.config import RunConfig, UserError, field_choices, field_kind
 from lab.runs import Link, create_run, updating
+from lab.ui.text import hours
 
 GUIDE_ORDER = ["Прогон", "Продолжить с чекпоинта", "Созвездия в обучении", "Контекст n", "Ширина d", "Головы",
                "Слои", "Видеокарта", "Машина", "Батч на карту", "Шагов до", "Лимит, мин"]
@@ -112,7 +113,7 @@ def test_a_fresh_lab_home_gives_a_working_form(home):
     assert [v for _, v in form.inputs["machine"].options] == ["auto", "local"]
     assert figure(form, "weights") == "27 738 112"  # the guide's number (vocab 4000: no data yet)
     assert not form.start_button.disabled  # "no prepared data" is a warning: Start prepares it
-    assert "нет подготовленных данных" in form.rows["constellations"].message.value
+    assert "прогон подготовит данные сам" in form.rows["constellations"].message.value
     assert "Авто выберет этот компьютер" in calc(form)
 
 
@@ -204,11 +205,74 @@ def test_auto_says_which_machine_it_picks_and_why(monkeypatch, tmp_path):
     monkeypatch.setattr(ui_backend, "choose", choose)
     form = ui.NewRunForm()
     assert "Авто выберет alice alice: квоты 29,0 ч хватит на весь прогон" in calc(form)
-    assert seen[-1] == pytest.approx(form.estimate.quota_hours.extra["to_steps_until"])
+    assert seen[-1] == pytest.approx(form.estimate.quota_hours.value)
     ui.set_language("en")
     assert "Auto picks alice alice: its 29.0 h of quota cover the whole run" in calc(form)
     form.set(machine="local")
     assert "Auto picks" not in calc(form)
+
+
+def add_kaggle_account(name: str) -> None:
+    from lab.kaggle.accounts import add_account
+    add_account(name, token="KGAT_0123456789abcdef0123456789abcdef", username=name)
+
+
+def picks(machine: str, seen: list | None = None):
+    """A stand-in for Auto's pick (its rule is tested in tests/machines) that records the need."""
+    def choose(cfg, need_hours):
+        if seen is not None:
+            seen.append(need_hours)
+        return ui_backend.Choice(machine, f"{machine}: picked ({need_hours:.1f} h)", f"{machine}: выбран ({need_hours:.1f} ч)")
+    return choose
+
+
+def test_the_quota_line_follows_the_machine_auto_picks(monkeypatch):
+    add_kaggle_account("bob")
+    monkeypatch.setattr(ui_backend, "choose", picks("bob"))
+    form = ui.NewRunForm(gpu="cpu", **TINY, steps_until=2000)  # sized for a CPU, run where Auto says
+    shown = calc(form)
+    assert "Авто выберет bob" in shown
+    assert "не тратит квоту" not in shown and figure(form, "quota") != "0 мин"
+    assert "на bob:" in shown
+    monkeypatch.setattr(ui_backend, "choose", picks("local"))
+    form = ui.NewRunForm(gpu="cpu", **TINY, steps_until=2000)
+    shown = calc(form)
+    assert "Авто выберет этот компьютер" in shown
+    assert figure(form, "quota") == "0 мин" and "этот компьютер не тратит квоту Kaggle" in shown
+
+
+def test_time_quota_and_autos_need_are_one_number_for_the_whole_run(monkeypatch):
+    add_kaggle_account("alice")
+    seen = []
+    monkeypatch.setattr(ui_backend, "choose", picks("alice", seen))
+    form = ui.NewRunForm(gpu="2xT4", layers=12, width=768, heads=12, batch_per_card=12, steps_until=100_000)
+    shown = calc(form)
+    whole = form.estimate.run_hours
+    assert whole.extra["sessions"] >= 2
+    assert figure(form, "run_hours") == figure(form, "quota") == hours(seen[-1])
+    assert f"сессий {whole.extra['sessions']}, каждая до {hours(whole.extra['session_hours'])} (лимит)" in shown
+    assert "Время всего прогона" in shown and "Квота Kaggle на весь прогон" in shown
+
+
+def test_the_hints_numbers_follow_the_form():
+    form = ui.NewRunForm(layers=12, width=768, heads=12)
+    shown = calc(form)
+    assert "Для 12 слоёв, d 768, словаря 4000 и n 1024 это 88 793 088" in shown
+    assert "88,8 млн весов хотят ≈ 1,78 млрд токенов" in shown
+    assert "36 слоёв примерно в" in shown and "медленнее 12" in shown
+    assert "27,7 млн" not in shown and "24 слоя" not in shown
+    ui.set_language("en")
+    form.set(layers=2, width=64, heads=2, context=64)
+    shown = calc(form)
+    assert "For 2 layers, d 64, vocab 4000 and n 64 that is 358,400" in shown
+    assert "6 layers are about" in shown
+
+
+def test_no_lab_prepare_where_start_prepares_the_data_itself():
+    form = ui.NewRunForm()
+    shown = calc(form) + text(form.rows["constellations"].message.value)
+    assert "lab prepare" not in shown
+    assert "прогон подготовит данные" in shown
 
 
 def test_the_english_switch_relabels_everything_and_keeps_the_values():
@@ -331,6 +395,19 @@ def test_the_runs_table_shows_lineage_overlays_runs_and_says_when_to_grow():
     assert bytes(panel.plot.value).startswith(b"\x89PNG") and bytes(panel.plot.value) != one
     assert "Когда расти" in panel.verdict.value and parent.id in panel.verdict.value  # the run picked last
     assert "val ещё падает" in panel.verdict.value  # a falling 1/(1+t) curve: train longer
+
+
+def test_the_runs_table_shows_each_runs_speed_beside_its_prediction():
+    from lab.sizing.calibration import record_prediction
+    cfg = RunConfig(**TINY, gpu="cpu", precision="fp32", steps_until=300)
+    run = fake_run(cfg, step=300)
+    predicted = record_prediction(run.folder, cfg)["tok_s"]
+    (run.folder / "config.json").write_text(cfg.to_json())  # as the training notebook writes them
+    (run.folder / "device.json").write_text(json.dumps({"gpu": "cpu", "device": "cpu", "precision": "fp32"}))
+    panel = ui.RunsPanel()  # curve() measured 1,000 tok/s
+    assert "ток/с (прогноз)" in text(panel.table.value)
+    assert f"1 000 (прогноз {ui_backend.sizing.format_number(round(predicted), 'ru')}, " \
+           f"{predicted / 1000 - 1:+.0%})" in text(panel.table.value)
 
 
 def test_the_machines_panel_on_a_fresh_lab_home_shows_this_computer():

@@ -1,0 +1,231 @@
+"""The speed model: a step's parts fitted to measurements with a known answer, its intervals,
+the sources of measurements, and each run's prediction against what it then measured."""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from lab import sizing
+from lab.cli import main as lab_main
+from lab.config import RunConfig
+from lab.sizing import calibration, runtime
+from lab.sizing.nnls import nnls
+from lab.sizing.steptime import Point, Size, fit
+
+
+@pytest.fixture(autouse=True)
+def home(tmp_path, monkeypatch):
+    monkeypatch.setenv("LAB_HOME", str(tmp_path / "home"))
+    return tmp_path / "home"
+
+
+PRIOR = (1 / 100e9, 1 / 100e9, 1e-9, 2e-9, 1e-8, 5e-4, 1e-3)
+# The "real" machine: matrix work 1.5× slower than the prior says, attention 0.7×, per-step costs 3×.
+TRUTH = tuple(c * f for c, f in zip(PRIOR, (1.5, 0.7, 1.2, 1.0, 2.0, 0.5, 3.0)))
+SIZES = [Size(128, 128, 4, 4000, 8), Size(128, 256, 4, 4000, 8), Size(128, 128, 8, 4000, 8),
+         Size(512, 128, 4, 4000, 2), Size(128, 128, 4, 4000, 32), Size(64, 64, 2, 4000, 4),
+         Size(256, 192, 6, 4000, 4), Size(1024, 512, 8, 4000, 6), Size(64, 512, 1, 4000, 2),
+         Size(256, 64, 12, 8000, 4), Size(128, 384, 2, 1000, 16), Size(32, 32, 2, 4000, 1, grad_accum=4)]
+
+
+def true_step(size: Size) -> float:
+    return sum(c * x for c, x in zip(TRUTH, size.parts()))
+
+
+def points(sizes, noise=0.05) -> list[Point]:
+    return [Point(f"p{i}", s, true_step(s), noise) for i, s in enumerate(sizes)]
+
+
+def test_nnls_finds_the_constrained_minimum():
+    # min (x1 - 1)² + (x2 + 1)² + (x1 + x2)² over x ≥ 0: x2 = 0, then x1 = 1/2
+    assert nnls([[1, 0], [0, 1], [1, 1]], [1, -1, 0]) == pytest.approx([0.5, 0.0])
+    assert nnls([[2, 0], [0, 3]], [4, 9]) == pytest.approx([2.0, 3.0])  # unconstrained optimum inside
+
+
+def test_one_measurement_rescales_the_prior_as_a_whole():
+    a, b = SIZES[0], SIZES[7]
+    f = fit(PRIOR, 0.3, [Point("a", a, 0.05)])
+    assert f.step_s(a) == pytest.approx(0.05, rel=1e-6)
+    prior_ratio = sum(c * x for c, x in zip(PRIOR, b.parts())) / sum(c * x for c, x in zip(PRIOR, a.parts()))
+    assert f.step_s(b) / f.step_s(a) == pytest.approx(prior_ratio, rel=1e-6)  # today's rule, with the parts
+
+
+def test_many_measurements_recover_known_parts():
+    f = fit(PRIOR, 0.3, points(SIZES, noise=0.01))  # precise measurements outweigh the prior's shape
+    for s in (Size(192, 160, 5, 4000, 6), Size(2048, 256, 4, 4000, 1), Size(64, 128, 16, 4000, 8)):
+        assert f.step_s(s) == pytest.approx(true_step(s), rel=0.03)
+    assert all(c >= 0 for c in f.seconds)
+
+
+def test_two_measurements_are_met_and_tilt_the_shape_toward_the_truth():
+    a, b, c = SIZES[5], SIZES[7], SIZES[0]  # tiny, the reference size, the demo's size between them
+    two = fit(PRIOR, 0.3, points([a, b]))
+    assert two.step_s(a) == pytest.approx(true_step(a), rel=0.03)
+    assert two.step_s(b) == pytest.approx(true_step(b), rel=0.03)
+    one = fit(PRIOR, 0.3, points([a]))
+    assert abs(two.step_s(c) / true_step(c) - 1) < abs(one.step_s(c) / true_step(c) - 1)
+
+
+def test_a_part_the_truth_lacks_is_fitted_at_zero_not_below():
+    truth = TRUTH[:4] + (0.0,) + TRUTH[5:]
+    pts = [Point(f"p{i}", s, sum(c * x for c, x in zip(truth, s.parts()))) for i, s in enumerate(SIZES)]
+    f = fit(PRIOR, 1.0, pts)
+    assert all(c >= 0 for c in f.seconds)
+    assert f.seconds[4] < 0.2 * TRUTH[4]
+
+
+def test_intervals_widen_away_from_the_measurements():
+    a = SIZES[0]
+    f = fit(PRIOR, 0.3, [Point("a", a, true_step(a))])
+    near, far = f.spread(a), f.spread(SIZES[7])
+    assert near == pytest.approx(math.sqrt(2) * 0.05, rel=0.2)  # the point's own noise, and a new run's
+    assert far > 1.2 * near
+    lo, hi = f.tok_s_interval(SIZES[7])
+    assert lo < SIZES[7].tokens_per_step / f.step_s(SIZES[7]) < hi
+
+
+def write_run(home: Path, run_id: str, tok_s: float, gpu="cpu", precision="fp32", compiled=None, steps=60, **cfg):
+    folder = home / "runs" / run_id
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(RunConfig(gpu=gpu, precision=precision, **cfg).to_json())
+    (folder / "device.json").write_text(json.dumps({"gpu": gpu, "device": "cpu" if gpu == "cpu" else "cuda",
+                                                    "precision": precision}))
+    if compiled is not None:
+        (folder / "result.json").write_text(json.dumps({"compile_s": 12.0 if compiled else None}))
+    with open(folder / "metrics.jsonl", "w") as f:
+        for i in range(1, steps + 1):
+            f.write(json.dumps({"step": i, "tok_s": tok_s if i > 20 else tok_s / 10, "elapsed_s": i * 0.1,
+                                "session": 1}) + "\n")
+    return folder
+
+
+DEMO = dict(layers=4, width=128, heads=4, context=128, batch_per_card=8)
+
+
+def test_a_calibrated_figure_says_from_which_measurements(home):
+    write_run(home, "demo-run", 12_000, **DEMO)
+    e = sizing.estimate(RunConfig(gpu="cpu", precision="fp32", layers=6, width=192, heads=6, context=256,
+                                  batch_per_card=4), manifest={})
+    assert e.tok_s.kind == "calibrated" and e.tok_s.extra["from"] == ["demo-run"] and "demo-run" in e.tok_s.note
+    assert e.tok_s.extra["basis"] == "lab"
+    lo, hi = e.tok_s.extra["interval"]
+    assert lo < e.tok_s.value < hi
+    lo_h, hi_h = e.run_hours.extra["interval"]
+    assert lo_h < e.run_hours.value < hi_h
+    assert sum(e.tok_s.extra["parts"].values()) == pytest.approx(1, abs=0.01)
+
+
+def test_another_source_of_measurements_counts_as_the_lab_runs_do(home, monkeypatch, tmp_path):
+    burst = write_run(tmp_path / "elsewhere", "ssh-check", 9_000, **DEMO)
+    monkeypatch.setattr(sizing.speeds, "SOURCES", sizing.speeds.SOURCES + [lambda: [("check:box1", str(burst))]])
+    e = sizing.estimate(RunConfig(gpu="cpu", precision="fp32", **DEMO), manifest={})
+    assert (e.tok_s.value, e.tok_s.kind, e.tok_s.extra["from"]) == (9_000, "measured", ["check:box1"])
+
+
+def test_compiled_runs_speak_for_compiled_runs(home):
+    write_run(home, "eager", 70_000, gpu="2xT4", precision="fp16", compiled=False)
+    write_run(home, "compiled", 100_000, gpu="2xT4", precision="fp16", compiled=True)
+    assert sizing.estimate(RunConfig(gpu="2xT4"), manifest={}).tok_s.value == 100_000  # GPUs compile (auto)
+    assert sizing.estimate(RunConfig(gpu="2xT4", torch_compile="off"), manifest={}).tok_s.value == 70_000
+
+
+def test_the_cpu_compile_threshold_is_the_kernels():
+    speed = pytest.importorskip("lab.kernel.speed")
+    assert runtime.CPU_COMPILE_MIN_FLOPS == speed.COMPILE_MIN_FLOPS_CPU
+
+
+def test_a_runs_prediction_is_kept_from_before_it_measured_itself(home, capsys):
+    write_run(home, "demo-run", 12_000, **DEMO)
+    folder = home / "runs" / "next"
+    folder.mkdir(parents=True)
+    cfg = RunConfig(gpu="cpu", precision="fp32", layers=6, width=192, heads=6, context=256, batch_per_card=4)
+    first = calibration.record_prediction(folder, cfg)
+    assert first["kind"] == "calibrated" and first["from"] == ["demo-run"]
+    assert json.loads((folder / "predicted.json").read_text())["predictions"]["cpu"]["tok_s"] == first["tok_s"]
+    write_run(home, "next", first["tok_s"] * 1.25, **{k: getattr(cfg, k) for k in DEMO})  # it measures itself
+    assert calibration.record_prediction(folder, cfg) == first  # a later prediction would count its own rows
+    c = calibration.check(folder)
+    assert c.measured == pytest.approx(first["tok_s"] * 1.25)
+    assert c.error == pytest.approx(1 / 1.25 - 1)
+    assert c.text().endswith("-20%)")
+    assert lab_main(["size", "--calibration"]) == 0
+    line = capsys.readouterr().out.strip()
+    assert line.startswith("calibration: 1 run(s)") and "20%" in line and "next" in line
+
+
+def test_lab_size_calibration_with_nothing_to_compare_says_so(capsys):
+    assert lab_main(["size", "--calibration"]) == 0
+    assert "no run has both a prediction and a measured speed" in capsys.readouterr().out
+
+
+def test_lab_runs_shows_the_measured_speed_beside_the_prediction(home, capsys):
+    from lab.runs import create_run
+    cfg = RunConfig(gpu="cpu", precision="fp32", **DEMO)
+    write_run(home, "earlier", 10_000, layers=2, width=64, heads=2, context=64, batch_per_card=4)
+    run = create_run(cfg)
+    pred = calibration.record_prediction(run.folder, cfg)
+    write_run(home, run.id, pred["tok_s"] / 2, **DEMO)
+    assert lab_main(["runs"]) == 0
+    out = capsys.readouterr().out
+    assert f"(pred. {pred['tok_s']:,.0f}, +100%)" in out
+
+
+def test_the_cpu_prior_scales_its_parallel_parts_by_the_cores_torch_uses(monkeypatch):
+    from lab.sizing import priors
+    cpu = sizing.CARDS["cpu"]
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    one = priors.prior(cpu, "fp32").parts
+    monkeypatch.setenv("OMP_NUM_THREADS", "4")
+    four = priors.prior(cpu, "fp32").parts
+    k = priors.CPU_PARALLEL_PARTS
+    assert [a / b for a, b in zip(one[:k], four[:k])] == pytest.approx([4.0] * k)
+    assert one[k:] == four[k:]  # launches and Python run on one core however many there are
+
+
+def test_a_cpu_run_compiles_only_when_long_enough_and_its_time_counts_it(monkeypatch):
+    monkeypatch.setattr(runtime.shutil, "which", lambda name: "/usr/bin/g++")  # a C++ compiler is there
+    def parts(steps):
+        cfg = RunConfig(gpu="cpu", machine="local", steps_until=steps, limit_min=0, **DEMO)
+        return sizing.estimate(cfg, manifest={}, runs=[]).run_hours.extra["parts"]
+    flops_per_step = sizing.flops_per_token(4, 128, 4000, 128) * 8 * 128
+    few = int(runtime.CPU_COMPILE_MIN_FLOPS / flops_per_step) - 10
+    assert parts(few)["compiling"] == 0
+    assert parts(few + 20)["compiling"] == pytest.approx(runtime.COMPILE_S["cpu"] / 3600, abs=1e-3)
+    assert parts(few + 20)["session_starts"] == pytest.approx(runtime.LOCAL_START_S / 3600, abs=1e-3)
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_the_cpu_prior_is_what_bench_prior_fits_to_its_saved_step_times(precision):
+    """The constants are a measurement: scripts/bench_prior.py's own fit of the step times it saved."""
+    import importlib.util
+    from lab.sizing.priors import CPU_PARTS
+    scripts = Path(__file__).resolve().parents[2] / "scripts"
+    spec = importlib.util.spec_from_file_location("bench_prior", scripts / "bench_prior.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    times = bench.load_times(str(scripts / "measured" / f"bench_prior-xeon-1core-{precision}.json"))
+    assert sorted(times) == sorted(bench.GRID)
+    assert CPU_PARTS[precision] == pytest.approx(bench.fit_parts(times), rel=5e-3, abs=1e-15)
+
+
+def test_a_kaggle_accounts_measured_sessions_are_its_start_and_output_copy(home):
+    """What lab.machines.kaggle_sessions recorded of an account's sessions enters its run time."""
+    from lab.sizing.runtime import kaggle_session_costs
+    assert kaggle_session_costs("alice").start_s == sizing.STARTUP_MIN * 60  # nothing measured yet
+    folder = home / "accounts" / "alice"
+    folder.mkdir(parents=True)
+    rows = [{"boot_s": b, "data_checks_s": 30.0, "output_copy_s": 45.0} for b in (100.0, 140.0, 900.0)]
+    (folder / "sessions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    costs = kaggle_session_costs("alice")
+    assert (costs.start_s, costs.end_s) == (140.0 + 30.0, 45.0)  # the medians
+    assert "3 session(s) of alice" in costs.note
+    assert kaggle_session_costs(None).start_s == sizing.STARTUP_MIN * 60  # Auto, before it picks
+
+
+def test_one_of_the_labs_boxes_spends_no_kaggle_quota(home):
+    from lab.sizing.estimate import on_kaggle
+    (home / "machines" / "box-a").mkdir(parents=True)  # as `lab machines add` keeps a box
+    assert on_kaggle("alice") and not on_kaggle("box-a") and not on_kaggle("local") and not on_kaggle("auto")
