@@ -27,7 +27,7 @@ Entry points: `estimate(cfg) -> Estimate`, `validate(cfg) -> list[Problem]`,
 from __future__ import annotations
 
 from lab.sizing.cards import (AUTO_GPU, CARD_WHERE, CARDS, DEFAULT_VOCAB, REFERENCE, STARTUP_MIN, TOKENS_PER_WEIGHT,
-                              Card, flops_per_token, next_size, weight_count)
+                              Card, card_for, flops_per_token, next_size, weight_count)
 from lab.sizing.estimate import estimate, validate
 from lab.sizing.figures import Estimate, Figure
 from lab.sizing.grow import Verdict, when_to_grow
@@ -41,7 +41,7 @@ from lab.sizing.words import KIND_RU, format_count, format_hours, format_number
 
 __all__ = ["AUTO_GPU", "CARD_WHERE", "CARDS", "DEFAULT_VOCAB", "EVAL_FORWARD_SHARE", "GB", "KIND_RU", "PARTS",
            "REFERENCE", "SOURCES", "STARTUP_MIN", "TAIL_BYTES", "TOKENS_PER_WEIGHT", "WARMUP_STEPS", "Card", "Estimate",
-           "Figure", "Measured", "Memory", "Point", "SessionCosts", "Size", "SpeedModel", "Verdict", "checkpoint_info",
+           "Figure", "Measured", "Memory", "Point", "SessionCosts", "Size", "SpeedModel", "Verdict", "card_for", "checkpoint_info",
            "estimate", "find_manifest", "flops_per_token", "format_count", "format_hours", "format_number",
            "host_memory_bytes", "kaggle_session_costs", "max_batch", "measured_runs", "memory_bytes", "next_size",
            "size_of", "slowdown", "speed_model", "tokens_available", "usable_bytes", "validate", "weight_count", "when_to_grow"]

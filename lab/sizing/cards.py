@@ -2,9 +2,12 @@
 (weights, FLOPs per token, the next size up)."""
 from __future__ import annotations
 
+import json
+import os
 from dataclasses import dataclass, replace
 
 from lab.config import RunConfig, cpu_precision, flops_per_token, weight_count  # noqa: F401 (the calculator's names)
+from lab.home import machines_dir
 
 DEFAULT_VOCAB = 4000  # the lab's tokenizer, when no manifest or checkpoint says otherwise
 TOKENS_PER_WEIGHT = 20  # the guide's "about 20 tokens of data per weight"
@@ -39,6 +42,56 @@ CARDS = {
     "rtx3050": Card("rtx3050", 1, 8.0, "bf16", 34_000.0, False, False, 0.5),
     "cpu": Card("cpu", 1, None, cpu_precision(), 0.0, False, False, 0.0),
 }
+
+
+def card_for(gpu: str | None) -> Card | None:
+    """The calculator's card for a `gpu` value: one the guide names (CARDS), or the card set one
+    of the lab's boxes measured in its check (`lab machines check`); None: no figures for it."""
+    if gpu in CARDS:
+        return CARDS[gpu]
+    return checked_cards().get(gpu) if gpu else None
+
+
+def checked_cards() -> dict[str, Card]:
+    """The card sets the lab's boxes measured, by the `gpu` name their check gave them: the
+    memory of the smallest card, bf16 from compute capability 8.0 (Ampere) on, and the check's
+    burst at the reference size as the speed."""
+    out = {}
+    for record in _box_checks():
+        cards, tok_s = record.get("cards") or [], record.get("tok_s")
+        if not cards or not tok_s or record.get("gpu") in (None, "cpu") or record["gpu"] in CARDS:
+            continue
+        capability = min(float(c.get("capability") or 0) for c in cards)
+        usable = min(float(c.get("memory_gb") or 0) for c in cards) - BOX_HEADROOM_GB
+        out[record["gpu"]] = Card(record["gpu"], sum(int(c.get("count") or 1) for c in cards), max(usable, 0.5),
+                                  "bf16" if capability >= 8.0 else "fp16", float(tok_s), True, False, 0.5)
+    return out
+
+
+BOX_HEADROOM_GB = 0.5  # what a box's desktop or other processes keep of each card's memory
+
+
+def _box_checks() -> list[dict]:
+    try:
+        entries = list(os.scandir(machines_dir()))
+    except OSError:
+        return []
+    out = []
+    for entry in entries:
+        try:
+            with open(os.path.join(entry.path, "check.json"), encoding="utf-8") as f:
+                out.append(json.load(f))
+        except (OSError, ValueError):
+            continue
+    return out
+
+
+def card_where(card: Card) -> tuple[str, str]:
+    """How memory messages name the card, (English, Russian): "each T4", or a box's own card."""
+    if card.name in CARD_WHERE:
+        return CARD_WHERE[card.name]
+    one = card.name.split("x", 1)[1] if card.cards > 1 and "x" in card.name else card.name
+    return (f"each {one}", f"на каждой {one}") if card.cards > 1 else (f"the {one}", f"на {one}")
 
 
 def rate_known(card: Card, precision: str) -> bool:

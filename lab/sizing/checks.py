@@ -3,7 +3,7 @@ field checks of `lab.config`, the data, the checkpoint, whether the batch fits).
 from __future__ import annotations
 
 from lab.config import Problem, RunConfig, check, check_against_data, check_resume
-from lab.sizing.cards import CARD_WHERE, TOKENS_PER_WEIGHT, Card
+from lab.sizing.cards import TOKENS_PER_WEIGHT, Card, card_where
 from lab.sizing.figures import Estimate
 from lab.sizing.words import format_count, format_number
 
@@ -77,7 +77,7 @@ def _fit_problems(cfg: RunConfig, est: Estimate, card: Card | None) -> list[Prob
     if card is None or best.value is None or cfg.batch_per_card <= best.value:
         return []  # the same formula decides both, so the warning and the largest batch agree
     usable = mem.extra["usable_gb"]
-    where, where_ru = CARD_WHERE[card.name]
+    where, where_ru = card_where(card)
     need, have = f"≈ {mem.value:g} GB", f"{usable:g} GB"
     need_ru, have_ru = f"≈ {format_number(mem.value, 'ru')} ГБ", f"{format_number(usable, 'ru')} ГБ"
     if best.value == 0:

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 from lab.config import MODEL_FIELDS, Problem, RunConfig
 from lab.home import machines_dir
-from lab.sizing.cards import AUTO_GPU, CARDS, TOKENS_PER_WEIGHT, Card, weight_count
+from lab.sizing.cards import AUTO_GPU, TOKENS_PER_WEIGHT, Card, card_for, weight_count
 from lab.sizing.checks import problems
 from lab.sizing.figures import Estimate, Figure, unknown
 from lab.sizing.inputs import checkpoint_info, find_manifest, resolve_vocab, tokens_available
@@ -32,7 +32,7 @@ def _sizes_ok(cfg: RunConfig, vocab: int) -> bool:
 
 def estimate(cfg: RunConfig, vocab: int | None = None, manifest: dict | None = None,
              checkpoint: dict | None = None, given: set[str] | None = None,
-             runs: list[Measured] | None = None) -> Estimate:
+             runs: list[Measured] | None = None, machine_cards: str | None = None) -> Estimate:
     """Every figure for the run, and every problem with its fields. Never raises on bad
     fields (the form calls it with half-typed values): figures it cannot compute are
     "unknown" and the errors say why.
@@ -41,7 +41,8 @@ def estimate(cfg: RunConfig, vocab: int | None = None, manifest: dict | None = N
     constellations). checkpoint: {"step", "config"}; None reads `resume_from`'s sidecar.
     given: fields the person set explicitly (a resumed run takes the others from the
     checkpoint; a given model field that differs is an error). runs: measured runs; None
-    scans `$LAB_HOME/runs`."""
+    scans `$LAB_HOME/runs`. machine_cards: with gpu "auto", the card set of the machine the run
+    goes to (this computer's, a box's: `card_for` names); None: Kaggle's."""
     if manifest is None:
         manifest = find_manifest(cfg)
     ckpt_missing = False
@@ -51,7 +52,7 @@ def estimate(cfg: RunConfig, vocab: int | None = None, manifest: dict | None = N
     vocab_n, vocab_source = resolve_vocab(vocab, manifest, checkpoint)
     run_cfg = _with_checkpoint_model(cfg, checkpoint, given)
     gpu_auto = cfg.gpu == "auto"
-    card = CARDS.get(AUTO_GPU if gpu_auto else cfg.gpu)
+    card = card_for((machine_cards or AUTO_GPU) if gpu_auto else cfg.gpu)
     precision = (cfg.precision if cfg.precision not in ("auto", "") else card.precision) if card else "fp16"
     if runs is None:
         runs = measured_runs(card.name) if card else []

@@ -83,7 +83,7 @@ def prior(card: Card, precision: str) -> Prior:
     is emulated, and the calculator says so)."""
     if card.name == "cpu":
         return _cpu_prior(card, precision if precision in CPU_PARTS else card.precision)
-    parts = GPU_PARTS[card.name]
+    parts = GPU_PARTS.get(card.name, GPU_PARTS["T4"])  # a box's card: a T4's shape, its own measured scale
     size = reference_size(card)
     step_s = size.tokens_per_step / card.ref_tok_s
     scale = step_s / sum(c * x for c, x in zip(parts, size.parts()))

@@ -7,7 +7,7 @@ import math
 from dataclasses import dataclass
 
 from lab.config import RunConfig
-from lab.sizing.cards import CARDS, Card, rate_known
+from lab.sizing.cards import Card, card_for, rate_known
 from lab.sizing.figures import Figure
 from lab.sizing.priors import Prior, prior
 from lab.sizing.speeds import Measured, measured_runs, median
@@ -22,7 +22,7 @@ def size_of(cfg: RunConfig, vocab: int, card: Card, **change) -> Size:
 
 
 def point_of(m: Measured) -> Point:
-    size = Size(m.context, m.width, m.layers, m.vocab, m.batch_per_card, m.grad_accum, CARDS[m.gpu].cards)
+    size = Size(m.context, m.width, m.layers, m.vocab, m.batch_per_card, m.grad_accum, card_for(m.gpu).cards)
     return Point(m.run, size, size.tokens_per_step / m.tok_s)
 
 
@@ -104,7 +104,7 @@ def speed_figure(model: SpeedModel, cfg: RunConfig, vocab: int) -> Figure:
 def slowdown(cfg: RunConfig, vocab: int, precision: str, **change) -> float | None:
     """How many times slower (tokens/s) the run would be with `change` (layers=24, say), from
     the same model as its own speed; None for a card the calculator does not know."""
-    card = CARDS.get(cfg.gpu)
+    card = card_for(cfg.gpu)
     if card is None:
         return None
     model = speed_model(card, precision, measured_runs(card.name))

@@ -13,7 +13,7 @@ from typing import Any, Callable, Iterable
 from lab.config import RunConfig, card_set
 from lab.corpus.manifests import read_json_cached, stat_key
 from lab.home import accounts_dir, machines_dir, runs_dir
-from lab.sizing.cards import CARDS, REFERENCE, flops_per_token
+from lab.sizing.cards import REFERENCE, card_for, flops_per_token
 from lab.sizing.inputs import find_manifest, resolve_vocab
 
 WARMUP_STEPS = 20  # steps at a session's start that compile kernels and fill caches
@@ -127,17 +127,17 @@ _run_infos: dict[str, tuple[tuple, dict | None]] = {}
 
 
 def _run_gpu(cfg: dict, device: dict) -> str | None:
-    """Which of CARDS a run ran on: device.json (`lab.train.describe_runtime`: device, name,
+    """Which card the calculator knows (`card_for`) a run ran on: device.json (`lab.train.describe_runtime`: device, name,
     cards, world) when there is one, else the config's gpu unless it was "auto"."""
-    if device.get("gpu") in CARDS:
+    if card_for(device.get("gpu")) is not None:
         return device["gpu"]
     if device.get("device") == "cpu":
         return "cpu"
     name = str(device.get("name", ""))
     if name:
         card = card_set(name, max(int(device.get("cards") or 1), int(device.get("world") or 1)))
-        return card if card in CARDS else None  # None: a card the calculator has no figures for
-    return cfg.get("gpu") if cfg.get("gpu") in CARDS else None
+        return card if card_for(card) is not None else None  # None: a card the calculator has no figures for
+    return cfg.get("gpu") if card_for(cfg.get("gpu")) is not None else None
 
 
 def _run_vocab(cfg: dict, device: dict) -> int:
@@ -174,7 +174,7 @@ def run_info(folder: str) -> dict | None:
             gpu = _run_gpu(cfg, device)
             precision = device.get("precision") or cfg.get("precision") or "auto"
             if gpu is not None:
-                info = {"gpu": gpu, "precision": CARDS[gpu].precision if precision == "auto" else precision,
+                info = {"gpu": gpu, "precision": card_for(gpu).precision if precision == "auto" else precision,
                         **{k: int(cfg.get(k, REFERENCE[k])) for k in ("context", "width", "heads", "layers",
                                                                       "batch_per_card")},
                         "vocab": _run_vocab(cfg, device), "grad_accum": int(cfg.get("grad_accum") or 1),

@@ -19,6 +19,7 @@ from lab.corpus.manifests import train_tokens_by_constellation
 from lab.machines import driver as machines
 from lab.machines.control import spawn_driver
 from lab.settle import register_run
+from lab.ui.text import tr
 
 Machine, Choice = machines.Machine, machines.Choice
 
@@ -27,12 +28,12 @@ _gpu: tuple[str, str] | None = None
 
 
 def local_gpu() -> tuple[str, str]:
-    """(this computer's card as `lab.sizing.CARDS` names it, or "" when the calculator has no
+    """(this computer's card as the calculator names it (`lab.sizing.card_for`), or "" when the calculator has no
     figures for it; the card's own name and memory, for people)."""
     global _gpu
     if _gpu is None:
         card = machines.local_gpu()
-        card = card if card in sizing.CARDS else ""
+        card = card if sizing.card_for(card) is not None else ""
         _gpu = (card, _describe_gpu())
     return _gpu
 
@@ -174,6 +175,23 @@ def account_names() -> list[str]:
         return [a.name for a in kaggle_client.list_accounts()]
     except UserError:
         return []
+
+
+def box_cards() -> dict[str, str]:
+    """The lab's boxes over SSH, each with the card set its check found ("" before a check)."""
+    from lab.machines.ssh_boxes import list_boxes, read_check
+    try:
+        return {b.name: (read_check(b.name) or {}).get("gpu") or "" for b in list_boxes()}
+    except UserError:
+        return {}
+
+
+def machine_choices(accounts: list[str] | None = None) -> list[tuple[str, str]]:
+    """The machines a run may be sent to, as the form and the runs cell list them."""
+    boxes = box_cards()
+    return ([(tr("Auto", "Авто"), "auto"), (tr("This computer", "Этот компьютер"), "local")]
+            + [(f"Kaggle: {a}", a) for a in (account_names() if accounts is None else accounts)]
+            + [(f"{tr('Box', 'Машина')}: {name}" + (f" ({gpu})" if gpu else ""), name) for name, gpu in boxes.items()])
 
 
 def checkpoints() -> dict[str, dict]:

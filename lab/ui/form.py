@@ -241,8 +241,7 @@ class NewRunForm(Panel):
                 row.relabel(self.hints.value)
             relabel(self.inputs["mode"], [(pair(MODES[m]), m) for m in MODES])
             relabel(self.inputs["gpu"], [(pair(GPU_NAMES[g]), g) for g in GPU_NAMES])
-            relabel(self.inputs["machine"], [(tr("Auto", "Авто"), "auto"), (tr("This computer", "Этот компьютер"), "local")]
-                    + [(f"Kaggle: {a}", a) for a in self._accounts])
+            relabel(self.inputs["machine"], backend.machine_choices(self._accounts))
             relabel(self.inputs["constellations"], [(self._constellation_label(n), n) for n in self._constellation_names])
             self.inputs["constellations"].rows = max(2, min(6, len(self._constellation_names)))
             relabel(self.inputs["resume_from"], self._checkpoint_options())
@@ -395,12 +394,11 @@ class NewRunForm(Panel):
         self._render()
 
     def _estimate(self, cfg: RunConfig, picked: str | None = None) -> sizing.Estimate:
-        """Figures for the card the run will get: GPU "auto" on this computer means its own card."""
+        """Figures for the card the run will get: GPU "auto" on this computer or a box means its
+        own measured cards."""
         machine = picked or cfg.machine
-        local_card = backend.local_gpu()[0]
-        if cfg.gpu == "auto" and machine == "local" and local_card:
-            cfg = replace(cfg, gpu=local_card)
-        return sizing.estimate(cfg)
+        own = backend.local_gpu()[0] if machine == "local" else backend.box_cards().get(machine, "")
+        return sizing.estimate(cfg, machine_cards=own if sizing.card_for(own) is not None else None)
 
     def _choose(self, cfg: RunConfig, need_h: float):
         return backend.choose(cfg, need_h)
@@ -408,6 +406,8 @@ class NewRunForm(Panel):
     def _chosen(self, args, choice, error) -> None:
         cfg = args[0]
         with self._render_lock:
+            if self.config().machine != "auto":  # the person picked a machine meanwhile: Auto's answer is stale
+                return
             self.choice, self.choice_error = choice, (str(error) if error else None)
             self.estimate = self._estimate(cfg, picked=choice.machine if choice is not None else None)
             self._render()

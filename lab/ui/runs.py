@@ -192,8 +192,7 @@ class MoreSteps:
         keep = self.run.value if self.run.value in self.runs else next(iter(self.runs), "")
         self.run.options = [(i, i) for i in self.runs] or [(tr("no finished runs", "законченных прогонов нет"), "")]
         self.run.value = keep
-        machines = [(tr("Auto", "Авто"), "auto"), (tr("This computer", "Этот компьютер"), "local")] + \
-                   [(f"Kaggle: {a}", a) for a in backend.account_names()]
+        machines = backend.machine_choices()
         self.machine.options = machines
         self.machine.value = self.machine.value if self.machine.value in [v for _, v in machines] else "auto"
         self.go.disabled = not self.runs

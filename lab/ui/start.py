@@ -106,4 +106,6 @@ def _where(machine: tuple | None) -> str:
         return tr("this computer", "этот компьютер")
     if not name:
         return tr("the lab picks the machine", "машину выберет лаба")
-    return f"Kaggle: {name}" if kind == "kaggle" else name
+    if kind == "kaggle":
+        return f"Kaggle: {name}"
+    return f"{tr('Box', 'Машина')}: {name}" if kind == "ssh" else name

@@ -16,7 +16,7 @@ import ipywidgets as widgets
 import pytest
 
 from kaggle_fixtures import kaggle_emulator, kaggle_lab, make_kaggle_emulator  # noqa: F401 (fixtures)
-from lab import ui
+from lab import sizing, ui
 from lab.ui import backend as ui_backend
 from lab.config import RunConfig, UserError, field_choices, field_kind
 from lab.runs import Link, create_run, updating
@@ -325,6 +325,7 @@ def test_start_launches_in_the_background_and_says_where_it_went(monkeypatch):
     release.set()
     form._start_thread.join(5)
     assert form.run_id == run.id and started == [run.id]
+    assert form.launch.wait(10) == "started"  # its link runs: Start says where it went
     assert run.id in form.where.value and "этот компьютер" in form.where.value
     cfg, machine, resume = calls[0]
     assert machine == "local" and resume is None and cfg.layers == 2
@@ -454,3 +455,27 @@ def test_the_forms_inputs_follow_the_run_fields_kinds_and_choices():
         assert text(form.rows["heads"].label.value) == "Heads"
     finally:
         ui.set_language("ru")
+
+
+def test_a_box_is_in_the_machine_list_with_its_cards_and_the_calculator_sizes_for_them(home):
+    """A box checked with two RTX 3090s: the form offers it, and with GPU "auto" the figures are
+    those of its own cards (bf16 from Ampere on, its memory, its check's measured burst)."""
+    from lab.machines.ssh_boxes import add_box, write_check
+    from lab.machines.ssh_client import Address
+    add_box("gpu1", [Address("me@gpu1.lab")])
+    card = {"host": "me@gpu1.lab", "name": "NVIDIA GeForce RTX 3090", "memory_gb": 24.0, "capability": "8.6",
+            "count": 2}
+    write_check("gpu1", {"format": 1, "machine": "gpu1", "at": "2026-12-01T10:00:00+00:00", "can_run": True,
+                         "cards": [card], "gpu": "2xNVIDIA GeForce RTX 3090", "tok_s": 250_000.0, "hosts": []})
+    add_box("cpu1", [Address("cpu1.lab")])  # not checked yet: listed without cards
+    form = ui.NewRunForm()
+    labels = dict((v, k) for k, v in form.inputs["machine"].options)
+    assert labels["gpu1"] == "Машина: gpu1 (2xNVIDIA GeForce RTX 3090)" and labels["cpu1"] == "Машина: cpu1"
+    form.set(machine="gpu1")
+    form.settle()
+    est = form.estimate
+    assert est.gpu == "2xNVIDIA GeForce RTX 3090" and est.cards == 2 and est.precision == "bf16"
+    assert not [p for p in form.problems() if p.severity == "error"], form.problems()
+    assert est.tok_s.value == 250_000 and est.tok_s.kind == "measured"  # the check's burst, at the reference size
+    assert est.max_batch_per_card.value > sizing.estimate(RunConfig(gpu="T4")).max_batch_per_card.value
+    assert est.quota_hours.value in (None, 0) or est.quota_hours.kind == "unknown"  # a box spends no Kaggle quota
