@@ -127,6 +127,11 @@ def register_run(given: dict, resume: str | None = None, machine: str | None = N
     if cfg.machine == "local":  # and on this computer's, where it will train
         from lab.machines.local import local_gpu
         record_prediction(run.folder, cfg, gpu=local_gpu())
+    elif cfg.machine != "auto":  # or on a box's, as its check found them
+        from lab.machines.ssh_boxes import read_check
+        checked = (read_check(cfg.machine) or {}).get("gpu")
+        if checked:
+            record_prediction(run.folder, cfg, gpu=checked)
     return run
 
 
