@@ -303,7 +303,11 @@ def test_bad_sources_are_user_errors(lab_home):
     with pytest.raises(UserError, match="matches no text files"):
         corpus.add_constellation("empty", ["empty"])
     (lab_home / "empty" / "blank.txt").write_text("", encoding="utf-8")
+    with pytest.raises(UserError, match="holds only empty files"):
+        corpus.add_constellation("blank", ["empty"])
+    (lab_home / "empty" / "blank.txt").write_text("Колобок.", encoding="utf-8")
     corpus.add_constellation("blank", ["empty"])
+    (lab_home / "empty" / "blank.txt").write_text("", encoding="utf-8")  # emptied after it was declared
     with pytest.raises(UserError, match="holds no text"):
         corpus.prepare(["blank"], progress=False)
     (lab_home / "latin1.txt").write_bytes("caf\xe9".encode("latin-1"))

@@ -88,7 +88,7 @@ def test_the_machines_panel_shows_each_accounts_probe_and_its_age(monkeypatch):
     panel = ui.MachinesPanel()
     lines = {c: w for w in _walk(panel.box) for c in getattr(w, "_dom_classes", ()) if c.startswith("lab-probe-")}
     assert set(lines) == {"lab-probe-alice", "lab-probe-bob", "lab-probe-carol"}
-    assert "2xT4, 101,500 ток/с, all-reduce ок" in text(lines["lab-probe-alice"].value)
+    assert "2xT4, 101 500 ток/с, all-reduce ок" in text(lines["lab-probe-alice"].value)
     assert "3 ч назад" in text(lines["lab-probe-alice"].value)
     assert "не может" in text(lines["lab-probe-bob"].value) and "#d32f2f" in lines["lab-probe-bob"].value
     assert "пробы ещё не было" in text(lines["lab-probe-carol"].value)  # "проба" is feminine: no "не проверен"
