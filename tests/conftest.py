@@ -11,6 +11,11 @@ from types import SimpleNamespace
 
 import pytest
 
+# The suite runs in several processes on a couple of cores (scripts/test): one thread each for
+# torch here and in every process a test starts (they inherit it). More threads only spin against
+# each other's. Set before anything imports torch; a test that needs another count sets its own.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ["--context", "32", "--width", "32", "--heads", "2", "--layers", "2", "--batch-per-card", "4",
         "--eval-every", "10", "--eval-batches", "2", "--lr", "3e-3", "--warmup-steps", "2"]

@@ -65,7 +65,7 @@ def _stop_at_a_random_step(cmd, run, lines):
 
 @pytest.mark.parametrize("nproc", [1, 2])
 def test_sigterm_then_a_resume_with_only_steps_until_continues_bitwise(pydoc_data, tmp_path, nproc):
-    steps = 60
+    steps = 30
     procs = ["--nproc", str(nproc)] if nproc > 1 else []
     assert lab_here("train", *RUN, *procs, "--steps-until", str(steps), "--out", str(tmp_path / "ref"))[0] == 0
     run = tmp_path / "stopped"
