@@ -104,8 +104,8 @@ def run_trials(trials: int, data_dir: str | os.PathLike, out: str | os.PathLike,
 
 def _newest_step(folder: Path) -> int:
     """The step of the newest committed checkpoint in `folder`, 0 when there is none."""
-    from lab.kernel.checkpoint import list_checkpoints
-    return max((int(p.stem.split("_")[-1]) for p in list_checkpoints(folder)), default=0)
+    from lab.kernel.checkpoint import checkpoint_step, list_checkpoints
+    return max(map(checkpoint_step, list_checkpoints(folder)), default=0)
 
 
 def _curve_matches_uninterrupted(out: Path, data_dir, upto: int) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from contextlib import contextmanager
 from pathlib import Path
 from types import SimpleNamespace
@@ -36,6 +37,15 @@ def pydoc_data(lab_home) -> Path:
     """The `pydoc` constellation prepared with a small vocabulary (fast to train on)."""
     from lab import corpus
     return corpus.prepare(["pydoc"], vocab=512, progress=False)
+
+
+def wait_for(condition, timeout_s: float = 120.0, what: str = "the condition") -> None:
+    """Waits until `condition()` holds, or fails the test naming `what`."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
 
 
 def lab(*args: str, check: bool = True, env: dict | None = None, **kw) -> subprocess.CompletedProcess:

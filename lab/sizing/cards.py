@@ -44,6 +44,9 @@ CARDS = {
 }
 
 
+BOX_HEADROOM_GB = 0.5  # what a box's desktop or other processes keep of each card's memory
+
+
 def card_for(gpu: str | None) -> Card | None:
     """The calculator's card for a `gpu` value: one the guide names (CARDS), or the card set one
     of the lab's boxes measured in its check (`lab machines check`); None: no figures for it."""
@@ -66,9 +69,6 @@ def checked_cards() -> dict[str, Card]:
         out[record["gpu"]] = Card(record["gpu"], sum(int(c.get("count") or 1) for c in cards), max(usable, 0.5),
                                   "bf16" if capability >= 8.0 else "fp16", float(tok_s), True, False, 0.5)
     return out
-
-
-BOX_HEADROOM_GB = 0.5  # what a box's desktop or other processes keep of each card's memory
 
 
 def _box_checks() -> list[dict]:

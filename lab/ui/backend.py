@@ -186,6 +186,17 @@ def box_cards() -> dict[str, str]:
         return {}
 
 
+def machine_cards(machine: str) -> str:
+    """The card set of the machine a run goes to, as its check or this computer found it ("" for
+    Kaggle's, Auto's or an unchecked machine's)."""
+    if machine == "local":
+        return local_gpu()[0]
+    if machine == "auto":
+        return ""
+    from lab.machines.ssh_boxes import read_check
+    return (read_check(machine) or {}).get("gpu") or ""
+
+
 def machine_choices(accounts: list[str] | None = None) -> list[tuple[str, str]]:
     """The machines a run may be sent to, as the form and the runs cell list them."""
     boxes = box_cards()

@@ -397,7 +397,7 @@ class NewRunForm(Panel):
         """Figures for the card the run will get: GPU "auto" on this computer or a box means its
         own measured cards."""
         machine = picked or cfg.machine
-        own = backend.local_gpu()[0] if machine == "local" else backend.box_cards().get(machine, "")
+        own = backend.machine_cards(machine)
         return sizing.estimate(cfg, machine_cards=own if sizing.card_for(own) is not None else None)
 
     def _choose(self, cfg: RunConfig, need_h: float):

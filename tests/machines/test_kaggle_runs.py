@@ -18,14 +18,13 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, wait_for
 from kaggle_fixtures import (kaggle_emulator, kaggle_lab, kaggle_settings, lab_env, make_kaggle_emulator,  # noqa: F401
                              make_notebook)
 from lab import faults
@@ -89,13 +88,6 @@ def pushes(emu, user: str | None = None) -> list[dict]:
     return [r for r in emu.recorded("SaveKernel") if (user is None or r["user"] == user)
             and (r["status"] == 200 or (r.get("fault") and r["status"] == 500))]
 
-
-def wait_for(predicate, timeout_s: float = 120, what: str = "") -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 def secrets_of(emu) -> list[str]:

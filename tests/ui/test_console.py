@@ -22,15 +22,9 @@ from lab.machines.control import set_control
 from lab.runs import Link, create_run, updating
 from lab.ui import backend as ui_backend
 from lab.ui.parts import walk
+from conftest import wait_for
 from test_ui import TINY, curve, fake_run, home, text  # noqa: F401 (the fixture)
 
-
-def wait_for(condition, timeout_s: float = 60.0, what: str = "the condition") -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 def uploaded(name: str, data: bytes) -> tuple:
