@@ -54,8 +54,9 @@ class Host(ABC):
         """What the machine has free now; `running`: the lab's runs with a session there.
         `patient`: retry as long as a run's driver does, rather than answer a person fast."""
 
-    def check(self) -> None:
-        """Raises UserError when the machine cannot be used now (credentials refused)."""
+    def check(self, say: Callable[[str], None] = print) -> None:
+        """Raises UserError when the machine cannot be used now (credentials refused). `say` is
+        told what a long check is doing (a box's first use runs its whole check)."""
 
     def holds(self, data_id: str | None, ckpt_sha256: str | None, run_id: str) -> set[str]:
         """What of a run's next link the machine already has: {"data", "checkpoint"}."""

@@ -330,7 +330,7 @@ class KaggleHost(Host):
         m.free = m.free and m.error is None
         return m
 
-    def check(self) -> None:
+    def check(self, say: Callable[[str], None] = print) -> None:
         account = get_account(self.name)  # an unknown name: the error lists the lab's accounts
         check_no_global_token()
         client_for(account, retry=_QUOTA_RETRY, timeout_s=20.0).quota()

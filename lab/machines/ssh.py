@@ -15,6 +15,8 @@ ours is on it and no one's work runs on its GPUs (nvidia-smi).
 """
 from __future__ import annotations
 
+from typing import Callable
+
 from lab.config import UserError
 from lab.machines.auto import FOREIGN, Machine
 from lab.machines.base import Follow, Host, env_seconds
@@ -65,13 +67,13 @@ class SshHost(Host):
         m.free = not m.running and m.error is None
         return m
 
-    def check(self) -> None:
+    def check(self, say: Callable[[str], None] = print) -> None:
         """The machine answers, and its check (run now when it never ran: its first use) says
         it can run the lab's sessions."""
         box = self.box
         if read_check(self.name) is None:
             from lab.probe.box import check_machine
-            check_machine(self.name, say=lambda s: print(s, flush=True))
+            check_machine(self.name, say=say)
         problem = check_problem(self.name)
         if problem:
             raise UserError(f"{box.where}: {problem}")

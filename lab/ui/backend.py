@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import threading
+from typing import Callable
 from pathlib import Path
 
 from lab import sizing
@@ -281,9 +282,10 @@ def probe(name: str, say) -> dict:
     return probe_account(name, say=say)  # as `lab probe` runs it: the person's settings
 
 
-def check_machine(name: str) -> None:
-    """The machine's own check (`Host.check`): raises UserError when it cannot be used now."""
-    machines.host_for(name).check()
+def check_machine(name: str, say: Callable[[str], None]) -> None:
+    """The machine's own check (`Host.check`): raises UserError when it cannot be used now;
+    `say` is told what a long one is doing."""
+    machines.host_for(name).check(say)
 
 
 def checkpoint_datasets() -> list[dict]:

@@ -181,9 +181,14 @@ class MachinesPanel(Panel):
             note(tr("Probe done: its result is in the row.", "Проба готова: её итог — в строке."), "ok")
         self.refresh()  # a probe that found the account cannot run bars it from Auto: the states anew
 
+    def _checking(self, name: str, text: str) -> None:
+        """A box's first check takes a while (a training burst): what it is doing, in its row."""
+        self.results[name] = note(tr("Checking… ", "Проверка… ") + text.split(": ", 1)[-1])
+        self.render()
+
     def _check(self, name: str) -> None:
         try:
-            backend.check_machine(name)
+            backend.check_machine(name, say=lambda text: self._checking(name, text))
         except UserError as e:
             self.results[name] = note(error_text(e), "error")
         else:

@@ -436,7 +436,13 @@ def test_a_box_of_the_labs_own_machines_is_in_the_list_and_its_failed_check_is_s
     panel = ui.MachinesPanel()
     assert "rack" in [m.name for m in panel.machines]
     check = next(w for w in walk(panel.box) if "lab-do-check-rack" in getattr(w, "_dom_classes", ()))
+    def shown():
+        return " ".join(text(w.value) for w in walk(panel.box) if isinstance(getattr(w, "value", None), str))
+    during, render = [], panel.render
+    panel.render = lambda: (render(), during.append(shown()))
     check.click()
-    shown = " ".join(text(w.value) for w in walk(panel.box) if isinstance(getattr(w, "value", None), str))
+    # Its first use runs the box's check: what it is doing is said in its row, not in the cell.
+    assert any("Проверка… checking lab@127.0.0.1 (with a short training burst)" in s for s in during), during
+    shown = shown()
     assert "✖" in shown and "127.0.0.1" in shown, shown  # the box named, beside its row; no traceback
     assert "сейчас недоступна" in shown and "занята" not in shown  # not "busy": it does not answer
