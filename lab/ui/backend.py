@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import Callable
 from pathlib import Path
+from typing import Callable
 
 from lab import sizing
 from lab.config import RunConfig, UserError, fields_off_defaults
