@@ -53,17 +53,22 @@ def prepared(home: Path) -> Path:
 
 
 # `lab train`'s own call (lab.cli.train.run -> lab.kernel.train.train), in its own process, with
-# one addition: each metrics row also notes the process's CPU seconds, a clock that other work on
-# a shared machine does not move (with one thread, CPU seconds are what an idle core's would be).
+# two additions: each metrics row also notes the process's CPU seconds, a clock that other work on
+# a shared machine does not move (with one thread, CPU seconds are what an idle core's would be);
+# and the seconds of the call itself (the data, the model, the steps, evaluations and saves: what
+# the calculator counts besides a session's start) go to own.json.
 RUNNER = """
 import json, sys, time
 from lab.config import RunConfig
 from lab.kernel.train import train
 cfg, out, data = RunConfig.from_dict(json.loads(sys.argv[1])), sys.argv[2], sys.argv[3]
 cpu = []
-print(json.dumps(train(cfg, out, data, log=lambda s: None,
-                       on_metrics=lambda row: cpu.append([row.get("step"), time.process_time()]))))
+t0 = time.monotonic()
+result = train(cfg, out, data, log=lambda s: None,
+               on_metrics=lambda row: cpu.append([row.get("step"), time.process_time()]))
+own = {"train_call_s": time.monotonic() - t0, "result": result}
 open(out + "/cpu.json", "w").write(json.dumps(cpu))
+open(out + "/own.json", "w").write(json.dumps(own))
 """
 
 
@@ -165,15 +170,19 @@ def table(home: Path, precisions: list[str], rounds: int, steps: int, clock: str
 
 
 def _time_line(home: Path, m: dict, precision: str, steps: int) -> str:
-    """The whole run's predicted time (from two measured runs) against the process's wall time."""
+    """The whole run's predicted time (from two measured runs) less a session's start, against
+    the training call's own seconds: these runs are bare processes, not the notebook sessions
+    whose start the calculator adds (`lab.sizing.runtime.LOCAL_START_S`, measured on its own)."""
     from lab import sizing
+    from lab.sizing.runtime import LOCAL_START_S
     two = [with_median(m[FIRST]), with_median(m[SECOND])]
     errs = []
     for size in SIZES:
-        pred = sizing.estimate(size_cfg(size, precision, steps), manifest={}, runs=two).run_hours.value * 3600
-        walls = [json.loads((home / "runs" / r.run / "wall.json").read_text())["wall_s"] for r in m[size[0]]]
-        errs.append(f"{size[0]} {pred:.0f}/{statistics.median(walls):.0f} s")
-    return "time, predicted / wall (median): " + ", ".join(errs)
+        e = sizing.estimate(size_cfg(size, precision, steps), manifest={}, runs=two)
+        pred = e.run_hours.value * 3600 - LOCAL_START_S * e.run_hours.extra["sessions"]
+        own = [json.loads((home / "runs" / r.run / "own.json").read_text())["train_call_s"] for r in m[size[0]]]
+        errs.append(f"{size[0]} {pred:.0f}/{statistics.median(own):.0f} s ({pred / statistics.median(own) - 1:+.0%})")
+    return "time less a session's start, predicted / measured (median): " + ", ".join(errs)
 
 
 def _spread(values: list[float]) -> float:

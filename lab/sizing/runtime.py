@@ -24,9 +24,11 @@ COMPILE_S = {"cpu": 16.0, "gpu": 60.0}
 # Mirrors lab.kernel.speed.COMPILE_MIN_FLOPS_CPU (the kernel side imports torch; a test keeps
 # the two equal): auto compiles on CPU only for a run of at least this many training FLOPs.
 CPU_COMPILE_MIN_FLOPS = 1.5e13
-# A session on this computer before its first step: Python, torch, the model, the data, the
-# notebook's kernel (about 10 s measured here on two shared cores; a guess for other machines).
-LOCAL_START_S = 15.0
+# A session on this computer besides its steps: the notebook's kernel, Python, torch, the model,
+# the data. Measured: `lab run --machine local` of one step (4 layers, d 128) took 5.3-5.5 s end
+# to end on the idle 2-vCPU VM the kit is developed on, 2026-12-01 (about 10 s when other work
+# shared it); a guess for other machines.
+LOCAL_START_S = 5.5
 
 
 @dataclass(frozen=True)
