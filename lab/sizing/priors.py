@@ -22,7 +22,7 @@ from lab.sizing.steptime import Point, Size
 # work on that shared machine moves them less (each size's median step in the fastest of 3
 # rounds; measured 2026-12-01 beside one other single-threaded benchmark). The fit's worst misfit
 # on the grid: 21% in fp32 and 14% in bf16 at 4 layers d 64 batch 32, and 26% at one bf16 size
-# (2 layers d 128 n 512) that measured 37% slower than the day before; the rest within 13%. The
+# (2 layers d 128 n 512) that measured 37% slower than hours before; the rest within 13%. The
 # step times are kept in scripts/measured/bench_prior-xeon-1core-*.json; `scripts/bench_prior.py
 # --fit fp32 FILE` prints these lines again from them (tests/sizing holds the two equal). Seconds
 # per unit of (matmul FLOP, attention FLOP, activation element, spilled activation element,
