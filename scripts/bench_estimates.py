@@ -12,8 +12,8 @@ own: the median tok_s of its metrics after the warm-up (lab.sizing.speeds). The 
 size's runs alone, and from the base's and the second size's, as a lab's form would after one
 and after two measured runs; each size's measured speed is its median over the rounds, and the
 per-round range shows what each round's runs alone would have said. Beside them: the old rule
-(one run's FLOP rate carried over by FLOPs per token), and the whole run's predicted time
-against each process's wall time.
+(one run's FLOP rate carried over by FLOPs per token), and the whole run's predicted time less
+a session's start against the training call's own seconds.
 """
 from __future__ import annotations
 
