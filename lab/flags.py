@@ -9,7 +9,8 @@ import json
 from pathlib import Path
 from typing import Iterable
 
-from lab.config import UserError, field_names, flag_specs
+from lab.config import UserError, field_names
+from lab.fields import flag_specs
 
 # Where a run goes is a command's own option (`lab run --machine`), not a flag of the run's fields.
 NOT_FLAGS = ("machine",)

@@ -33,5 +33,5 @@ def accounts_dir() -> Path:
 
 
 def machines_dir() -> Path:
-    """The lab's own machines over SSH (lab.machines.ssh_boxes): one folder per box or group."""
+    """The lab's own machines over SSH (lab.machines.ssh.boxes): one folder per box or group."""
     return lab_home() / "machines"

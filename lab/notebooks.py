@@ -19,12 +19,13 @@ from pathlib import Path
 import nbformat
 
 from lab.config import RunConfig
+from lab.fields import field_help
 from lab.kernel import READING_ORDER
 
 PACKAGE = Path(__file__).resolve().parent
 TRAIN_NOTEBOOK = PACKAGE.parent / "notebooks" / "train.ipynb"
 # In the order a reader meets them; each may use only the ones before it.
-KERNEL_MODULES = ["config"] + READING_ORDER
+KERNEL_MODULES = READING_ORDER
 KAGGLE_LIMIT_BYTES = 1_000_000
 
 # Settings of one session, not of the run: they stay out of RunConfig.
@@ -32,8 +33,6 @@ SESSION_PARAMETERS = {
     "out_dir": ("", "where outputs go; empty: /kaggle/working on Kaggle, ./run elsewhere"),
     "nproc": (0, "processes under torchrun; 0: one per GPU (DDP when there are two or more)"),
     "allow_fallback": (False, "if the newest checkpoint is corrupt, continue from the previous good one"),
-    "given_fields": ([], "resuming: run fields taken from this cell even where they equal the defaults; "
-                         "the others at their defaults come from the checkpoint (the run as it was)"),
     "plot_every_s": (30, "seconds between redraws of the loss plot"),
     "plot_x": ("step", "x axis of the plot: step or tokens"),
     "expect_data_sha256": ("", "sha256 of the data's manifest.json this session must find; empty: any"),
@@ -103,7 +102,7 @@ def parameters_source() -> str:
              "# The run (the same fields as `lab train` and the form):"]
     defaults = RunConfig()
     for f in dataclasses.fields(RunConfig):
-        lines.append(f"{f.name} = {getattr(defaults, f.name)!r}  # {f.metadata['en']}")
+        lines.append(f"{f.name} = {getattr(defaults, f.name)!r}  # {field_help(f.name)}")
     lines.append("# This session:")
     for name, (value, help_text) in SESSION_PARAMETERS.items():
         lines.append(f"{name} = {value!r}  # {help_text}")
@@ -126,6 +125,12 @@ the model, the training loop and the time-limit saver — so you can read it top
   found under `/kaggle/input` (either of Kaggle's layouts) or next to the notebook.
 * Outputs: `metrics.jsonl`, `checkpoints/`, `loss.png` in `/kaggle/working` (or `./run`).
 * At `limit_min` minutes, on SIGTERM, or at the stop button, training saves a checkpoint and stops.
+* `resume_from` continues from a checkpoint with the fields as this cell gives them: `lab run --resume`
+  and the control notebook fill in every field as the run had it; by hand, give them all.
+
+The cells below read top to bottom: the model, the learning-rate schedule, the data, the stop signals
+and the checkpoint saver, the metrics, the run's fields, the launcher and the speed-ups, one training
+step, the loop's parts and the loop, the plot, and the session (inputs, cards) around them.
 """
 
 SETUP = '''import os, sys, tempfile, time
@@ -157,15 +162,15 @@ if __name__ == "__main__" and "LOCAL_RANK" in os.environ:
     worker_main()
 '''
 
-# The control side settled and checked the run's fields once (`lab.settle`); the loop checks them
-# against the data and the checkpoint it opens.
+# The control side settled the run's fields once (`lab.settle`) and sends every one of them: the
+# session takes them as they are and the loop checks them against the data and the checkpoint it opens.
 RUN = '''timeline = preflight(expect_cards, allow_cpu, nccl_env, output_dir(out_dir), SESSION_STARTED_AT)
 cfg = RunConfig.from_dict({name: globals()[name] for name in field_names()})
-session = inputs_as_sent(cfg, out_dir, given_fields, expect_data_sha256, expect_ckpt_sha256)
+session = inputs_as_sent(cfg, out_dir, expect_data_sha256, expect_ckpt_sha256)
 timeline.mark("inputs_checked")'''
 
 TRAIN = '''try:
-    result = run_session(session.cfg, session, KERNEL_PY, nproc=nproc, allow_fallback=allow_fallback,
+    result = run_session(cfg, session, KERNEL_PY, nproc=nproc, allow_fallback=allow_fallback,
                          plot_every_s=plot_every_s, plot_x=plot_x, started=SESSION_STARTED,
                          nodes=Nodes(nnodes, node_rank, rdzv_endpoint))
 finally:

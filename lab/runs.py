@@ -13,16 +13,78 @@ import fcntl
 import json
 import secrets
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields, replace
 from datetime import datetime, timezone
+from enum import Enum
 from pathlib import Path
 from typing import Iterator
 
 from lab.config import RunConfig, UserError
 from lab.home import runs_dir
-from lab.machines.outcome import End, Outcome
+from lab.kernel.checkpoint import atomic_write
 
 RECORD = "run.json"
+
+
+class End(str, Enum):
+    """How a link ended, as its machine reports it: the one thing the driver decides from.
+
+    A machine ends each link with an `Outcome` and records it on the link (`lab.runs.Link.outcome`)
+    in the same write that ends the link. Its kind says what the driver does next; its reason is
+    what the driver says (in Russian too where the control notebook shows it); `session` says
+    whether the machine started a session for the link (it spent the machine's time or quota), so
+    the run "went on" there and the Auto rule may continue it elsewhere.
+
+        CONTINUE     the session ended with its work saved (its time limit, done, a checkpoint
+                     before a kill): the run goes on from its step
+        LOST         the session ran and died, or its outputs were lost: only that session is lost;
+                     MAX_LOST_IN_A_ROW such links one after another stop the run
+        INTERRUPTED  the session died with the control process it ran in: the run goes on, and it
+                     counts as no failure (nothing of the session's own went wrong)
+        PUSH_AGAIN   the session found its inputs not yet mounted and trained nothing: the next link
+                     is pushed again after a wait; MAX_INPUT_WAITS in a row stop the run
+        BUSY         the machine refused the session: it runs its maximum of sessions (the lab's, or
+                     others' it can see), or its service asked for a pause (`until`: when it may be
+                     asked again, as it said); the run goes on elsewhere meanwhile, or waits for it
+        NO_QUOTA     the machine refused the session: its quota is spent
+        UNFIT        the session came without the cards it was pushed for and trained nothing: the
+                     machine is marked unable to run such sessions (the Auto rule skips it) and the
+                     run goes on elsewhere; the reason says what to fix
+        ELSEWHERE    the machine cannot take this run's link for a cause of its own that waiting will
+                     not soon fix (a dataset its storage does not keep as sent, after a second upload):
+                     the run goes on on another machine and this one is passed over for the run; with
+                     no other, the run stops and the reason says what to fix
+        FAILED       the run's own cause (its data, notebook or fields), or tries that are spent and
+                     were shown: the run stops here; the reason says what to fix, then `lab watch RUN`
+        CANCELLED    the person cancelled the run
+    """
+    CONTINUE = "continue"
+    LOST = "lost"
+    INTERRUPTED = "interrupted"
+    PUSH_AGAIN = "push-again"
+    BUSY = "busy"
+    NO_QUOTA = "no-quota"
+    UNFIT = "unfit"
+    ELSEWHERE = "elsewhere"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+REFUSED = (End.BUSY, End.NO_QUOTA)  # the machine started nothing: another machine, or a wait for this one
+
+
+@dataclass(frozen=True)
+class Outcome:
+    kind: End
+    reason: str
+    reason_ru: str | None = None
+    session: bool = True  # the machine started a session for the link
+    until: str | None = None  # BUSY: when the machine may be asked again, as it said (ISO 8601 UTC)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Outcome":
+        return cls(End(d["kind"]), d.get("reason") or "", d.get("reason_ru"), bool(d.get("session", True)),
+                   d.get("until"))
 
 
 def now() -> str:
@@ -33,7 +95,7 @@ def now() -> str:
 class Link:
     """One session of a run on one machine. `status` is what the person sees; `outcome`, set by
     the machine in the write that ends the link, is what the driver decides from
-    (lab.machines.outcome); `detail` is the machine's own record, which only it reads."""
+    (End, Outcome above); `detail` is the machine's own record, which only it reads."""
     n: int
     machine: str
     status: str = "starting"  # starting, running, stopped, done, failed, cancelled
@@ -83,10 +145,70 @@ def _outcome_of_old(status: str | None, reason: str, detail: dict) -> Outcome | 
     return Outcome(End.LOST if session else End.FAILED, reason, session=session)
 
 
+@dataclass(frozen=True)
+class Start:
+    """Where a settled run starts: from scratch (no checkpoint), or from a checkpoint at its step:
+    the run's own newest when the same run goes on, another run's when a new run starts from it."""
+    checkpoint: str | None = None  # the checkpoint file on this computer
+    step: int = 0
+    sha256: str | None = None  # the checkpoint's, as its sidecar records it
+    run: str | None = None  # the run that saved it (None: a checkpoint file from elsewhere)
+
+    @classmethod
+    def from_dict(cls, d: dict | None) -> "Start":
+        return cls(**{k: v for k, v in (d or {}).items() if k in ("checkpoint", "step", "sha256", "run")})
+
+
+@dataclass(frozen=True)
+class Settled:
+    """A run as it was settled where it was registered (`lab.settle`), carried whole from there:
+    `run.json` stores it, every link's session gets its config as it is (a push's and papermill's
+    parameters, a torchrun worker's config file), and the session checks it once against the data
+    and the checkpoint it opens. Nothing downstream merges it with a checkpoint again or guesses
+    which fields were given.
+
+        config        every field as the run trains (a continued run's model fields are its
+                      checkpoint's; the fields not given, the run's or the checkpoint's as they were)
+        given         the fields the person gave (the form's, a command's flags and config file)
+        start         where it starts: scratch, or a checkpoint with its step and sha256
+        machine       where it goes: "auto", "local", an account, a box
+        data_sha256   the sha256 of its data's manifest.json, pinned with `config["data_dir"]` (None
+                      until the data is prepared: the driver prepares it, then pins it, once)
+    """
+    config: dict
+    given: frozenset = frozenset()
+    start: Start = Start()
+    machine: str = "auto"
+    data_sha256: str | None = None
+
+    @property
+    def cfg(self) -> RunConfig:
+        return RunConfig.from_dict(self.config)
+
+    @classmethod
+    def whole(cls, cfg: RunConfig, start: Start = Start()) -> "Settled":
+        """A config taken whole, every field as given (a run recorded before settled records were
+        is read so; tests make runs so)."""
+        return cls(cfg.to_dict(), frozenset(cfg.to_dict()), start, cfg.machine or "auto")
+
+    def pinned(self, data_dir: str, sha256: str) -> "Settled":
+        """The same record with its data pinned (the driver prepared it after registration)."""
+        return replace(self, config={**self.config, "data_dir": data_dir}, data_sha256=sha256)
+
+    def to_dict(self) -> dict:
+        return {"config": dict(self.config), "given": sorted(self.given), "start": asdict(self.start),
+                "machine": self.machine, "data_sha256": self.data_sha256}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Settled":
+        return cls(dict(d["config"]), frozenset(d.get("given") or ()), Start.from_dict(d.get("start")),
+                   d.get("machine") or d["config"].get("machine") or "auto", d.get("data_sha256"))
+
+
 @dataclass
 class Run:
     id: str
-    config: dict
+    settled: Settled  # the run as it was registered (lab.settle): its whole config, what was given, its start
     created: str = field(default_factory=now)
     parent: dict | None = None  # {"run": id, "checkpoint": path, "step": n} for a run forked from a checkpoint
     links: list[Link] = field(default_factory=list)
@@ -97,8 +219,13 @@ class Run:
         return runs_dir() / self.id
 
     @property
+    def config(self) -> dict:
+        """The settled config's fields, name -> value (a copy)."""
+        return dict(self.settled.config)
+
+    @property
     def cfg(self) -> RunConfig:
-        return RunConfig.from_dict(self.config)
+        return self.settled.cfg
 
     @property
     def step(self) -> int:
@@ -106,11 +233,19 @@ class Run:
         return max(done) if done else (self.parent or {}).get("step", 0)
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        d = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("settled", "links")}
+        return {**d, "settled": self.settled.to_dict(), "links": [asdict(link) for link in self.links]}
 
     @classmethod
     def from_dict(cls, d: dict) -> "Run":
-        return cls(**{**d, "links": [Link.from_dict(link) for link in d.get("links", [])]})
+        d = dict(d)
+        if "settled" in d:
+            settled = Settled.from_dict(d.pop("settled"))
+        else:  # recorded before runs carried their settled record: its config, every field taken as given
+            parent = d.get("parent") or {}
+            settled = Settled.whole(RunConfig.from_dict(d.pop("config")), Start.from_dict(
+                {"checkpoint": parent.get("checkpoint"), "step": parent.get("step", 0), "run": parent.get("run")}))
+        return cls(**{**d, "settled": settled, "links": [Link.from_dict(link) for link in d.get("links", [])]})
 
 
 def new_run_id(cfg: RunConfig) -> str:
@@ -118,8 +253,8 @@ def new_run_id(cfg: RunConfig) -> str:
     return f"{stamp}-{cfg.layers}x{cfg.width}-{secrets.token_hex(2)}"
 
 
-def create_run(cfg: RunConfig, parent: dict | None = None) -> Run:
-    run = Run(id=new_run_id(cfg), config=cfg.to_dict(), parent=parent)
+def create_run(settled: Settled, parent: dict | None = None) -> Run:
+    run = Run(id=new_run_id(settled.cfg), settled=settled, parent=parent)
     run.folder.mkdir(parents=True)
     _write(run)
     return run
@@ -127,7 +262,6 @@ def create_run(cfg: RunConfig, parent: dict | None = None) -> Run:
 
 def _write(run: Run) -> None:
     """Written atomically and synced (every write but a new run's holds the run's lock)."""
-    from lab.kernel.checkpoint import atomic_write
     text = json.dumps(run.to_dict(), indent=1, ensure_ascii=False)
     atomic_write(run.folder / RECORD, lambda f: f.write(text.encode("utf-8")))
 

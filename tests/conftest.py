@@ -90,9 +90,9 @@ def train_run(data: Path, **fields):
     """A registry run trained in this process (`lab.kernel.train.train`, the loop itself)."""
     from lab.config import RunConfig
     from lab.kernel.train import train
-    from lab.runs import create_run
+    from lab.runs import Settled, create_run
     cfg = RunConfig(**{**TINY_RUN, **fields, "data_dir": str(data)})
-    run = create_run(cfg)
+    run = create_run(Settled.whole(cfg))
     train(cfg, run.folder, data, log=lambda s: None)
     return run
 

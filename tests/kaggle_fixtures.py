@@ -78,7 +78,7 @@ def lab_env(pydoc_data, kaggle_lab, monkeypatch):
 def kaggle_settings(monkeypatch, settings) -> None:
     """Every Kaggle host made from now on in this process builds `settings` (a KaggleSettings at
     the emulator's pace) instead of the person's; a background driver keeps the person's."""
-    from lab.machines.kaggle_data import KaggleSettings
+    from lab.machines.kaggle.data import KaggleSettings
     monkeypatch.setattr(KaggleSettings, "from_env", classmethod(lambda cls: settings))
 
 

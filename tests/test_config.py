@@ -6,8 +6,8 @@ import importlib
 
 import pytest
 
-from lab.config import (ConfigError, RunConfig, check, coerce, field_choices, field_help, field_kind, field_label,
-                        field_names, flag_specs)
+from lab.config import ConfigError, RunConfig, check, coerce, field_choices, field_kind, field_names
+from lab.fields import field_help, field_label, flag_specs
 
 
 def options_of(configure) -> set[str]:

@@ -193,6 +193,8 @@ def test_the_command_line_emulator_serves_and_writes_private_credentials(tmp_pat
         r = requests.post(f"{url}/v1/{QUOTA}", json={}, headers={"Authorization": "Bearer tok-abcdefgh"}, timeout=10)
         assert r.status_code == 200
         assert key not in "".join(lines) and "tok-abcdefgh" not in "".join(lines)
+        # The set-up lines are the whole set-up: its sessions have no GPU (issue 33).
+        assert f"  export LAB_KAGGLE_API_URL={url} LAB_KAGGLE_ALLOW_CPU=1\n" in lines
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=20) == 0

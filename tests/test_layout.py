@@ -1,6 +1,7 @@
-"""The house's layout: no import cycle among lab's modules, no module too long to read in
-one sitting and no function longer than a screen, the kernel side imports nothing of the control
-side, nothing but the CLI imports the CLI, and the driver reads no machine's private record."""
+"""The house's layout: lab's packages stand on floors and import only downwards (imports inside
+functions counted), no import cycle among its modules, no module too long to read in one sitting
+and no function longer than a screen, the kernel side imports nothing of the control side, and the
+driver reads no machine's private record."""
 from __future__ import annotations
 
 import ast
@@ -11,8 +12,20 @@ from conftest import ROOT
 MAX_LINES = 550
 MAX_FUNCTION_LINES = 60
 # What the driver once read out of `Link.detail`, flags only one machine sets: it decides from the
-# link's typed outcome instead (lab.machines.outcome).
+# link's typed outcome instead (lab.runs).
 HOST_FLAGS = {"input_not_ready", "abandoned", "refused", "session_started", "limit_min", "in_driver"}
+# lab's packages (a top-level module counts as one), lowest first. A package imports only those on
+# a lower floor, or those before it on its own floor; `../shared/DESIGN.md` draws the same floors.
+FLOORS = [
+    ("config", "home", "faults", "fields"),
+    ("kernel", "corpus", "kaggle", "procs"),  # kaggle and procs use the kernel's checkpoint and signals
+    ("runs", "sizing", "models", "notebooks", "trial"),  # the trial session pastes kernel modules as notebooks do
+    ("machines", "probe"),
+    ("settle",),  # where every run is registered: a sweep's and a branch's too
+    ("recipes",),
+    ("api",),
+    ("flags", "ui", "cli"),
+]
 
 
 def module_name(path: Path) -> str:
@@ -90,6 +103,83 @@ def cycles(g: dict[str, set[str]]) -> list[set[str]]:
         if v not in index:
             visit(v)
     return out
+
+
+def package_of(module: str) -> str:
+    return module.split(".")[1] if module.count(".") else module
+
+
+def floor_violations(g: dict[str, set[str]], floors: list[tuple[str, ...]]) -> list[str]:
+    """"lab.a.m imports lab.b.n" for each import that does not go down the floors."""
+    rank = {package: (i, j) for i, floor in enumerate(floors) for j, package in enumerate(floor)}
+    out = []
+    for module, imports in sorted(g.items()):
+        mine = package_of(module)
+        for target in sorted(imports):
+            theirs = package_of(target)
+            if theirs == mine or theirs == "lab":
+                continue
+            if mine not in rank or theirs not in rank:
+                out.append(f"{module} imports {target}: {mine if mine not in rank else theirs} stands on no floor")
+            elif not (rank[theirs][0] < rank[mine][0] or (rank[theirs][0] == rank[mine][0]
+                                                          and rank[theirs][1] < rank[mine][1])):
+                out.append(f"{module} imports {target}")
+    return out
+
+
+def test_labs_packages_import_only_downwards_imports_inside_functions_counted():
+    found = floor_violations(graph(), FLOORS)
+    assert not found, "imports that do not go down the floors (put the record many read below its readers, or " \
+                      "let the caller combine): " + "; ".join(found)
+
+
+def test_the_floor_check_catches_an_import_up_or_sideways(tmp_path):
+    floors = [("config",), ("kernel", "corpus"), ("machines",)]
+    g = {"lab.kernel.a": {"lab.config"}, "lab.corpus.b": {"lab.kernel.a"}, "lab.machines.c": {"lab.corpus.b"}}
+    assert floor_violations(g, floors) == []
+    g["lab.kernel.a"].add("lab.corpus.b")  # sideways, against the floor's order
+    g["lab.corpus.b"].add("lab.machines.c")  # up
+    assert floor_violations(g, floors) == ["lab.corpus.b imports lab.machines.c", "lab.kernel.a imports lab.corpus.b"]
+
+
+def test_the_notebook_and_the_command_reach_the_lab_through_its_api_only():
+    """ui/ and cli/ import nothing of the machines, the Kaggle client or the probe: lab.api does."""
+    behind = ("lab.machines", "lab.kaggle", "lab.probe", "lab.settle")
+    found = {m: sorted(i for i in imports if i.startswith(behind))
+             for m, imports in graph().items() if m.startswith(("lab.ui", "lab.cli"))}
+    assert not {m: i for m, i in found.items() if i}, f"imports past lab.api: {found}"
+
+
+def late_imports_without_a_reason(path: Path) -> list[int]:
+    """The lines of imports inside a function with no comment beside them (on the line, or above the
+    group of imports it stands in) saying why they wait."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    out = []
+    for fn in ast.walk(ast.parse("\n".join(lines))):
+        if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        for node in ast.walk(fn):
+            if isinstance(node, (ast.Import, ast.ImportFrom)) and "#" not in lines[node.lineno - 1]:
+                above = node.lineno - 2
+                while above >= 0 and lines[above].strip().startswith(("from ", "import ")):
+                    above -= 1
+                if above < 0 or not lines[above].strip().startswith("#"):
+                    out.append(node.lineno)
+    return sorted(set(out))
+
+
+def test_imports_stand_at_the_top_unless_a_heavy_dependency_must_wait_with_the_reason_beside_it():
+    found = {str(p.relative_to(ROOT)): lines for p in sorted((ROOT / "lab").rglob("*.py"))
+             if (lines := late_imports_without_a_reason(p))}
+    assert not found, f"imports inside functions with no reason beside them (move them to the top): {found}"
+
+
+def test_the_late_import_check_wants_a_reason(tmp_path):
+    source = tmp_path / "m.py"
+    source.write_text("def f():\n    import json\n    import torch  # torch: only when it trains\n"
+                      "    # matplotlib and numpy: only for a plot\n    import matplotlib\n    import numpy\n"
+                      "    x = 1\n    import scipy\n")
+    assert late_imports_without_a_reason(source) == [2, 8]
 
 
 def test_no_import_cycle_among_labs_modules():

@@ -15,7 +15,7 @@ import pytest
 from conftest import lab_here
 from lab import settle
 from lab.config import ConfigError, RunConfig, UserError
-from lab.runs import create_run, list_runs, load_run
+from lab.runs import Settled, create_run, list_runs, load_run
 
 TINY = dict(context=32, width=32, heads=2, layers=2, batch_per_card=4, eval_every=10, eval_batches=2,
             lr=3e-3, warmup_steps=2, steps_until=20, constellations=["pydoc"])
@@ -30,21 +30,21 @@ def home(tmp_path, monkeypatch):
 @pytest.fixture
 def spawned(monkeypatch) -> list[str]:
     """The runs a caller asked a background driver for (none is started)."""
+    from lab.api import runs as api_runs
     from lab.machines import control
-    from lab.ui import backend
     asked: list[str] = []
 
     def spawn(run_id: str, resume: bool = False) -> int:
         asked.append(run_id)
         return 0
     monkeypatch.setattr(control, "spawn_driver", spawn)
-    monkeypatch.setattr(backend, "spawn_driver", spawn)
+    monkeypatch.setattr(api_runs, "spawn_driver", spawn)
     return asked
 
 
 def saved_run(cfg: RunConfig, step: int):
     """A run with one whole checkpoint at `step` (its file and its sidecar) and no driver."""
-    run = create_run(cfg)
+    run = create_run(Settled.whole(cfg))
     folder = run.folder / "checkpoints"
     folder.mkdir()
     weights = f"the weights of {run.id} at {step}".encode()
@@ -117,13 +117,13 @@ def lab_run_detached(*flags: str) -> str:
 
 
 def test_the_form_lab_run_and_lab_sweep_register_the_same_config_for_the_same_fields(home, spawned):
-    from lab.recipes.runners import InlineRunner
+    from lab.recipes.runners import LocalRunner
     from lab.recipes.sweep import Sweep, plan_configs
     from lab.ui import NewRunForm
     direct = settle.register_run(FORM, machine="local").config
     by_form = NewRunForm(**FORM, machine="local").start(wait=True)
     by_cli = lab_run_detached(*FORM_FLAGS)
-    by_sweep = Sweep(plan_configs(RunConfig.from_dict({**FORM, "machine": "local"})), InlineRunner(),
+    by_sweep = Sweep(plan_configs(RunConfig.from_dict({**FORM, "machine": "local"})), LocalRunner(),
                      say=lambda s: None).members[0].run_id
     assert load_run(by_form).config == load_run(by_cli).config == load_run(by_sweep).config == direct
     assert direct["data_dir"] == "", "nothing prepared in this home: the driver prepares it"

@@ -24,8 +24,8 @@ COMMANDS = {
     "plot": ("lab.cli.runs:plot", "redraw a run's loss plot"),
     "accounts": ("lab.cli.accounts", "the lab's Kaggle accounts: list with quota, add, remove"),
     "probe": ("lab.cli.probe", "test Kaggle accounts with a short session: GPUs, versions, NCCL, speed, data mount"),
-    "machines": ("lab.cli.machines", "every machine (this computer, Kaggle accounts, the lab's boxes over SSH); "
-                                     "add, remove and check boxes"),
+    "machines": ("lab.cli.machines", "every machine (this computer, Kaggle accounts, the lab's boxes over SSH, "
+                                     "Slurm clusters); add, remove and check boxes and clusters"),
     "watch": ("lab.cli.watch", "drive or follow a run to its end; resumes it after a crash, a fix or a cancel"),
     "cancel": ("lab.cli.watch:cancel", "stop a run: no further link; a session here or on a box saves and stops"),
     "branch": ("lab.cli.branch", "a cooldown branch: a short decay from a checkpoint of a WSD run"),

@@ -1,7 +1,8 @@
 """`lab accounts`: the lab's Kaggle accounts.
 
-    lab accounts                      list them: user, GPU quota left, refresh time, what runs, the last probe,
-                                      and what their sessions measured
+    lab accounts                      list them: user, GPU quota left (for a new session, and as `kaggle quota`
+                                      says it), refresh time, what runs, the last probe, a hint before the first
+                                      run, and what their sessions measured
     lab accounts add NAME --kaggle-json PATH | --token-file PATH [--username U] [--no-check]
     lab accounts remove NAME
     lab accounts checkpoints [NAME] [--remove RUN ... | --remove-finished]
@@ -12,11 +13,8 @@ from __future__ import annotations
 
 import argparse
 
-from lab.kaggle import client as kc
+from lab.api import accounts
 from lab.config import UserError
-
-# Listing asks every account in turn: short waits, few tries, so one dead account is quick.
-_LIST_RETRY = kc.RetryPolicy(attempts=2, base_s=1.0, cap_s=2.0, max_retry_after_s=10.0)
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -49,85 +47,57 @@ def run(args: argparse.Namespace) -> int:
     if args.action == "checkpoints":
         return _checkpoints(args)
     if args.action == "remove":
-        kc.remove_account(args.name)
+        accounts.remove(args.name)
         print(f"Removed account '{args.name}'.")
         return 0
     return _list(offline=bool(getattr(args, "offline", False)))
 
 
 def _add(args: argparse.Namespace) -> int:
-    token = kc.read_token_file(args.token_file) if args.token_file else None
-    username = args.username
-    if token is not None and not username:
-        username = kc.token_username(token, account=args.name)
-    account = kc.add_account(args.name, kaggle_json=args.kaggle_json, token=token, username=username)
+    got = accounts.add(args.name, kaggle_json=args.kaggle_json, token_file=args.token_file, username=args.username,
+                       check=not args.no_check)
+    who = f"'{got.name}' (Kaggle user {got.username}), stored {got.stored_as}"
     if args.no_check:
-        print(f"Added account '{account.name}' (Kaggle user {account.username}); not checked with Kaggle.")
-        return 0
-    try:
-        quota = kc.verify_new_account(account)  # refused credentials: removed again, and raised
-    except kc.KaggleError as e:
-        if e.status in (401, 403):
-            raise
-        print(f"Added account '{account.name}' (Kaggle user {account.username}), but could not check it "
-              f"with Kaggle: {e}")
-        return 0
-    print(f"Added account '{account.name}' (Kaggle user {account.username}): "
-          f"{_hours(quota.left_s)} of {_hours(quota.total_s)} GPU quota left.")
+        print(f"Added account {who}; not checked with Kaggle.")
+    elif got.unchecked is not None:
+        print(f"Added account {who}, but could not check it with Kaggle: {got.unchecked}")
+    else:
+        print(f"Added account {who}: {got.quota_left_h:.1f} h of {got.quota_total_h:.1f} h GPU quota left.")
     return 0
 
 
 def _list(offline: bool) -> int:
-    accounts = kc.list_accounts()
-    if not accounts:
+    rows = accounts.accounts(offline)
+    if not rows:
         print("No Kaggle accounts yet. Add one: lab accounts add NAME --kaggle-json PATH/kaggle.json")
         return 0
-    if not offline:
-        kc.check_no_global_token()
-    from lab.machines.control import active_runs  # the registry: what runs where
-    active = active_runs()
-    rows, failed = [("NAME", "KAGGLE USER", "GPU LEFT / TOTAL", "REFRESH (UTC)", "PROBE", "RUNS")], 0
-    for a in accounts:
-        runs = (_probe(a.name), ", ".join(active.get(a.name, [])) or "-")
-        if a.auth == "broken":
-            rows.append((a.name, "?", "damaged: remove and add it again", "", *runs))
-            failed += 1
-            continue
-        if offline:
-            rows.append((a.name, a.username, "-", "-", *runs))
-            continue
-        try:
-            q = kc.client_for(a, retry=_LIST_RETRY, timeout_s=20.0).quota()
-        except UserError as e:  # KaggleError included: one account's trouble does not hide the rest
-            rows.append((a.name, a.username, f"error: {getattr(e, 'what', e)}", "", *runs))
-            failed += 1
-            continue
-        refresh = q.refresh_time.strftime("%Y-%m-%d %H:%M") if q.refresh_time else "?"
-        rows.append((a.name, a.username, f"{_hours(q.left_s)} / {_hours(q.total_s)}", refresh, *runs))
-    _print_table(rows)
-    _print_sessions_seen([a.name for a in accounts])
-    return 1 if failed else 0
+    table = [("NAME", "KAGGLE USER", "GPU LEFT FOR A NEW SESSION / TOTAL", "`KAGGLE QUOTA` LEFT", "REFRESH (UTC)",
+              "PROBE", "RUNS")]
+    for a in rows:
+        quota = f"error: {a.error}" if a.error else "-" if a.quota_left_h is None else \
+            f"{a.quota_left_h:.1f} h / {a.quota_total_h:.1f} h"
+        refresh = "" if a.error else (a.refresh or ("-" if offline else "?"))
+        user = a.username + (" (access token)" if a.auth == "token" else "")
+        table.append((a.name, user, quota, _said_left(a), refresh, a.probe, ", ".join(a.runs) or "-"))
+    _print_table(table)
+    print("(left for a new session: the total less what is used and what running sessions hold reserved, which "
+          "the lab plans with; `kaggle quota` shows the total less what is used)")
+    for title, lines in (("Before the first run", [f"{a.name}: {a.hint}" for a in rows if a.hint]),
+                         ("Sessions seen", [a.sessions_seen for a in rows if a.sessions_seen])):
+        if lines:
+            print(f"\n{title}:")
+            for line in lines:
+                print("  " + line)
+    return 1 if any(a.error for a in rows) else 0
 
 
-def _print_sessions_seen(names: list[str]) -> None:
-    """What each account's sessions measured (lab.machines.kaggle_sessions), under the table."""
-    from lab.machines.kaggle_sessions import seen_line
-    lines = [line for line in map(seen_line, names) if line]
-    if lines:
-        print("\nSessions seen:")
-        for line in lines:
-            print("  " + line)
-
-
-def _probe(name: str) -> str:
-    """The account's last probe (`lab probe NAME`): its verdict, figures and age."""
-    from lab.probe.record import age, read_probe, summary
-    record = read_probe(name)
-    return summary(record) + (f" ({age(record)} ago)" if record else "")
-
-
-def _hours(seconds: float) -> str:
-    return f"{seconds / 3600:.1f} h"
+def _said_left(a: accounts.AccountRow) -> str:
+    """What `kaggle quota` says is left, and how far past the total the sessions ran where they did."""
+    if a.error or a.quota_said_left_h is None:
+        return "" if a.error else "-"
+    if a.quota_over_h > 0:
+        return f"0.0 h (used {a.quota_used_h:.1f} h: {a.quota_over_h:.1f} h past the total)"
+    return f"{a.quota_said_left_h:.1f} h"
 
 
 def _print_table(rows: list[tuple[str, ...]]) -> None:
@@ -137,29 +107,24 @@ def _print_table(rows: list[tuple[str, ...]]) -> None:
 
 
 def _checkpoints(args: argparse.Namespace) -> int:
-    from lab.machines.kaggle_data import account_storage, checkpoint_datasets, remove_checkpoint_dataset
-    kc.check_no_global_token()
-    accounts = [kc.get_account(args.name)] if args.name else kc.list_accounts()
-    wanted, rows, failed = set(args.remove), [("ACCOUNT", "DATASET", "SIZE", "RUN", "STATE")], 0
-    storage: list[str] = []
-    for a in accounts:
-        try:
-            c = kc.client_for(a, retry=_LIST_RETRY, timeout_s=30.0)
-            held = account_storage(c)
-            storage.append(f"  {a.name}: {_gb(held['bytes'])} in {held['datasets']} dataset(s), the lab's "
-                           f"{_gb(held['lab_bytes'])} in {held['lab_datasets']}")
-            for d in checkpoint_datasets(c):
-                state = d["status"]
-                if (args.remove_finished and d["finished"]) or (d["run"] in wanted):
-                    if not d["finished"]:
-                        raise UserError(f"run {d['run']} is {d['status']}: its checkpoint dataset {d['slug']} is its "
-                                        f"hand-off; cancel it first (`lab cancel {d['run']}`)")
-                    remove_checkpoint_dataset(c, d["slug"])
-                    state = "removed"
-                rows.append((a.name, d["slug"], f"{d['bytes'] / 1e6:.1f} MB", d["run"] or "-", state))
-        except kc.KaggleError as e:  # one account's trouble does not hide the rest
-            rows.append((a.name, f"error: {e.what}", "", "", ""))
-            failed += 1
+    wanted, rows, storage = set(args.remove), [("ACCOUNT", "DATASET", "SIZE", "RUN", "STATE")], []
+    found = accounts.checkpoint_datasets(args.name, storage=True)
+    for held in found:
+        if held.error is not None:  # one account's trouble does not hide the rest
+            rows.append((held.account, f"error: {getattr(held.error, 'what', held.error)}", "", "", ""))
+            continue
+        s = held.storage
+        storage.append(f"  {held.account}: {_gb(s['bytes'])} in {s['datasets']} dataset(s), the lab's "
+                       f"{_gb(s['lab_bytes'])} in {s['lab_datasets']}")
+        for d in held.datasets:
+            state = d["status"]
+            if (args.remove_finished and d["finished"]) or (d["run"] in wanted):
+                if not d["finished"]:
+                    raise UserError(f"run {d['run']} is {d['status']}: its checkpoint dataset {d['slug']} is its "
+                                    f"hand-off; cancel it first (`lab cancel {d['run']}`)")
+                accounts.remove_checkpoint_datasets(held.account, [d["slug"]])
+                state = "removed"
+            rows.append((held.account, d["slug"], f"{d['bytes'] / 1e6:.1f} MB", d["run"] or "-", state))
     if len(rows) == 1:
         print("No checkpoint datasets on the lab's accounts.")
     else:
@@ -169,7 +134,7 @@ def _checkpoints(args: argparse.Namespace) -> int:
               "private storage is about 100 GB an account, not documented; over it uploads are reported to fail "
               "without a clear error (kaggle-cli#284):")
         print("\n".join(storage))
-    return 1 if failed else 0
+    return 1 if any(h.error is not None for h in found) else 0
 
 
 def _gb(n: int) -> str:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 
+from lab.api import runs as lab_runs
 from lab.recipes.branch import DECAY_FRAC
 
 
@@ -17,14 +18,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from lab.machines import driver
-    from lab.machines.control import spawn_driver
-    from lab.recipes.branch import create_branch
-    branch = create_branch(args.run, args.at, args.decay_frac, args.machine)
+    branch = lab_runs.branch(args.run, args.at, args.decay_frac, args.machine, background=not args.wait)
     print(f"branch {branch.id}: from step {args.at:,} of {args.run}, decays to step {branch.cfg.steps_until:,}")
     if args.wait:
-        done = driver.drive(branch.id)
+        done = lab_runs.drive(branch.id)
         return 0 if done.status == "done" else 1
-    spawn_driver(branch.id)
     print(f"`lab watch {branch.id}` follows it")
     return 0

@@ -5,6 +5,8 @@ import argparse
 import json
 import sys
 
+from lab.api import models
+
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("target", metavar="RUN|CHECKPOINT", help="a run (id, unique prefix or folder) or a ckpt_*.pt file")
@@ -15,16 +17,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from lab.models.evaluate import evaluate
-    from lab.models.loading import load_model
-    from lab.models.texts import constellation_val, text_documents
-    loaded = load_model(args.target)
+    loaded = models.load(args.target)
     if args.text:
-        source, documents = args.text, [text for _, text in text_documents(args.text)]
+        source, documents = args.text, [text for _, text in models.text_documents(args.text)]
     else:
-        folder, documents = constellation_val(args.constellation, loaded.cfg, loaded.meta.get("val_set"))
+        folder, documents = models.constellation_val(args.constellation, loaded.cfg, loaded.meta.get("val_set"))
         source = f"the val split of {args.constellation} ({folder})"
-    score = evaluate(loaded, documents)
+    score = models.score(loaded, documents)
     if args.json:
         print(json.dumps({"checkpoint": str(loaded.checkpoint), "step": loaded.meta["step"], "text": source,
                           **score.to_dict()}, ensure_ascii=False))

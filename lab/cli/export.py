@@ -1,7 +1,10 @@
-"""`lab export RUN [--out DIR]`: safetensors weights, config, tokenizer and a model card."""
+"""`lab export RUN [--out DIR]`: safetensors weights, config, tokenizer and a model card, in a
+folder that Hugging Face transformers loads too."""
 from __future__ import annotations
 
 import argparse
+
+from lab.api import models
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -10,8 +13,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from lab.models.export import CARD, export
-    out = export(args.target, args.out)
+    out = models.export(args.target, args.out)
     print(f"exported {out}")
-    print(f"model card {out / CARD} (with the lines that load it back)")
+    print(f"model card {out / models.CARD} (with the lines that load it back)")
+    print(f"in Hugging Face transformers ({models.INSTALL}):")
+    print("    " + models.LOAD_LINES.format(out=out).replace("\n", "\n    "))
     return 0

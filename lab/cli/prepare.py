@@ -2,6 +2,8 @@
 
     lab prepare -c pydoc [-c bible-ru ...] [--vocab 4000] [--tokenizer auto|new|TOK_ID] [-q]
     lab prepare --list
+
+Both say per source how much of its text went to train and how much to val.
 """
 from __future__ import annotations
 
@@ -9,13 +11,15 @@ import argparse
 
 from lab import corpus
 from lab.config import UserError
+from lab.corpus.manifests import source_splits, vocab_note
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-c", "--constellation", action="append", default=[], metavar="NAME",
                         help="a constellation to prepare (repeat, or separate with commas)")
-    parser.add_argument("--vocab", type=int, default=corpus.DEFAULT_VOCAB,
-                        help=f"tokenizer vocabulary size (default {corpus.DEFAULT_VOCAB}, at most {corpus.MAX_VOCAB})")
+    parser.add_argument("--vocab", type=int, default=None,
+                        help=f"tokenizer vocabulary size, at most {corpus.MAX_VOCAB} (default {corpus.DEFAULT_VOCAB}, "
+                             f"lowered for a text too small for it; a vocab given is taken as given)")
     parser.add_argument("--tokenizer", default="auto", metavar="auto|new|TOK_ID",
                         help="auto: reuse one trained on a subset of the selection, else train (default); "
                              "new: one trained on exactly this selection; TOK_ID: that tokenizer")
@@ -39,7 +43,12 @@ def run(args: argparse.Namespace) -> int:
     for name, c in m["constellations"].items():
         print(f"  {name}: {c['bytes']:,} bytes, {c['documents']:,} documents, "
               f"train {c['train_tokens']:,}, val {c['val_tokens']:,} tokens")
-    print(f"vocab: {tok['vocab']} (tokenizer {tok['tok_id']}, trained on {', '.join(tok['trained_on'])})")
+        for split in source_splits(m):
+            if split.constellation == name:
+                print(f"    {split.words()}")
+    note = vocab_note(m)
+    print(f"vocab: {tok['vocab']} (tokenizer {tok['tok_id']}, trained on {', '.join(tok['trained_on'])})"
+          + (f"; {note[0]}" if note else ""))
     print(f"val_set: {m['val_set']}")
     return 0
 
@@ -49,18 +58,25 @@ def print_list() -> None:
     for name, c in corpus.load_constellations().items():
         print(f"{name}" + (f": {c.description}" if c.description else ""))
         print(f"  sources: {', '.join(c.sources)}")
-        print(f"  prepared: {_prepared_state(c, prepared)}")
+        state, current = _prepared_state(c, prepared)
+        print(f"  prepared: {state}")
+        if current:  # the newest folder's split, source by source
+            for split in source_splits(current):
+                if split.constellation == name:
+                    print(f"    {split.words()}")
 
 
-def _prepared_state(c: corpus.Constellation, prepared: list) -> str:
-    """Data folders holding this constellation with its current content."""
+def _prepared_state(c: corpus.Constellation, prepared: list) -> tuple[str, dict | None]:
+    """Data folders holding this constellation with its current content, and the newest one's manifest."""
     mentions = [(f, m) for f, m in prepared if c.name in m["constellations"]]
     if not mentions:
-        return "no"
+        return "no", None
     try:
         sha = corpus.scan(c).sha256
     except UserError as e:
-        return f"unavailable now ({e})"
-    current = [f"{f.name} (vocab {m['tokenizer']['vocab']}, {m['train_tokens'] + m['val_tokens']:,} tokens)"
-               for f, m in mentions if m["constellations"][c.name]["sha256"] == sha]
-    return ", ".join(current) if current else "no (its text changed since it was prepared)"
+        return f"unavailable now ({e})", None
+    current = [(f, m) for f, m in mentions if m["constellations"][c.name]["sha256"] == sha]
+    if not current:
+        return "no (its text changed since it was prepared)", None
+    return ", ".join(f"{f.name} (vocab {m['tokenizer']['vocab']}, {m['train_tokens'] + m['val_tokens']:,} tokens)"
+                     for f, m in current), current[0][1]

@@ -9,6 +9,8 @@ from __future__ import annotations
 import argparse
 import json
 
+from lab.api import accounts
+
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("accounts", nargs="+", metavar="ACCOUNT", help="the lab's name for a Kaggle account")
@@ -17,30 +19,27 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from lab.kaggle.accounts import get_account
-    from lab.probe.record import read_probe
-    for name in args.accounts:
-        get_account(name)  # an unknown name: the error lists the lab's accounts, before any quota is spent
+    for name in args.accounts:  # an unknown name: the error lists the lab's accounts, before any quota is spent
+        accounts.check_known(name)
     failed = 0
     for name in args.accounts:
         if args.show:
-            record = read_probe(name)
+            record = accounts.probe_record(name).record
         else:
-            from lab.probe.account import probe_account
-            record = probe_account(name, say=lambda s: print(s, flush=True))
+            record = accounts.probe(name, say=lambda s: print(s, flush=True))
         failed += _print(name, record, args.json)
     return 1 if failed else 0
 
 
 def _print(name: str, record: dict | None, as_json: bool) -> int:
-    from lab.probe.record import age, summary
     if as_json:
         print(json.dumps(record, ensure_ascii=False))
         return 0 if record and record.get("can_run", True) is True else 1
     if record is None:
         print(f"{name}: never probed: `lab probe {name}`")
         return 1
-    print(f"{name}: {summary(record)} (probed {age(record)} ago)")
+    probed = accounts.probe_record(name)
+    print(f"{name}: {probed.summary} (probed {probed.age} ago)")
     facts = record.get("facts") or {}
     if facts:
         gpus = ", ".join(f"{g['name']} {g['memory_gb']:g} GB" for g in facts.get("gpus") or []) or "none"

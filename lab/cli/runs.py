@@ -4,8 +4,13 @@ from __future__ import annotations
 import argparse
 import json
 
+from lab.api import runs as lab_runs
 from lab.config import UserError
 from lab.flags import add_config_flags, fields_from_args
+from lab.kernel.metrics import read_metrics
+from lab.kernel.plots import save_loss_plot
+from lab.runs import lineage, list_runs, load_run
+from lab.sizing.calibration import check
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -22,21 +27,19 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from lab.machines import driver
-    from lab.machines.control import read_control, spawn_driver
-    from lab.settle import register_run
     if args.nproc and args.machine != "local":
         raise UserError("--nproc applies to this computer only (--machine local): Kaggle sessions use both T4s, "
                         "a box all of its GPUs")
-    target = register_run(fields_from_args(args), machine=args.machine, warn=lambda p: print(f"warning: {p.en}"))
+    target = lab_runs.register(fields_from_args(args), machine=args.machine,
+                               warn=lambda p: print(f"{p.severity}: {p.en}"))
     print(f"run {target.id}: {target.folder}", flush=True)
     if args.detach:
-        spawn_driver(target.id)  # not resume: a cancel given from now on holds
+        lab_runs.spawn(target.id)  # not resume: a cancel given from now on holds
         print(f"started in the background: `lab watch {target.id}` follows it, `lab cancel {target.id}` stops it")
         return 0
     # Driven here: data not prepared yet is prepared now, with its progress shown.
-    final = driver.drive(target.id, resume=True, progress=not args.quiet, nproc=args.nproc,
-                         say=(lambda s: None) if args.quiet else (lambda s: print(s, flush=True)))
+    final = lab_runs.drive(target.id, progress=not args.quiet, nproc=args.nproc,
+                           say=(lambda s: None) if args.quiet else (lambda s: print(s, flush=True)))
     link = final.links[-1] if final.links else None
     if link is not None:
         print(f"run {final.id}: link {link.n} {link.status} at step {link.to_step} ({link.reason})")
@@ -44,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"notebook {final.folder / link.notebook}")
     print(f"plot     {final.folder / 'loss.png'}")
     if final.status == "failed":
-        raise UserError(read_control(final.id).get("message") or f"run {final.id} failed")
+        raise UserError(lab_runs.status(final.id).message or f"run {final.id} failed")
     return 0
 
 
@@ -53,9 +56,7 @@ def configure_listing(parser: argparse.ArgumentParser) -> None:
 
 
 def run_listing(args: argparse.Namespace) -> int:
-    from lab.kernel.metrics import read_metrics
     from lab.models.bpb import last_val, val_bpb  # bits per byte: runs of any tokenizer on one scale
-    from lab.runs import lineage, list_runs
     runs = list_runs()
     if args.json:
         for r in runs:
@@ -76,12 +77,13 @@ def run_listing(args: argparse.Namespace) -> int:
         print(f"{r.id:<32} {r.status:<8} {f'{r.step:,}/{r.cfg.steps_until:,}':>13} "
               f"{_fmt(loss):>7} {_fmt(val and val['val_loss']):>7} {_fmt(val_bpb(val, r.cfg)):>7}  "
               f"{_speed(r.folder):<30}  {machines}{origin}")
+        for slow in lab_runs.slow_sessions(r):  # a session that spent quota for little: said, not hidden
+            print(f"{'':<32} warning: {slow.words()}")
     return 0
 
 
 def _speed(folder) -> str:
     """The run's measured tokens/s beside what the calculator predicted for it (lab.sizing.calibration)."""
-    from lab.sizing.calibration import check
     c = check(folder)
     return "-" if c is None else c.text()
 
@@ -96,8 +98,6 @@ def configure_plot(parser: argparse.ArgumentParser) -> None:
 
 
 def run_plot(args: argparse.Namespace) -> int:
-    from lab.kernel.plots import save_loss_plot
-    from lab.runs import load_run
     r = load_run(args.run)
     if not (r.folder / "metrics.jsonl").exists():
         raise UserError(f"run {r.id} has no metrics yet")

@@ -5,8 +5,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from lab.api import models
 from lab.config import UserError
-
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -15,7 +15,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     prompt.add_argument("--prompt", default="", metavar="TEXT", help="the text to continue (default: none)")
     prompt.add_argument("--prompt-file", metavar="F", help="read the prompt from a UTF-8 file")
     parser.add_argument("--tokens", type=int, default=200, metavar="N", help="new tokens per sample, at most (200)")
-    parser.add_argument("--temperature", type=float, default=0.8, metavar="T", help="above 0; lower is more predictable (0.8)")
+    parser.add_argument("--temperature", type=float, default=0.8, metavar="T", help="lower is more predictable; 0: greedy, the likeliest token (0.8)")
     parser.add_argument("--top-k", type=int, default=50, metavar="K", help="sample among the K likeliest tokens; 0: all (50)")
     parser.add_argument("--top-p", type=float, default=1.0, metavar="P",
                         help="... and among the fewest whose probability reaches P; 1: no cut (1.0)")
@@ -24,19 +24,17 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from lab.models.loading import load_model
-    from lab.models.sampling import Settings, generate
-    settings = Settings(tokens=args.tokens, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
+    settings = models.Settings(tokens=args.tokens, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
                         seed=args.seed, samples=args.num_samples).check()
     prompt = _prompt(args)
-    loaded = load_model(args.target)
+    loaded = models.load(args.target)
     print(f"# {loaded.checkpoint} (step {loaded.meta['step']:,}), {loaded.device.type} {loaded.precision}",
           file=sys.stderr)
     for i in range(settings.samples):
         if i:
             print("\n---")
         sys.stdout.write(prompt)
-        for piece in generate(loaded, prompt, settings, index=i):
+        for piece in models.sample(loaded, prompt, settings, index=i):
             sys.stdout.write(piece)
             sys.stdout.flush()
         print()
@@ -46,8 +44,7 @@ def run(args: argparse.Namespace) -> int:
 def _prompt(args: argparse.Namespace) -> str:
     if not args.prompt_file:
         return args.prompt
-    from lab.models.texts import read_text_file
-    text = read_text_file(Path(args.prompt_file).expanduser())
+    text = models.read_text_file(Path(args.prompt_file).expanduser())
     if not text.strip():
         raise UserError(f"the prompt file {args.prompt_file} is empty: write the text to continue into it, "
                         f"or leave --prompt-file out for an unprompted sample")

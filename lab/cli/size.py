@@ -7,9 +7,13 @@ import sys
 from pathlib import Path
 
 from lab import sizing
-from lab.kernel.metrics import read_metrics
-from lab.config import ConfigError, RunConfig, UserError, coerce, field_names, flag_specs
+from lab.api.runs import preview
+from lab.config import ConfigError, RunConfig, UserError
+from lab.flags import add_config_flags, fields_from_args
 from lab.home import runs_dir
+from lab.kernel.metrics import read_metrics
+from lab.recipes.predict import predicted_text
+from lab.sizing.calibration import summary
 
 LABELS = {  # figure -> (English, Russian)
     "weights": ("weights", "веса"),
@@ -28,8 +32,7 @@ LABELS = {  # figure -> (English, Russian)
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", metavar="FILE", help="a run's config.json to start from")
-    for opts, kw in flag_specs():  # the run's fields, as `lab train` and `lab run` take them
-        parser.add_argument(*opts, **kw)
+    add_config_flags(parser, exclude=())  # the run's fields, as `lab train` and `lab run` take them
     parser.add_argument("--vocab", type=int, default=None,
                         help=f"tokenizer vocabulary (default: the prepared data's, else {sizing.DEFAULT_VOCAB})")
     parser.add_argument("--manifest", metavar="FILE", help="a prepared data manifest.json (default: found)")
@@ -44,19 +47,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.calibration:
-        from lab.sizing.calibration import summary
         print(summary())
         return 0
-    start = _read_json(args.config) if args.config else {}
-    cfg = RunConfig.from_dict(start)
-    given = set(start)  # a config file's model fields count as given: locked when resuming
-    for name in field_names():
-        value = getattr(args, name)
-        if value is not None:
-            setattr(cfg, name, coerce(name, value))
-            given.add(name)
+    given = fields_from_args(args, exclude=())  # a config file's fields count as given: locked when resuming
     manifest = _read_json(args.manifest) if args.manifest else None
-    est = sizing.estimate(cfg, vocab=args.vocab, manifest=manifest, given=given)
+    est = preview(given, vocab=args.vocab, manifest=manifest).estimate  # the run `lab run` would register
     verdict = _grow_verdict(args.grow, manifest, args.vocab) if args.grow else None
     if args.json:
         out = est.to_dict()
@@ -116,7 +111,6 @@ def render(est: sizing.Estimate, lang: str = "en", errors: bool = True) -> str:
     w1 = max(len(r[1]) for r in rows)
     lines = [head, ""] + [f"  {a:<{w0}}  {b:<{w1}}  {c}" for a, b, c in rows]
     if est.predicted_val_loss is not None:  # the recipe lab's fit for this data
-        from lab.recipes.predict import predicted_text
         label = "Ожидаемый val loss" if ru else "Predicted val loss"
         lines.append(f"  {label:<{w0}}  {predicted_text(est.predicted_val_loss, lang):<{w1}}  "
                      f"{sizing.KIND_RU['fitted'] if ru else 'fitted'}")

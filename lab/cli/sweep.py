@@ -5,7 +5,12 @@ from __future__ import annotations
 import argparse
 import json
 
-from lab.config import UserError
+from lab.api.accounts import names
+from lab.config import RunConfig, UserError
+from lab.flags import add_config_flags, fields_from_args
+from lab.recipes import runners
+from lab.recipes.branch import DECAY_FRAC
+from lab.recipes.sweep import Sweep, parse_size, plan_configs, sweep_summary
 
 
 def _floats(text: str) -> list[float]:
@@ -16,7 +21,6 @@ def _floats(text: str) -> list[float]:
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    from lab.flags import add_config_flags
     parser.add_argument("--config", metavar="FILE", help="JSON file with the base run's fields (flags override it)")
     add_config_flags(parser)
     parser.add_argument("--sizes", default="", metavar="LxW,...", help="sizes as layers x width, such as 2x64,4x128")
@@ -36,10 +40,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from lab.config import RunConfig
-    from lab.flags import fields_from_args
-    from lab.recipes.branch import DECAY_FRAC
-    from lab.recipes.sweep import Sweep, parse_size, plan_configs, sweep_summary
     runner, machine = _runner(args)
     base = RunConfig.from_dict({**fields_from_args(args), "machine": machine})
     sizes = [parse_size(s) for s in args.sizes.split(",") if s.strip()]
@@ -59,13 +59,11 @@ def run(args: argparse.Namespace) -> int:
 
 def _runner(args: argparse.Namespace) -> tuple[object, str]:
     """How the sweep runs its runs, and the machine they are registered for."""
-    from lab.recipes import runners
     if args.inline:
-        return runners.InlineRunner(), "local"
+        return runners.InlineRunner(), "inline"
     if args.machine == "local":
         return runners.LocalRunner(), "local"
     if args.machine == "auto":
-        from lab.kaggle import client
-        if not client.list_accounts():
+        if not names():
             return runners.LocalRunner(), "local"  # Auto without accounts runs here: one after another
     return runners.SpreadRunner(), args.machine

@@ -15,6 +15,9 @@ from __future__ import annotations
 import argparse
 import time
 
+from lab.api import runs as lab_runs
+from lab.home import runs_dir
+
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run", help="run id (or a unique prefix) or run folder")
@@ -23,38 +26,34 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from lab.machines import driver as machines
-    from lab.runs import load_run
-    run_id = load_run(args.run).id
-    if args.follow or machines.driver_alive(run_id):
+    run_id = lab_runs.get(args.run).id
+    if args.follow or lab_runs.driven(run_id):
         return follow(run_id)
     try:
-        final = machines.drive(run_id, resume=True, progress=not args.quiet, say=lambda s: print(s, flush=True))
-    except machines.DriverBusy:  # another process took it just now
+        final = lab_runs.drive(run_id, progress=not args.quiet, say=lambda s: print(s, flush=True))
+    except lab_runs.DriverBusy:  # another process took it just now
         return follow(run_id)
     return 1 if final.status == "failed" else 0
 
 
 def follow(run_id: str, every_s: float = 2.0) -> int:
     """Prints the driver's events as they come, until no process drives the run."""
-    from lab.machines import driver as machines
-    from lab.runs import runs_dir
     log = runs_dir() / run_id / "control.log"
     printed, last = 0, ""
     print(f"following run {run_id} (driven by another process; Ctrl-C stops following, not the run)", flush=True)
     while True:
-        alive = machines.driver_alive(run_id)
+        alive = lab_runs.driven(run_id)
         lines = log.read_text(encoding="utf-8").splitlines() if log.is_file() else []
         for line in lines[printed:]:
             print(line, flush=True)
             last = line
         printed = len(lines)
         if not alive:
-            state = machines.status(run_id)
-            final = state.get("message") or f"run {run_id}: {state['status']} at step {state['step']:,}"
+            state = lab_runs.status(run_id)
+            final = state.message or f"run {run_id}: {state.status} at step {state.step:,}"
             if not last.endswith(final):
                 print(final, flush=True)
-            return 1 if state["status"] == "failed" else 0
+            return 1 if state.status == "failed" else 0
         time.sleep(every_s)
 
 
@@ -63,6 +62,5 @@ def configure_cancel(parser: argparse.ArgumentParser) -> None:
 
 
 def run_cancel(args: argparse.Namespace) -> int:
-    from lab.machines import driver as machines
-    print(machines.cancel(args.run))
+    print(lab_runs.cancel(args.run))
     return 0

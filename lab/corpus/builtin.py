@@ -15,6 +15,7 @@ import sys
 from dataclasses import dataclass
 from itertools import groupby
 from pathlib import Path
+from pydoc_data.topics import topics
 from typing import Callable, Iterator
 
 from lab.config import UserError
@@ -32,7 +33,6 @@ class BuiltinText:
 # --- pydoc: Python's own documentation topics ------------------------------------------
 
 def _pydoc_documents() -> Iterator[tuple[str, str]]:
-    from pydoc_data.topics import topics
     for topic in sorted(topics):
         yield f"builtin:pydoc/{topic}", topics[topic]
 

@@ -7,6 +7,7 @@ import glob
 import hashlib
 import os
 import re
+import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Iterator
@@ -18,7 +19,9 @@ from lab.corpus.folders import Progress, bar as progress_bar
 
 TEXT_SUFFIXES = (".txt", ".md", ".markdown", ".rst", ".text", ".org", ".tex")
 GLOB_MAGIC = re.compile(r"[*?[]")
-NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+NAME_PUNCTUATION = "._-"
+# Names that Windows keeps for devices, with any extension: no folder may be called so there.
+WINDOWS_DEVICES = re.compile(r"^(con|prn|aux|nul|com[0-9]|lpt[0-9])(\.|$)", re.IGNORECASE)
 INI_KEYS = ("sources", "description", "licence", "license", "source")
 
 
@@ -207,9 +210,20 @@ def _items(body: list[str]) -> list[tuple[str | None, list[str]]]:
 
 
 def _check_name(name: str, where: str) -> None:
-    # Names become folder names and are joined with '+' in data ids.
-    if not NAME_PATTERN.match(name):
-        raise UserError(f"{where}: a name is letters, digits, '.', '_' and '-', starting with a letter or digit")
+    """A name becomes a folder name (texts, tokenizers, data) and is joined with '+' in data ids:
+    letters and digits of any script (Cyrillic too: `сказки-ёлка`), '.', '_' and '-', starting
+    with a letter or digit; nothing a file system reads otherwise (separators, spaces, a dot at
+    either end, a device name of Windows)."""
+    def letter_or_digit(ch: str) -> bool:
+        return unicodedata.category(ch)[0] == "L" or unicodedata.category(ch) == "Nd"
+
+    fine = bool(name) and letter_or_digit(name[0]) and not name.endswith(".") and not WINDOWS_DEVICES.match(name) \
+        and all(letter_or_digit(ch) or ch in NAME_PUNCTUATION or unicodedata.category(ch)[0] == "M" for ch in name)
+    if not fine:
+        raise UserError(f"{where}: a name is letters, digits, '.', '_' and '-' (no spaces), starting with a letter "
+                        f"or digit, e.g. my-books or сказки-ёлка",
+                        ru=f"имя созвездия {name!r}: это буквы, цифры, '.', '_' и '-' (без пробелов), в начале буква или цифра, "
+                           f"например my-books или сказки-ёлка")
 
 
 def _builtin(spec: str, constellation: str):
@@ -293,6 +307,7 @@ class Scan:
     sha256: str  # the constellation's content hash
     doc_hashes: list[bytes] = field(repr=False)  # sha256 digest of each document's text
     doc_bytes: list[int] = field(repr=False)
+    doc_sources: list[int] = field(repr=False, default_factory=list)  # the source (its index) of each document
 
 
 def _hash_document(h: "hashlib._Hash", data: bytes) -> None:
@@ -304,16 +319,17 @@ def _hash_document(h: "hashlib._Hash", data: bytes) -> None:
 def scan(c: Constellation, progress: "Progress" = False) -> Scan:
     """Reads a constellation once for its content hash, sizes and per-document hashes.
     The hash covers the documents' text and order, not file names or times."""
-    sources, doc_hashes, doc_bytes = [], [], []
+    sources, doc_hashes, doc_bytes, doc_sources = [], [], [], []
     whole = hashlib.sha256()
     with progress_bar(progress, f"reading {c.name}") as bar:
-        for spec in c.sources:
+        for index, spec in enumerate(c.sources):
             h, size = hashlib.sha256(), 0
             for doc in source_documents(spec, c.name):
                 data = doc.text.encode("utf-8")
                 _hash_document(h, data)
                 doc_hashes.append(hashlib.sha256(data).digest())
                 doc_bytes.append(len(data))
+                doc_sources.append(index)
                 size += len(data)
                 bar.update(len(data))
             sources.append({"path": spec, "bytes": size, "sha256": h.hexdigest()})
@@ -324,6 +340,6 @@ def scan(c: Constellation, progress: "Progress" = False) -> Scan:
                         f"add text files to it or leave it out",
                         ru=f"в созвездии {c.name!r} нет текста (источники: {', '.join(c.sources)}); добавьте в него "
                            f"текстовые файлы или не берите его")
-    return Scan(c.name, sources, total, whole.hexdigest(), doc_hashes, doc_bytes)
+    return Scan(c.name, sources, total, whole.hexdigest(), doc_hashes, doc_bytes, doc_sources)
 
 

@@ -2,15 +2,18 @@
 calculator asks on every keystroke, the driver before every link.
 
 A data folder (`$LAB_HOME/data/<id>/`, written by `lab prepare`) holds `manifest.json`: the
-constellations with their sources' sha256, token counts per split, the UTF-8 bytes of the
-held-out text (`val_bytes`; folders prepared before it was recorded lack it, see
-`lab.corpus.valtext`), the tokenizer, the val-set id and `data_id`.
+constellations with their sources' sha256 and what each source gave train and val (bytes, tokens,
+documents held out whole or by their tails: `source_splits`), token counts per split, the UTF-8
+bytes of the held-out text (`val_bytes`; folders prepared before it was recorded lack it, see
+`lab.corpus.valtext`), the tokenizer (with `asked_vocab` where a small text got a smaller one:
+`vocab_note`), the val-set id and `data_id`.
 """
 from __future__ import annotations
 
 import hashlib
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -94,8 +97,7 @@ def data_id_of(data_dir: str | os.PathLike) -> str:
 def val_text_id(manifest: dict) -> str:
     """16 hex chars naming the held-out text whatever tokenizer cut it: what `val_set` covers
     but the tokenizer (the constellations' content and the split rule). Val documents are
-    chosen by their text's hash, so data of one val text holds out the same documents (a
-    carved tail, in a constellation of one document, may end a few bytes apart)."""
+    chosen by their text, never by the tokens, so data of one val text holds out the same text."""
     content = {n: c.get("sha256") for n, c in manifest.get("constellations", {}).items()}
     key = json.dumps({"constellations": dict(sorted(content.items())),
                       "split": manifest.get("split_rule", FIRST_SPLIT_RULE)}, sort_keys=True)
@@ -115,3 +117,98 @@ def train_tokens_by_constellation() -> dict[str, int]:
             if isinstance(part, dict) and isinstance(part.get("train_tokens"), int):
                 out.setdefault(name, part["train_tokens"])
     return out
+
+
+def shard_folder(name: str) -> str:
+    """The folder of a constellation's shards inside a data folder: its name, or for a name
+    beyond ASCII (`сказки-ёлка`) its punycode (`xn---7sbb0afjcci7c6k`): the shards' paths
+    become the file names of a Kaggle dataset, which keep to ASCII here."""
+    return name if name.isascii() else "xn--" + name.encode("punycode").decode("ascii")
+
+
+@dataclass(frozen=True)
+class SourceSplit:
+    """What one source of a prepared constellation gave train and val. Counts are None for a
+    folder prepared before manifests kept them per source."""
+    constellation: str
+    source: str  # the source as constellations.ini names it: a path, a folder, a glob, builtin:NAME
+    bytes: int
+    train_bytes: int | None = None
+    val_bytes: int | None = None
+    train_tokens: int | None = None
+    val_tokens: int | None = None
+    documents: int | None = None
+    val_whole: int | None = None  # documents held out whole
+    val_tails: int | None = None  # documents whose last part is held out
+
+    @property
+    def val_share(self) -> float | None:
+        """The share of the source's bytes held out."""
+        return None if self.val_bytes is None or not self.bytes else self.val_bytes / self.bytes
+
+    def words(self, lang: str = "en") -> str:
+        """One line on where the source's text went, in English or Russian."""
+        if self.val_bytes is None:
+            return (f"{self.source}: {self.bytes:,} bytes (prepared before the split was kept per source: prepare again)"
+                    if lang == "en" else f"{self.source}: {_ru(self.bytes)} байт (подготовлено до того, как разбиение "
+                    f"стали хранить по источникам: подготовьте заново)")
+        share = f"{100 * (self.val_share or 0):.1f}"
+        how = _how(self, lang)
+        if lang == "en":
+            return (f"{self.source}: train {self.train_bytes:,} bytes ({self.train_tokens:,} tokens), val "
+                    f"{self.val_bytes:,} bytes ({self.val_tokens:,} tokens, {share}%){how}")
+        return (f"{self.source}: обучение {_ru(self.train_bytes)} байт ({_ru(self.train_tokens)} токенов), val "
+                f"{_ru(self.val_bytes)} байт ({_ru(self.val_tokens)} токенов, {share.replace('.', ',')}%){how}")
+
+
+def _ru(n: int) -> str:
+    return f"{n:,}".replace(",", "\u00a0")  # Russian groups thousands with a (no-break) space
+
+
+def _how(s: SourceSplit, lang: str) -> str:
+    """How the source's documents were held out, said briefly."""
+    if lang == "en":
+        parts = ([f"{s.val_tails:,} of {s.documents:,} documents give their last part"] if s.val_tails else []) + \
+                ([f"{s.val_whole:,} of {s.documents:,} documents whole"] if s.val_whole else [])
+    else:
+        parts = ([f"у {_ru(s.val_tails)} из {_ru(s.documents)} документов отложен конец"] if s.val_tails else []) + \
+                ([f"{_ru(s.val_whole)} из {_ru(s.documents)} документов отложены целиком"] if s.val_whole else [])
+    return f"; {', '.join(parts)}" if parts else ""
+
+
+def source_splits(manifest: dict | str | os.PathLike) -> list[SourceSplit]:
+    """Where each source's text went in a prepared data folder (or its manifest): bytes and
+    tokens to train and to val, constellation by constellation, in the manifest's order. For the
+    control notebook's Data panel and `lab prepare`."""
+    if not isinstance(manifest, dict):
+        manifest = read_manifest(manifest)
+    out = []
+    for name, c in (manifest.get("constellations") or {}).items():
+        for src in c.get("sources") or []:
+            counts = {k: src.get(k) for k in ("train_bytes", "val_bytes", "train_tokens", "val_tokens", "documents",
+                                              "val_whole", "val_tails")}
+            out.append(SourceSplit(name, str(src.get("path", "")), int(src.get("bytes") or 0), **counts))
+    return out
+
+
+def source_splits_by_constellation() -> dict[str, list[SourceSplit]]:
+    """Each constellation's per-source split (`source_splits`) in the newest data folder prepared
+    with it: what the Data panel shows beside its train tokens."""
+    out: dict[str, list[SourceSplit]] = {}
+    for _, manifest in prepared_folders():  # newest first
+        splits = source_splits(manifest)
+        for name in manifest.get("constellations") or {}:
+            out.setdefault(name, [s for s in splits if s.constellation == name])
+    return out
+
+
+def vocab_note(manifest: dict) -> tuple[str, str] | None:
+    """(English, Russian) words on a vocabulary lowered to fit a small text, or None."""
+    tok = manifest.get("tokenizer") or {}
+    asked, vocab = tok.get("asked_vocab"), tok.get("vocab")
+    if not asked or asked == vocab:
+        return None
+    return (f"vocab {vocab}, not {asked}: the text is too small for {asked} pieces, so the tokenizer took "
+            f"the vocab it fits",
+            f"словарь {vocab}, а не {asked}: для {asked} кусочков текста слишком мало, и токенизатор взял словарь "
+            f"по тексту")

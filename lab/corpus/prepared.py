@@ -32,7 +32,7 @@ from lab import home
 from lab.config import UserError
 from lab.corpus.constellations import Constellation, Scan, get_constellations, scan
 from lab.corpus.folders import Progress, atomic_folder, say
-from lab.corpus.manifests import FORMAT, prepared_folders, write_manifest
+from lab.corpus.manifests import FIRST_SPLIT_RULE, FORMAT, prepared_folders, write_manifest
 from lab.corpus.shards import SPLIT_RULE, write_constellation
 from lab.corpus.tokenizer import DEFAULT_VOCAB, EOS_ID, check_vocab, load_tokenizer, tokenizer_for
 
@@ -46,11 +46,13 @@ def val_set_id(content: dict[str, str], tokenizer_sha256: str) -> str:
     return hashlib.sha256(key.encode("utf-8")).hexdigest()[:16]
 
 
-def _matching_folder(content: dict[str, str], vocab: int | None, tokenizer: str = "auto") -> Path | None:
+def _matching_folder(content: dict[str, str], vocab: int | None, tokenizer: str = "auto", fit: bool = False) -> Path | None:
+    """The newest data folder of exactly this content, held out by this kit's split rule, with a
+    tokenizer that answers the request (with `fit`, one fitted to the text from `vocab` counts)."""
     for folder, m in prepared_folders():
         have = {n: c.get("sha256") for n, c in m.get("constellations", {}).items()}
         tok = m.get("tokenizer", {})
-        if have != content:
+        if have != content or m.get("split_rule", FIRST_SPLIT_RULE) != SPLIT_RULE:
             continue
         if tokenizer == "new" and sorted(tok.get("trained_on", [])) != sorted(content):
             continue
@@ -58,7 +60,7 @@ def _matching_folder(content: dict[str, str], vocab: int | None, tokenizer: str 
             if tok.get("tok_id") == tokenizer:
                 return folder
             continue
-        if vocab is None or tok.get("vocab") == vocab:
+        if vocab is None or vocab == tok.get("vocab") or (fit and vocab == tok.get("asked_vocab")):
             return folder
     return None
 
@@ -72,28 +74,33 @@ def find_prepared(names: list[str], vocab: int | None = None) -> Path | None:
     return _matching_folder(content, vocab)
 
 
-def prepare(names: list[str], vocab: int = DEFAULT_VOCAB, progress: Progress = True, tokenizer: str = "auto") -> Path:
+def prepare(names: list[str], vocab: int | None = None, progress: Progress = True, tokenizer: str = "auto") -> Path:
     """Prepares the selected constellations for training; returns the data folder.
 
-    Reads the sources, picks or trains the tokenizer, holds
-    out a val set per constellation (`choose_val`) and writes the shards and
-    `manifest.json`. `progress`: bars on stderr, or told to a callable (lab.corpus.folders). `tokenizer`: "auto" follows the reuse rule (`reusable_tokenizer`);
-    "new" uses one trained on exactly this selection (training it if need be), which
-    tokenizes best; a tok_id uses that tokenizer (e.g. a checkpoint's, to continue it on
-    more data) and its vocab, whatever `vocab` says.
-    Unchanged data is found and returned without writing anything. The
-    folder is written under a temporary name and renamed into place, so an interrupted
-    prepare leaves no half-written data folder."""
+    Reads the sources, picks or trains the tokenizer, holds out a share of each source as the
+    val set (`choose_val`) and writes the shards and `manifest.json`, which says per source how
+    much went to each side.
+    `vocab`: None is the lab's (DEFAULT_VOCAB), lowered to what a small text allows
+    (`fitted_vocab`; the manifest's `asked_vocab` keeps what was asked); a number is taken as
+    asked. `progress`: bars on stderr, or told to a callable (lab.corpus.folders).
+    `tokenizer`: "auto" follows the reuse rule (`reusable_tokenizer`); "new" uses one trained
+    on exactly this selection (training it if need be), which tokenizes best; a tok_id uses
+    that tokenizer (e.g. a checkpoint's, to continue it on more data) and its vocab, whatever
+    `vocab` says.
+    Unchanged data is found and returned without writing anything. The folder is written
+    under a temporary name and renamed into place, so an interrupted prepare leaves no
+    half-written data folder."""
     names = _clean_names(names)
+    fit, vocab = vocab is None, DEFAULT_VOCAB if vocab is None else vocab
     check_vocab(vocab)
     chosen = get_constellations(names)
     scans = {n: scan(c, progress) for n, c in chosen.items()}
     content = {n: s.sha256 for n, s in scans.items()}
-    existing = _matching_folder(content, vocab, tokenizer)
+    existing = _matching_folder(content, vocab, tokenizer, fit)
     if existing:
         say(progress, f"already prepared: {existing}")
         return existing
-    tok = tokenizer_for(chosen, scans, vocab, tokenizer, progress)
+    tok = tokenizer_for(chosen, scans, vocab, tokenizer, progress, fit=fit)
     val_set = val_set_id(content, tok.sha256)
     data_id = f"{'+'.join(names)}-{val_set[:8]}"
     final = home.data_dir() / data_id
@@ -108,7 +115,8 @@ def prepare(names: list[str], vocab: int = DEFAULT_VOCAB, progress: Progress = T
         manifest = _write_shards(chosen, scans, sp, tmp, progress)
         manifest.update(data_id=data_id, val_set=val_set, tokenizer={
             "file": "tokenizer.model", "sha256": tok.sha256, "vocab": tok.vocab, "eos_id": EOS_ID,
-            "tok_id": tok.tok_id, "trained_on": sorted(tok.trained_on)})
+            "tok_id": tok.tok_id, "trained_on": sorted(tok.trained_on),
+            **({"asked_vocab": tok.asked} if tok.asked else {})})
         write_manifest(tmp, manifest)
     say(progress, f"prepared: {final}")
     return final
@@ -119,13 +127,15 @@ def _write_shards(chosen: dict[str, Constellation], scans: dict[str, Scan], sp: 
     constellations, train, val = {}, [], []
     for name, c in chosen.items():
         s = scans[name]
-        t_entries, v_entries, val_bytes = write_constellation(c, s, sp, root, progress)
+        t_entries, v_entries, counts = write_constellation(c, s, sp, root, progress)
         train += t_entries
         val += v_entries
         constellations[name] = {
-            "sources": s.sources, "bytes": s.bytes, "sha256": s.sha256, "documents": len(s.doc_bytes),
+            "sources": [{**source, **n.record()} for source, n in zip(s.sources, counts)],
+            "bytes": s.bytes, "sha256": s.sha256, "documents": len(s.doc_bytes),
             "train_tokens": sum(e["tokens"] for e in t_entries), "val_tokens": sum(e["tokens"] for e in v_entries),
-            "val_bytes": val_bytes, "source": c.provenance(), "licence": c.licence or "unknown: set 'licence =' in constellations.ini"}
+            "val_bytes": sum(n.val_bytes for n in counts), "source": c.provenance(),
+            "licence": c.licence or "unknown: set 'licence =' in constellations.ini"}
     return {"format": FORMAT, "data_id": "", "constellations": constellations, "tokenizer": {},
             "train": train, "val": val,
             "train_tokens": sum(e["tokens"] for e in train), "val_tokens": sum(e["tokens"] for e in val),

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from lab.config import UserError
-from lab.corpus.manifests import MANIFEST, read_manifest, stat_key
+from lab.corpus.manifests import MANIFEST, read_manifest, shard_folder, stat_key
 from lab.corpus.tokenizer import EOS_ID, load_tokenizer
 
 _bytes_cache: dict[str, tuple[tuple, int]] = {}
@@ -28,7 +28,7 @@ def val_documents(folder: str | os.PathLike, constellation: str | None = None) -
     if constellation is not None and constellation not in manifest.get("constellations", {}):
         raise UserError(f"the data in {folder} holds no constellation {constellation!r} "
                         f"(it holds {', '.join(sorted(manifest.get('constellations', {})))})")
-    entries = [e for e in manifest["val"] if constellation is None or e["path"].startswith(f"{constellation}/")]
+    entries = [e for e in manifest["val"] if constellation is None or e["path"].startswith(f"{shard_folder(constellation)}/")]
     sp = load_tokenizer(folder / manifest["tokenizer"]["file"])
     docs, carry = [], np.zeros(0, dtype="<u2")
     for entry in entries:  # a document may run on into the next shard

@@ -3,6 +3,10 @@
 Accounts live in `$LAB_HOME/accounts/<name>/` (folder 0700): `kaggle.json` with a username and
 key, or `access_token` (+ `account.json` naming the user), files 0600. Nothing here talks to
 Kaggle or knows of runs.
+
+Kaggle's settings page now gives one opaque access token, `KGAT_...` (kaggle-cli#1188): put into
+kaggle.json's `key` it gets 401 as a username and key, since it is a Bearer token. A kaggle.json
+whose key is one is stored as an access token; one stored so by an older kit is read as one.
 """
 from __future__ import annotations
 
@@ -19,6 +23,11 @@ from lab.home import accounts_dir
 _ACCOUNT_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,39}")
 _KAGGLE_USER = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 _SECRET = re.compile(r"\S{1,512}")
+ACCESS_TOKEN_PREFIX = "KGAT_"  # Kaggle's new access tokens (kaggle-cli#1188): sent as Bearer, never as a key
+
+
+def is_access_token(secret: str) -> bool:
+    return secret.startswith(ACCESS_TOKEN_PREFIX)
 
 
 @dataclass(frozen=True)
@@ -123,6 +132,8 @@ def add_account(name: str, *, kaggle_json: str | Path | bytes | None = None, tok
     accounts_dir().mkdir(parents=True, exist_ok=True, mode=0o700)
     folder.mkdir(mode=0o700)
     os.chmod(folder, 0o700)  # mkdir's mode is masked by the umask
+    if key is not None and is_access_token(key):
+        token, key = key, None  # a KGAT_ access token in kaggle.json's key: stored (and sent) as the token it is
     if key is not None:
         _write_private(folder / "kaggle.json", json.dumps({"username": username, "key": key}))
     else:
@@ -143,8 +154,8 @@ def check_new_name(name: str) -> Path:
 def get_account(name: str) -> Account:
     folder = accounts_dir() / _check_name(name)
     if (folder / "kaggle.json").is_file():
-        username, _ = _read_kaggle_json(folder / "kaggle.json")
-        return Account(name, username, "key", folder)
+        username, key = _read_kaggle_json(folder / "kaggle.json")
+        return Account(name, username, "token" if is_access_token(key) else "key", folder)
     if (folder / "access_token").is_file() and (folder / "account.json").is_file():
         try:
             username = json.loads((folder / "account.json").read_text(encoding="utf-8"))["username"]
@@ -184,6 +195,8 @@ def secrets_of(account: Account) -> tuple[str | None, str | None]:
     if account.auth == "key":
         return _read_kaggle_json(account.folder / "kaggle.json")[1], None
     if account.auth == "token":
+        if not (account.folder / "access_token").is_file():  # a KGAT_ key an older kit kept in kaggle.json
+            return None, _read_kaggle_json(account.folder / "kaggle.json")[1]
         return None, read_token_file(account.folder / "access_token")
     raise UserError(f"Account '{account.name}' has no usable credentials; remove and add it again.")
 

@@ -8,17 +8,25 @@ What the real client does not do, this layer adds (see shared/kaggle-notes.md):
   honouring Retry-After) for timeouts, connection errors, 429 and 5xx. A push is repeated only
   when Kaggle surely did not act on it, so a lost reply never starts a second session;
 - Kaggle's logical refusals (an `error` in a push reply, unknown sources, 4xx) become
-  `KaggleError(account, what happened, what to do)`, with no secret inside;
+  `KaggleError(account, what happened, what to do)`, with no secret inside, and their cause where
+  one is known (a busy spell, the session cap, the quota, an empty draft left by a refusal);
+- a push into an empty draft ("Notebook not found": a refusal left it) deletes it and pushes once more;
+- a 401 for one kernel is judged by an account-level call: the kernel is not there when that works
+  (kaggle-cli#951), and only otherwise are the credentials refused;
 - a refusal to run where a global token would make every account act as one (lab.kaggle.accounts);
 - the API's address as a setting, `LAB_KAGGLE_API_URL` (default Kaggle's), per client object.
 """
 from __future__ import annotations
 
+import contextlib
+import io
+import ipaddress
 import json
 import os
 import re
 import tempfile
 import time
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, TypeVar
 
@@ -26,11 +34,12 @@ import requests
 
 from lab.config import UserError
 from lab.kaggle.accounts import (Account, add_account, check_no_global_token, get_account,  # noqa: F401 - re-exported
-                                 global_token_problem, list_accounts, read_token_file, remove_account)
+                                 global_token_problem, list_accounts, read_token_file,
+                                 remove_account)
 from lab.kaggle.datasets import DATASET_LICENCES, DatasetCalls  # noqa: F401 - re-exported
-from lab.kaggle.replies import (DATASET_PAGE, DatasetInfo, PushResult, Quota, log_text,  # noqa: F401
-                                notebook_text, quota_from)
-from lab.kaggle.retries import RetryPolicy, is_transient, retry_after, status_of, surely_unprocessed, unwrap
+from lab.kaggle.replies import (DATASET_PAGE, DatasetInfo, PushResult, Quota, log_text, notebook_text,  # noqa: F401
+                                quota_from)
+from lab.kaggle.retries import RetryPolicy, busy, is_transient, retry_after, status_of, surely_unprocessed, unwrap
 from lab.kaggle.transport import api_for, lab_api_class
 
 DEFAULT_API_URL = "https://api.kaggle.com"
@@ -39,6 +48,9 @@ NOTEBOOK_LIMIT_BYTES = 1_000_000  # Kaggle: "the pushed notebook must be under 1
 T4X2 = "NvidiaTeslaT4"  # the machine shape that gives 2×T4; `enable_gpu` alone asks for retired P100s
 IMAGE_PINNING = "latest"  # kernel-metadata.json `docker_image_pinning_type`: "original" or "latest"
 _KERNEL_SLUG = re.compile(r"[a-z0-9][a-z0-9-]{3,48}[a-z0-9]")  # at least 5 characters
+SHELL_ANSWER = "Notebook not found"  # a push into the empty draft a refused push left (three reports)
+ACTIVE_STATUS = ("QUEUED", "RUNNING", "CANCEL_REQUESTED")  # a session that holds one of the account's GPU slots
+RECENT_RUN_S = 13 * 3600.0  # a kernel last run longer ago than a session lasts runs no session now
 
 T = TypeVar("T")
 
@@ -48,15 +60,24 @@ class KaggleError(UserError):
 
     `status` is the HTTP status when there was one; `retryable` says whether trying again
     later may work; `push` is the PushResult when a push did start a session despite the error;
-    `unsure` that a call which must not be repeated got no clear answer (check before redoing).
+    `unsure` that a call which must not be repeated got no clear answer (check before redoing);
+    `cause` why Kaggle refused, where that is known (CAUSES); `wait_s` how long Kaggle asked to
+    wait (its Retry-After).
     """
 
     def __init__(self, account: str, what: str, todo: str, *, status: int | None = None,
-                 retryable: bool = False, push: "PushResult | None" = None, unsure: bool = False):
+                 retryable: bool = False, push: "PushResult | None" = None, unsure: bool = False,
+                 cause: str | None = None, wait_s: float | None = None):
         self.account, self.what, self.todo = account, what.rstrip(". "), todo
         self.status, self.retryable, self.push = status, retryable, push
         self.unsure = unsure  # a call that must not be repeated got no answer: it may have been done
+        self.cause, self.wait_s = cause, wait_s
         super().__init__(f"Kaggle account '{account}': {self.what}. {todo}")
+
+
+# Why Kaggle refused, where its answer says: a busy spell (429 RESOURCE_EXHAUSTED, kaggle-cli#931),
+# the account's GPU session cap, its weekly quota, an empty draft an earlier refusal left.
+CAUSES = ("busy", "session-cap", "quota", "shell")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -77,7 +98,6 @@ def api_url() -> str:
 
 
 def _loopback(host: str) -> bool:
-    import ipaddress
     if host.lower() == "localhost":
         return True
     try:
@@ -118,16 +138,22 @@ class AccountClient(DatasetCalls):
         return text
 
     def _call(self, what: str, fn: Callable[[], T], *, repeatable: bool = True, missing: tuple[int, ...] = (),
-              own: bool = False) -> T:
+              own: bool = False, item: bool = False) -> T:
         """Runs one client call under the retry policy; failures become KaggleError. `missing`: HTTP
         statuses that mean "no such thing" (the call then returns None); `own`: the call is about the
-        account's own kernel or dataset, so a 403 is no question of permission."""
+        account's own kernel or dataset, so a 403 is no question of permission; `item`: it is about one
+        kernel, where Kaggle may answer 401 for one that is not there (kaggle-cli#951)."""
         for attempt in range(1, max(1, self.retry.attempts) + 1):
             try:
                 return fn()
             except Exception as raw:  # noqa: BLE001 - sorted below; anything unknown is re-raised
                 exc = unwrap(raw)
                 status = status_of(exc)
+                if status == 401 and item and self._signs_in():
+                    if 404 in missing:
+                        return None  # type: ignore[return-value]
+                    raise self._error(f"{what}: not there (Kaggle answered HTTP 401 for it, while the account's "
+                                      "own calls succeed)", "Check the slug.", status=404) from None
                 if status in missing:
                     return None  # type: ignore[return-value]
                 if not is_transient(exc):
@@ -143,11 +169,31 @@ class AccountClient(DatasetCalls):
                         status=status, unsure=True) from None
                 delay = self.retry.delay(attempt, retry_after(exc))
                 if delay is None or attempt >= self.retry.attempts:
-                    raise self._error(f"{what} failed {attempt} times ({self._reason(exc)})",
-                                      "Kaggle is busy or unreachable; try again in a few minutes.",
-                                      status=status, retryable=True) from None
+                    raise self._gave_up(what, exc, attempt) from None
                 time.sleep(delay)
         raise AssertionError("unreachable")
+
+    def _gave_up(self, what: str, exc: BaseException, attempt: int) -> KaggleError:
+        """The error once the tries are spent: a busy spell says so, with the wait Kaggle asked for."""
+        status, wait = status_of(exc), retry_after(exc)
+        if not busy(exc):
+            return self._error(f"{what} failed {attempt} times ({self._reason(exc)})",
+                               "Kaggle is busy or unreachable; try again in a few minutes.", status=status,
+                               retryable=True)
+        asked = f"; it asks to wait {wait:.0f} s" if wait is not None else ""
+        return self._error(f"{what}: Kaggle is busy (HTTP {status}, RESOURCE_EXHAUSTED) after {attempt} tries{asked}",
+                           "A busy spell may last half an hour (kaggle-cli#931): the lab waits and asks again.",
+                           status=status, retryable=True, cause="busy", wait_s=wait)
+
+    def _signs_in(self) -> bool:
+        """Whether the account's credentials work, by an account-level call (its quota)."""
+        try:
+            self._call("checking the account's credentials", self._api.quota_view)
+        except KaggleError as e:
+            if e.status in (401, 403):
+                return False
+            raise
+        return True
 
     def _reason(self, exc: BaseException) -> str:
         """A short cause: requests' own messages run to several lines of URL and pool detail."""
@@ -230,11 +276,16 @@ class AccountClient(DatasetCalls):
         with tempfile.TemporaryDirectory(prefix="lab-push-") as folder:
             Path(folder, "notebook.ipynb").write_text(text, encoding="utf-8")
             Path(folder, "kernel-metadata.json").write_text(json.dumps(meta), encoding="utf-8")
-            resp = self._call(f"pushing {ref}", lambda: self._api.kernels_push(folder, timeout=timeout),
-                              repeatable=False)
+            resp = self._push(ref, folder, timeout)
+            if resp.error and SHELL_ANSWER.lower() in resp.error.lower() and self._deleted(ref):
+                # An earlier refusal left the kernel an empty draft, which refuses every push until it is
+                # deleted; the refusal started nothing, so the push is sent once more (three reports).
+                resp = self._push(ref, folder, timeout)
         result = PushResult(resp.ref or "", resp.url or "", resp.version_number)
         if resp.error:
-            raise self._error(f"Kaggle refused the push of {ref}: {resp.error}", _push_advice(resp.error))
+            cause = push_cause(resp.error)
+            raise self._error(f"Kaggle refused the push of {ref}: {resp.error}", _push_advice(cause), cause=cause,
+                              retryable=cause is not None)
         dropped = list(resp.invalid_dataset_sources or []) + list(resp.invalid_kernel_sources or [])
         if dropped:
             raise self._error(
@@ -244,13 +295,60 @@ class AccountClient(DatasetCalls):
                 "(wait_dataset_ready) before the push; the session will likely fail.", push=result)
         return result
 
+    def _push(self, ref: str, folder: str, timeout: str | None) -> Any:
+        return self._call(f"pushing {ref}", lambda: self._api.kernels_push(folder, timeout=timeout), repeatable=False)
+
+    def _deleted(self, ref: str) -> bool:
+        """Deletes the empty draft; False when Kaggle would not (the refusal then says so)."""
+        try:
+            self.delete_kernel(ref)
+        except KaggleError:
+            return False
+        return True
+
+    def delete_kernel(self, slug: str) -> None:
+        """Deletes one of the account's own kernels (an empty draft a refusal left); one not there is no error."""
+        owner, name = self._ref(slug, own=True)
+        ref = f"{owner}/{name}"
+        with contextlib.redirect_stdout(io.StringIO()):  # the client prints "Kernel ... deleted successfully"
+            self._call(f"deleting kernel {ref}", lambda: self._api.kernels_delete(ref, no_confirm=True),
+                       missing=(403, 404), own=True, item=True)
+
+    def gpu_sessions(self, skip: Iterable[str] = ()) -> list[tuple[str, str]]:
+        """The account's GPU sessions running now as Kaggle lists them, [("owner/slug", status)]: its
+        kernels run within a session's length (ListKernels, the most recently run first) that asked for
+        a GPU, each asked its status; `skip`: kernels already known. Another lab member's runs and
+        notebooks are among them; an interactive session is listed nowhere (only a refused push shows
+        it)."""
+        known = {k.lower() for k in skip}
+        listed = self._call(f"listing the kernels of {self.username}", lambda: self._api.kernels_list(
+            mine=True, user=self.username, sort_by="dateRun", page_size=50)) or []
+        since = datetime.now(timezone.utc) - timedelta(seconds=RECENT_RUN_S)
+        found = []
+        for k in listed:
+            ran = getattr(k, "last_run_time", None)
+            ran = ran.replace(tzinfo=timezone.utc) if ran is not None and ran.tzinfo is None else ran
+            if not k or (ran is not None and ran < since) or not (k.enable_gpu or k.machine_shape):
+                continue
+            if str(k.ref).lower() in known:
+                continue
+            try:
+                status, _ = self.kernel_status(str(k.ref))
+            except KaggleError as e:
+                if e.cause == "busy":
+                    raise
+                continue  # an empty draft, a kernel deleted meanwhile: no session of it runs
+            if status in ACTIVE_STATUS:
+                found.append((str(k.ref), status))
+        return found
+
     def kernel_status(self, slug: str, version: int | None = None) -> tuple[str, str]:
         """(status name, failure message): QUEUED, RUNNING, COMPLETE, ERROR, CANCEL_REQUESTED,
         CANCEL_ACKNOWLEDGED."""
         owner, name = self._ref(slug)
         ref = f"{owner}/{name}" + (f"/{int(version)}" if version else "")
         resp = self._call(f"reading the status of {ref}", lambda: self._api.kernels_status(ref),
-                          own=owner.lower() == self.username.lower())
+                          own=owner.lower() == self.username.lower(), item=True)
         return resp.status.name, resp.failure_message or ""
 
     def kernel_output(self, slug: str, dest_dir: str | Path, page_size: int = 100) -> list[Path]:
@@ -260,13 +358,13 @@ class AccountClient(DatasetCalls):
         ref, dest = f"{owner}/{name}", Path(dest_dir)
         dest.mkdir(parents=True, exist_ok=True)
         files, _ = self._call(f"downloading the output of {ref}", lambda: self._api.kernels_output(
-            ref, str(dest), force=True, quiet=True, page_size=page_size))
+            ref, str(dest), force=True, quiet=True, page_size=page_size), item=True)
         return list(dict.fromkeys(Path(f) for f in files))
 
     def kernel_log(self, slug: str) -> str:
         owner, name = self._ref(slug)
         ref = f"{owner}/{name}"
-        return log_text(self._call(f"reading the log of {ref}", lambda: self._api.kernels_logs(ref)) or "")
+        return log_text(self._call(f"reading the log of {ref}", lambda: self._api.kernels_logs(ref), item=True) or "")
 
     def kernel_log_events(self, slug: str, version: int | None = None) -> Iterator[dict]:
         """The session's log as the real client streams it (`kernels_logs_stream`): events
@@ -295,11 +393,28 @@ def _check_kernel_title(ref: str, name: str, title: str) -> None:
                         f"{slugify(title)!r}); use a title whose slug is {name!r}, e.g. {name!r} itself.")
 
 
-def _push_advice(error: str) -> str:
-    if "GPU session" in error:
+def push_cause(error: str) -> str | None:
+    """Why Kaggle refused a push, from its answer's words where a source records them (CAUSES), else None:
+    "Maximum batch GPU session count of 2 reached." (Kaggle's docs), "Maximum weekly GPU quota of 30.00
+    hours reached." (one project's log), "Notebook not found" (an empty draft, three reports)."""
+    text = error.lower()
+    if "gpu session" in text:
+        return "session-cap"
+    if "quota" in text:
+        return "quota"
+    if SHELL_ANSWER.lower() in text:
+        return "shell"
+    return None
+
+
+def _push_advice(cause: str | None) -> str:
+    if cause == "session-cap":
         return "Wait until one of the account's running GPU sessions ends, or push from another account."
-    if "quota" in error.lower():
+    if cause == "quota":
         return "Wait for the weekly quota refresh, or push from another account."
+    if cause == "shell":
+        return ("Kaggle keeps an empty draft of this kernel from an earlier refusal and would not let it be "
+                "deleted: push to another slug.")
     return "Fix what Kaggle names and push again."
 
 

@@ -31,6 +31,9 @@ STORAGE_HINT = ("Over the account's private-storage quota (about 100 GB, not doc
                 "an upload and never show it (kaggle-cli#284): `lab accounts checkpoints` shows what the account "
                 "holds, and `--remove-finished` frees what finished runs left.")
 FILES_PAGE = 100  # files per page of a version's listing
+# Kaggle refuses a dataset version of more files ("The file count exceeds the maximum of 1000", reported
+# 2020): checked before anything goes up.
+MAX_DATASET_FILES = 1000
 
 
 class DatasetCalls:
@@ -48,7 +51,11 @@ class DatasetCalls:
             raise UserError(f"The title of dataset {ref} must be 6-50 characters long.")
         if licence not in DATASET_LICENCES:
             raise UserError(f"Kaggle documents no dataset licence {licence!r}: use one of {', '.join(DATASET_LICENCES)}.")
-        stage = self._stage_dataset(name, ref, title, upload_files(Path(folder)), licence)
+        files = upload_files(Path(folder))
+        if len(files) > MAX_DATASET_FILES:
+            raise UserError(f"{folder} holds {len(files)} files; Kaggle refuses a dataset version of more than "
+                            f"{MAX_DATASET_FILES}: put them in fewer, larger files (or a zip Kaggle unpacks).")
+        stage = self._stage_dataset(name, ref, title, files, licence)
         exists = self._dataset_state(ref) is not None
         created = False
         if not exists:

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Callable
 
 from lab.kaggle.client import AccountClient
+from lab.kaggle.retries import status_of, unwrap
 from lab.kernel.checkpoint import atomic_write
 from lab.kernel.metrics import parse_metrics_line, read_metrics
 
@@ -153,7 +154,6 @@ def _key(row: dict) -> str:
 
 
 def _kind(e: BaseException) -> str:
-    from lab.kaggle.retries import status_of, unwrap
     exc = unwrap(e)
     status = status_of(exc)
     return f"HTTP {status}" if status is not None else type(exc).__name__

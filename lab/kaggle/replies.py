@@ -10,12 +10,28 @@ from typing import Any
 
 @dataclass(frozen=True)
 class Quota:
-    """GPU quota in seconds; refresh_time in UTC (None when Kaggle does not say)."""
+    """GPU quota in seconds; refresh_time in UTC (None when Kaggle does not say).
+
+    Two figures of what is left, both never below zero: `left_s`, what a new session has (total −
+    used − what running sessions hold reserved: kagglesdk documents `time_reserved` as "Quota reserved
+    by currently-running sessions"), which the lab plans with; and `said_left_s`, total − used, what
+    `kaggle quota` shows. Sessions may run past the total (30.93 of 30 h in one record): `over_s`.
+    `has_ever_run`: the quota says the account has started a GPU session (kagglesdk 0.1.38's
+    `has_ever_run`; a protobuf false is left out of the reply, so False may also mean "not said")."""
     total_s: float
     used_s: float
     reserved_s: float
     left_s: float
     refresh_time: datetime | None
+    has_ever_run: bool = False
+
+    @property
+    def said_left_s(self) -> float:
+        return max(0.0, self.total_s - self.used_s)
+
+    @property
+    def over_s(self) -> float:
+        return max(0.0, self.used_s - self.total_s)
 
 
 @dataclass(frozen=True)
@@ -49,7 +65,8 @@ def quota_from(resp: Any) -> Quota:
     refresh = resp.quota_refresh_time
     if refresh is not None and refresh.tzinfo is None:
         refresh = refresh.replace(tzinfo=timezone.utc)  # the SDK parses Kaggle's UTC times as naive
-    return Quota(total, used, reserved, max(0.0, total - used - reserved), refresh)
+    ran = bool(getattr(gpu, "has_ever_run", False)) if gpu is not None else False
+    return Quota(total, used, reserved, max(0.0, total - used - reserved), refresh, ran)
 
 
 def notebook_text(notebook: str | dict) -> str:

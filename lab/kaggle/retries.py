@@ -48,6 +48,19 @@ def surely_unprocessed(exc: BaseException) -> bool:
     return isinstance(exc, requests.ConnectionError) and isinstance(reason, urllib3.exceptions.NewConnectionError)
 
 
+def busy(exc: BaseException) -> bool:
+    """Kaggle asks for a pause: HTTP 429, or a body saying RESOURCE_EXHAUSTED, flat or nested as
+    kaggle-cli#931 shows it (`{"error": {"code": 429, "status": "RESOURCE_EXHAUSTED", ...}}`)."""
+    if status_of(exc) == 429:
+        return True
+    try:
+        body = exc.response.json()  # type: ignore[attr-defined]
+    except (AttributeError, ValueError):
+        return False
+    inner = body.get("error") if isinstance(body, dict) and isinstance(body.get("error"), dict) else body
+    return isinstance(inner, dict) and str(inner.get("status", "")).upper() == "RESOURCE_EXHAUSTED"
+
+
 def retry_after(exc: BaseException) -> float | None:
     response = getattr(exc, "response", None)
     value = getattr(response, "headers", {}).get("Retry-After") if response is not None else None

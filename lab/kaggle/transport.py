@@ -13,6 +13,7 @@ import re
 import sys
 import threading
 import time
+from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 import requests
@@ -21,7 +22,6 @@ from requests.adapters import HTTPAdapter
 from lab.config import UserError
 from lab.kaggle.accounts import Account, secrets_of
 from lab.kaggle.retries import TRANSIENT_STATUS
-
 
 _API_LOCK = threading.Lock()
 _API_CLASS: Any = None
@@ -44,7 +44,6 @@ def lab_api_class() -> Any:
     global _API_CLASS
     with _API_LOCK:
         if _API_CLASS is None:
-            from importlib.metadata import PackageNotFoundError, version
             try:
                 check_kaggle_version(version("kaggle"))
             except PackageNotFoundError:
@@ -92,6 +91,7 @@ def _quiet_kaggle_api() -> Any:
     and prints help text when this machine has no credentials of its own: kept off the screen."""
     _make_config_dir()
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        # `import kaggle` authenticates a global client: only where a call is made, and quietly
         from kaggle.api.kaggle_api_extended import KaggleApi
     return KaggleApi
 
@@ -99,6 +99,7 @@ def _quiet_kaggle_api() -> Any:
 def _signed_client(username: str, key: str | None, token: str | None, base_url: str, timeout_s: float,
                    response_processor: Any) -> Any:
     """A KaggleClient for one account: its own address, only its own credentials, a timeout."""
+    # kagglesdk and requests: only where Kaggle is called (the calculator and the form never are)
     from kagglesdk import KaggleClient, KaggleEnv
     from kagglesdk.kaggle_http_client import KaggleHttpClient
     client = KaggleClient(env=KaggleEnv.PROD, username=username, password=key, api_token=token,
@@ -159,7 +160,7 @@ def _define_lab_api() -> Any:
 
 
 def api_for(account: Account, base_url: str, timeout_s: float, pause_s: float = 1.0) -> Any:
-    creds = account.folder / ("kaggle.json" if account.auth == "key" else "access_token")
+    creds = account.folder / ("access_token" if (account.folder / "access_token").is_file() else "kaggle.json")
     st = creds.stat() if creds.exists() else None
     # A replaced credentials file (another inode or mtime) makes a new object: an account removed
     # and added again never signs in with its old key.
@@ -176,7 +177,7 @@ def api_for(account: Account, base_url: str, timeout_s: float, pause_s: float = 
 def put_blob(path: str, url: str, resume: bool, timeout_s: float, pause_s: float = 1.0) -> int:
     """One raw-bytes upload to a createUrl, resumable as the real client does it (Content-Range),
     but with a timeout. Returns a kaggle `ResumableUploadResult` code."""
-    from kaggle.models.kaggle_models_extended import ResumableUploadResult as R
+    from kaggle.models.kaggle_models_extended import ResumableUploadResult as R  # kaggle: where an upload runs
 
     size = os.path.getsize(path)
     start = 0

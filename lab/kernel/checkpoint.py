@@ -6,7 +6,7 @@ renames it into place; then it writes the sidecar the same way, and **the sideca
 the commit point**: a .pt without a sidecar is no checkpoint (the listing ignores it), only
 the leftover of a save that was interrupted, removed by the next save. So a kill at any moment
 leaves the previous checkpoint whole and nothing that looks like a newer one. The newest two
-are kept. The .pt holds tensors and plain Python values only, so it loads with
+are kept, and the newest before the decay (`pre_decay_checkpoint`). The .pt holds tensors and plain Python values only, so it loads with
 `torch.load(weights_only=True)`: a checkpoint downloaded from another account's output is
 data, never code.
 """
@@ -22,6 +22,8 @@ import shutil
 import time
 from pathlib import Path
 
+from lab.config import RunConfig
+from lab.kernel.schedule import decay_start_for_config
 from lab.kernel.signals import catching_stop_signals
 
 KEEP = 2
@@ -157,11 +159,27 @@ def remove_leftovers(folder: str | os.PathLike) -> list[Path]:
 
 
 def prune_checkpoints(folder: str | os.PathLike, keep: int = KEEP) -> None:
-    """Removes all but the newest `keep` checkpoints of `folder`, and leftovers of interrupted saves."""
-    for old in list_checkpoints(folder)[:-keep]:
-        old.with_suffix(".json").unlink(missing_ok=True)  # uncommit first: never a sidecar without its .pt
-        old.unlink(missing_ok=True)
+    """Removes all but the newest `keep` checkpoints and the pre-decay one, and leftovers."""
+    found = list_checkpoints(folder)
+    spared = {*found[-keep:], pre_decay_checkpoint(found)}
+    for old in found:
+        if old not in spared:
+            old.with_suffix(".json").unlink(missing_ok=True)  # uncommit first: never a sidecar without its .pt
+            old.unlink(missing_ok=True)
     remove_leftovers(folder)
+
+
+def pre_decay_checkpoint(found: list[Path]) -> Path | None:
+    """Of checkpoints oldest first, the newest at or before the decay's start (the newest one's
+    config says where): where a finished run grows from (lab.settle.grow)."""
+    if not found:
+        return None
+    try:
+        start = decay_start_for_config(RunConfig.from_dict(checkpoint_meta(found[-1])["config"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None  # a sidecar without the run's config
+    before = [p for p in found if start is not None and checkpoint_step(p) <= start]
+    return before[-1] if before else None
 
 
 def checkpoint_meta(path: str | os.PathLike) -> dict:
@@ -262,7 +280,7 @@ def load_checkpoint(path: str | os.PathLike) -> dict:
     """The checkpoint's state, loaded as data (`weights_only=True`): tensors and plain values.
     A format-1 checkpoint (NumPy RNG state inside) loads with NumPy's array reconstruction
     allowed and nothing else; anything else that is not plain data is refused."""
-    import torch
+    import torch  # torch: only to load (the control side reads sidecars without it)
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError:
@@ -278,7 +296,7 @@ def load_checkpoint(path: str | os.PathLike) -> dict:
 
 def _numpy_array_globals() -> list:
     """What unpickling a NumPy array needs (format 1 kept NumPy's RNG state): data, not code."""
-    import numpy as np
+    import numpy as np  # numpy: only for a format-1 checkpoint
     core = getattr(np, "_core", None) or np.core
     return [core.multiarray._reconstruct, np.ndarray, np.dtype, type(np.dtype(np.uint32))]
 

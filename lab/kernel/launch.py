@@ -93,7 +93,7 @@ class Launched:
 def _die_with_parent() -> None:
     """In the child before exec: SIGTERM when the launcher dies (Linux's PR_SET_PDEATHSIG)."""
     try:
-        import ctypes
+        import ctypes  # Linux only, in the child before exec
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         pass  # not Linux: the workers still stop at their time limit

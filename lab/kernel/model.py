@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from typing import Iterator
+from typing import Callable, Iterator
 
 import torch
 import torch.nn as nn
@@ -126,8 +126,10 @@ class GPT(nn.Module):
 
     @torch.no_grad()
     def tokens(self, idx: torch.Tensor, temperature: float = 0.8, top_k: int = 50, top_p: float = 1.0,
-               generator: torch.Generator | None = None) -> Iterator[torch.Tensor]:
-        """Sampled tokens after `idx`, one (batch, 1) tensor at a time, for as long as asked.
+               generator: torch.Generator | None = None,
+               banned: Callable[[], torch.Tensor | None] | None = None) -> Iterator[torch.Tensor]:
+        """Sampled tokens after `idx`, one (batch, 1) tensor at a time, for as long as asked;
+        `banned()` may mask the tokens that cannot come next (True: never drawn).
 
         Each new token costs one position through the KV cache. Past the context the window
         slides: the positions are learned and absolute, so every one shifts and nothing cached
@@ -136,6 +138,8 @@ class GPT(nn.Module):
         cache = KVCache(self.context)
         logits = self(idx, cache=cache)[:, -1]
         while True:
+            if banned is not None:
+                logits = logits.masked_fill(banned(), float("-inf"))
             nxt = sample_next(logits, temperature, top_k, top_p, generator)
             yield nxt
             idx = torch.cat([idx, nxt], dim=1)[:, -self.context:]
@@ -151,7 +155,10 @@ class GPT(nn.Module):
 def sample_next(logits: torch.Tensor, temperature: float, top_k: int = 0, top_p: float = 1.0,
                 generator: torch.Generator | None = None) -> torch.Tensor:
     """One token per row from the last position's logits: scaled by the temperature, cut to the
-    `top_k` likeliest (0: all) and to the smallest set whose probability reaches `top_p`."""
+    `top_k` likeliest (0: all) and to the smallest set whose probability reaches `top_p`.
+    Temperature 0 is greedy: the likeliest token (the first of equals), drawing nothing."""
+    if temperature == 0:
+        return logits.argmax(dim=-1, keepdim=True)
     logits = logits.float() / temperature
     if top_k:
         kth = torch.topk(logits, min(top_k, logits.size(-1))).values[:, -1:]

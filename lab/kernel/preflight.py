@@ -73,7 +73,7 @@ def image_facts() -> dict:
 
 def cards_found() -> list[dict]:
     """The CUDA devices torch sees: name, compute capability, memory."""
-    import torch
+    import torch  # torch: the cards as torch sees them (the module's timeline needs none)
     out = []
     for i in range(torch.cuda.device_count()):
         p = torch.cuda.get_device_properties(i)

@@ -14,14 +14,14 @@ import argparse
 import json
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
 
-from lab.config import RunConfig, fields_off_defaults, resumed_config
-from lab.kernel.checkpoint import (INPUT_NOT_READY, CheckpointError, checkpoint_meta, list_checkpoints,
-                                   newest_whole_checkpoint, resolve_checkpoint, sha256_file)
+from lab.config import RunConfig
+from lab.kernel.checkpoint import (INPUT_NOT_READY, CheckpointError, list_checkpoints, newest_whole_checkpoint,
+                                   resolve_checkpoint, sha256_file)
 from lab.kernel.data import find_data
 from lab.kernel.launch import Launched, Nodes, launch, report_result, reporting_failure, stop_file_from_env
 from lab.kernel.metrics import METRICS, MetricsTail, read_metrics
@@ -47,7 +47,6 @@ class SessionPaths:
     data: Path
     out: Path
     resume: Path | None
-    cfg: RunConfig | None = None  # the config this session runs: a resumed run's as it was, with what was given
 
 
 def find_checkpoint(name: str, roots: list[Path], max_depth: int = 5) -> Path:
@@ -71,42 +70,32 @@ def find_checkpoint(name: str, roots: list[Path], max_depth: int = 5) -> Path:
                           f"attach the dataset that holds it")
 
 
-def resolve_session(cfg: RunConfig, out_dir: str = "", given_fields: list[str] | None = None) -> SessionPaths:
-    """Where this session reads data and a checkpoint, where it writes, and the config it runs.
-
-    A resumed run continues as it was: fields not given come from the checkpoint's sidecar.
-    Given are `given_fields` (what `lab run` fills in) and every field off its default. This is
-    the kernel side's one merge of a run's fields with its checkpoint's: the loop, here or in
-    the torchrun workers, gets the settled config and only checks it against the checkpoint."""
+def resolve_session(cfg: RunConfig, out_dir: str = "") -> SessionPaths:
+    """Where this session reads its data and its checkpoint, and where it writes. The config is
+    the run's as the control side settled it (every field sent): nothing here merges it with the
+    checkpoint's; the loop, here or in the torchrun workers, checks it against what it opens."""
     roots = [kaggle_root() / "input"] if on_kaggle() else [Path.cwd()]
     out = output_dir(out_dir)
     resume = find_checkpoint(cfg.resume_from, roots + [out]) if cfg.resume_from else None
-    given = fields_off_defaults(cfg) | set(given_fields or ())
-    if resume is not None:
-        found = [resume] if resume.is_file() else list_checkpoints(resume) or list_checkpoints(resume / "checkpoints")
-        if found and found[-1].with_suffix(".json").is_file():
-            cfg = resumed_config(checkpoint_meta(found[-1]).get("config") or {},
-                                 {name: getattr(cfg, name) for name in given})
     if cfg.data_dir and Path(cfg.data_dir).is_dir():
         data = Path(cfg.data_dir)
     else:
         data = find_data(roots + ([Path(cfg.data_dir)] if cfg.data_dir else []), cfg.constellations)
     print(f"data       {data}\ncheckpoint {resume or '- (from scratch)'}\noutputs    {out}")
-    return SessionPaths(data=data, out=out, resume=resume, cfg=cfg)
+    return SessionPaths(data=data, out=out, resume=resume)
 
 
-def inputs_as_sent(cfg: RunConfig, out_dir: str = "", given_fields: list[str] | None = None, data_sha256: str = "",
-                   ckpt_sha256: str = "") -> SessionPaths:
+def inputs_as_sent(cfg: RunConfig, out_dir: str = "", data_sha256: str = "", ckpt_sha256: str = "") -> SessionPaths:
     """The session's paths, checked against the sha256 the control side sent for the data's
     manifest and the checkpoint (empty: not checked). A dataset READY on Kaggle may not be the
     one mounted yet: when an input is missing or another version, this leaves the marker
     `input-not-ready.json` in the outputs and stops the session before any training, so it
     never resumes from another checkpoint; the control side waits and pushes again."""
     if not data_sha256 and not ckpt_sha256:
-        return resolve_session(cfg, out_dir, given_fields)
+        return resolve_session(cfg, out_dir)
     out = output_dir(out_dir)
     try:
-        paths = resolve_session(cfg, out_dir, given_fields)
+        paths = resolve_session(cfg, out_dir)
         found = {"data": sha256_file(paths.data / "manifest.json") if data_sha256 else "",
                  "checkpoint": sha256_file(resolve_checkpoint(paths.resume)) if ckpt_sha256 and paths.resume else ""}
     except Exception as e:  # noqa: BLE001 - not found or unreadable: not mounted (yet)
@@ -140,7 +129,7 @@ class LivePlot:
         self.curve.add(rows)
         if not self.curve.train:
             return
-        from IPython.display import Image, display
+        from IPython.display import Image, display  # IPython: only inside a notebook
         image = Image(data=figure_png(loss_figure({self.out.name: self.curve.rows()}, x=self.x, title="loss")))
         if self.handle is None:
             self.handle = display(image, display_id=True)
@@ -213,7 +202,7 @@ def _run_torchrun(cfg, paths, kernel_py, procs, allow_fallback, plot, started, n
     config_path = paths.out / "session-config.json"
     # The workers start their clock later: give them what is left of the session's limit.
     spent_min = (time.monotonic() - started) / 60 if started is not None else 0.0
-    worker_cfg = RunConfig.from_dict({**cfg.to_dict(), "limit_min": max(cfg.limit_min - spent_min, 0.01)})
+    worker_cfg = replace(cfg, limit_min=max(cfg.limit_min - spent_min, 0.01))
     config_path.write_text(worker_cfg.to_json(), encoding="utf-8")
     target = [str(kernel_py), "--config", str(config_path), "--out", str(paths.out), "--data", str(paths.data)]
     if paths.resume:

@@ -15,6 +15,7 @@ from typing import Callable
 import torch
 import torch.distributed as dist
 import torch.nn as nn
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
 # On CPU, compiling the training and evaluation graphs takes about 16 s on two cores (2-3 s
 # once inductor's cache holds them) and saves a fifth to a third of each bf16 step; two cores
@@ -99,7 +100,6 @@ def wrap_ddp(model: nn.Module, device: torch.device) -> nn.parallel.DistributedD
 def compress_fp16(ddp: nn.parallel.DistributedDataParallel, precision: str) -> None:
     """All-reduces gradients in half precision (half the bytes over PCIe); `scripts/gpu-check`
     measures it against the full-precision reduction."""
-    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
     hook = default_hooks.bf16_compress_hook if precision == "bf16" else default_hooks.fp16_compress_hook
     ddp.register_comm_hook(dist.group.WORLD, hook)
 

@@ -3,7 +3,7 @@
 Where the step runs (`Runtime`: rank, device, precision, cards), the precision rule, the
 optimizer, and the step itself (`one_step`): forward under autocast, scaled backward, unscale,
 clip, step. Nothing here reads the data or knows the run's folder: the loop (`train`) drives the
-step with batches from the token shards, the account probe (`lab.probe.worker`) with random
+step with batches from the token shards, the account probe (`lab.trial.worker`) with random
 tokens. When the step runs out of card memory, `out_of_memory_advice` finds by trial steps
 which batch fits.
 """
@@ -16,7 +16,8 @@ from typing import Callable, Protocol
 import torch
 import torch.nn as nn
 
-from lab.config import RunConfig, cpu_precision
+from lab.config import RunConfig
+from lab.kernel.cpu import cpu_precision
 from lab.kernel.speed import wrap_ddp
 
 

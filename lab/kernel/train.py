@@ -28,7 +28,7 @@ from lab.kernel.launch import COLLECTIVE_TIMEOUT_MIN
 from lab.kernel.loop import MetricsSink, Progress, Saver, SyncWindow, agree, all_ranks
 from lab.kernel.metrics import METRICS, metrics_lines, write_metrics_lines
 from lab.kernel.model import GPT
-from lab.kernel.schedule import lr_for_config
+from lab.kernel.schedule import decay_start_for_config, lr_for_config
 from lab.kernel.speed import compile_choice, compile_or_eager, trial_context
 from lab.kernel.step import (OutOfMemory, Runtime, StepParts, autocast, make_optimizer, one_step,
                              out_of_memory_advice, pick_precision, precision_warning, wrap_for)
@@ -296,6 +296,7 @@ class Trainer:
         window = SyncWindow(self.rt, self.step, self.tokens, scaled=self.parts.scaler.is_enabled())
         saver = Saver(lambda: self.save(guard.elapsed()), self.model.num_weights(), cfg.checkpoint_every_min)
         progress, reason, last_eval = Progress(cfg.steps_until, self.log), None, self.step
+        decay_at, first = decay_start_for_config(cfg), self.step
         with guard, MetricsSink(self.out / METRICS if self.rt.main else None, self.on_metrics) as sink:
             while True:
                 if reason is None and self.step >= cfg.steps_until:
@@ -305,7 +306,8 @@ class Trainer:
                     window.stepped(loss, norm, self._row(guard) if self.step % cfg.log_every == 0 else None)
                 eval_due = self.step != last_eval and (self.step % cfg.eval_every == 0
                                                        or reason == "steps_until reached")
-                if not (reason or eval_due or window.due(self.step)):
+                at_decay = self.step == decay_at != first and self.step < cfg.steps_until  # a run grows from it
+                if not (reason or eval_due or at_decay or window.due(self.step)):
                     continue  # no host sync between sync points: the card never waits for us
                 rows, reason, save_due = self._sync_point(window, guard, saver, reason)
                 if self.first_step_s is None:  # the session's time to its first steps, for the control side
@@ -314,7 +316,7 @@ class Trainer:
                     last_eval = self.step
                     self._evaluate_into(rows)
                 sink.write(rows)
-                if reason or save_due:
+                if reason or save_due or at_decay:
                     saver.save()
                 if reason:
                     break

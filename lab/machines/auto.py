@@ -1,11 +1,13 @@
 """The Auto rule (guide: "Machine"), a pure function of the machines' states.
 
 Among the free machines elsewhere — Kaggle accounts (reachable, credentials accepted, fewer GPU
-sessions running than Kaggle allows, enough quota for a useful link) and the lab's own boxes
-over SSH (reachable, checked, no run of ours on them, no one's work on their GPUs) — first one
-that covers the whole run: an account whose quota does (the calculator's quota hours, start-up
-included), or a box, which has no quota. Among those, the one that finishes soonest by the speed
-measured on its cards (the calculator's hours on each machine, `finish_h`); then one that
+sessions running than Kaggle allows, enough quota for a useful link), the lab's own boxes
+over SSH (reachable, checked, no run of ours on them, no one's work on their GPUs) and its Slurm
+clusters (the login node answers, Slurm would take the job) — first one that covers the whole
+run: an account whose quota does (the calculator's quota hours, start-up included), or a box or
+a cluster, which have no quota. Among those, the one that finishes soonest by the speed measured
+on its cards (the calculator's hours on each machine, `finish_h`, with a cluster's expected wait
+in its queue); then one that
 already holds the data and the checkpoint; then the most quota left. When none covers the run,
 the choice says that the run will be continued elsewhere. This computer is chosen only when
 picked explicitly, or when the lab has no other machine at all (the form's "Auto" then still
@@ -19,20 +21,23 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
 from lab.config import RunConfig
-from lab.sizing import STARTUP_MIN  # a session's start, data mount and final save, spent from quota
+from lab.sizing import (
+    STARTUP_MIN,  # a session's start, data mount and final save, spent from quota
+)
 
 MIN_LINK_MIN = 5.0  # a link shorter than this is not worth starting
 FOREIGN = "a session the lab did not start"
-ELSEWHERE = ("kaggle", "ssh")  # the kinds Auto runs on; this computer only when there is none
+ELSEWHERE = ("kaggle", "ssh", "slurm")  # the kinds Auto runs on; this computer only when there is none
+OWN = ("ssh", "slurm")  # the lab's own machines: no quota, so each covers a whole run
 
 
 @dataclass
 class Machine:
     """One machine as the control notebook shows it. No secret inside."""
     name: str
-    kind: str  # "local" | "kaggle" | "ssh"
+    kind: str  # "local" | "kaggle" | "ssh" | "slurm"
     gpu: str  # "2xT4" | "T4" | "rtx3050" | "cpu" | another card set's name ("2xNVIDIA A100-SXM4-80GB")
-    quota_left_h: float | None = None  # None: no quota (this computer, a box)
+    quota_left_h: float | None = None  # None: no quota (this computer, a box); on Kaggle what a new session has
     quota_total_h: float | None = None
     refresh: str | None = None  # the next quota refresh, ISO 8601 UTC
     running: list[str] = field(default_factory=list)  # run ids with a session here now
@@ -43,18 +48,24 @@ class Machine:
     cards: list[dict] = field(default_factory=list)
     checked: str | None = None
     hosts: int = 1
+    wait_h: float | None = None  # a Slurm cluster: how long Slurm expects the run's next job to wait in its queue
+    quota_used_h: float | None = None  # may pass the total: a running session is not stopped at it
+    busy_until: str | None = None  # its service asked for a pause until then (ISO 8601 UTC): not free meanwhile
+    has_ever_run: bool | None = None  # Kaggle's quota says the account started a GPU session (None: not asked)
 
 
 @dataclass
 class Choice:
     """The machine for the next link and why; `continues`: its quota will not cover the whole
     run, so the run will be continued elsewhere; `wait_until`: with no machine, when the
-    earliest quota refresh comes (ISO 8601 UTC)."""
+    earliest quota refresh or the end of a service's pause comes (ISO 8601 UTC), and `waits_for`
+    which of them it is, in words."""
     machine: str | None
     reason_en: str
     reason_ru: str
     continues: bool = False
     wait_until: str | None = None
+    waits_for: tuple[str, str] | None = None  # with no machine: what the lab waits for, (English, Russian)
 
 
 def takes_link(m: Machine) -> bool:
@@ -70,13 +81,14 @@ def usable(m: Machine) -> bool:
 
 
 def pick(cfg: RunConfig, need_hours: float | None, machines: list[Machine], holds: dict[str, set[str]],
-         pinned: str, went_on: bool, finish_h: dict[str, float | None] | None = None) -> Choice:
+         pinned: str, went_on: bool, finish_h: dict[str, float | None] | None = None,
+         measured: dict[str, float] | None = None) -> Choice:
     """The machine for a run's next link: the one the person picked (`pinned`) while it can take
     one; a picked Kaggle account or box that cannot, once the run has gone on before
     (`went_on`), gives way to the Auto rule, which continues the run elsewhere. `pinned` must be
     one of `machines` or "auto". Pure."""
     if pinned == "auto":
-        return choose(cfg, need_hours, machines, holds, finish_h)
+        return choose(cfg, need_hours, machines, holds, finish_h, measured)
     m = next(m for m in machines if m.name == pinned)
     if takes_link(m):
         if m.kind == "local":
@@ -91,7 +103,7 @@ def pick(cfg: RunConfig, need_hours: float | None, machines: list[Machine], hold
                       f"Этот компьютер занят прогоном {busy}; лаба ждёт, пока он освободится.")
     if not went_on:
         return nothing_free([m])
-    return choose(cfg, need_hours, machines, holds, finish_h)
+    return choose(cfg, need_hours, machines, holds, finish_h, measured)
 
 
 def worth_waiting(machines: list[Machine], pinned: str) -> bool:
@@ -118,15 +130,18 @@ _BOTH = frozenset({"data", "checkpoint"})
 
 
 def choose(cfg: RunConfig, need_hours: float | None, machines: list[Machine],
-           holds: dict[str, set[str]] | None = None, finish_h: dict[str, float | None] | None = None) -> Choice:
+           holds: dict[str, set[str]] | None = None, finish_h: dict[str, float | None] | None = None,
+           measured: dict[str, float] | None = None) -> Choice:
     """The Auto rule over `machines`; `holds` says which machines already have the run's data
     and checkpoint ({"alice": {"data", "checkpoint"}}); `finish_h` how many hours the rest of the
-    run takes on each, by the speed measured on its cards (unknown: not given). Pure.
+    run takes on each, by the speed measured on its cards (unknown: not given); `measured` the
+    speed (tokens/s) the run's own last session on a machine measured: there `finish_h` is the
+    hours at that speed, and a Kaggle account covers the run only if its quota holds them. Pure.
 
     Among the Kaggle accounts and boxes that can take a useful link: first one that covers the
     whole run (a box always does), the soonest to finish first; then one that already holds both
     the data and the checkpoint, then the most quota left."""
-    holds, finish_h = holds or {}, finish_h or {}
+    holds, finish_h, measured = holds or {}, finish_h or {}, measured or {}
     elsewhere = [m for m in machines if m.kind in ELSEWHERE]
     if not elsewhere:
         return _local_only(machines)
@@ -134,41 +149,66 @@ def choose(cfg: RunConfig, need_hours: float | None, machines: list[Machine],
     if not candidates:
         return nothing_free(elsewhere)
     has = lambda m: frozenset(holds.get(m.name, set()) & _BOTH)  # noqa: E731
-    covers = lambda m: m.kind == "ssh" or (need_hours is not None and m.quota_left_h >= need_hours)  # noqa: E731
+    need = lambda m: finish_h[m.name] if m.name in measured and finish_h.get(m.name) is not None \
+        else need_hours  # noqa: E731 -- what the run's own sessions there measured, once they have
+    covers = lambda m: m.kind in OWN or (need(m) is not None and m.quota_left_h >= need(m))  # noqa: E731
     soon = lambda m: -finish_h[m.name] if covers(m) and finish_h.get(m.name) is not None else -math.inf  # noqa: E731
     best = max(candidates, key=lambda m: (covers(m), soon(m), has(m) == _BOTH, m.quota_left_h or 0.0, m.name))
     local_en, local_ru = (_LOCAL_EN, _LOCAL_RU) if any(m.kind == "local" for m in machines) else ("", "")
     if covers(best):
         rivals = [m for m in candidates if covers(m) and m.name != best.name]
-        en, ru = _covering(best, rivals, need_hours, finish_h, has(best), _passed_over(best, candidates, holds, covers))
+        en, ru = _covering(best, rivals, need(best), finish_h, has(best), _passed_over(best, candidates, holds, covers),
+                           measured.get(best.name))
         return Choice(best.name, en + local_en, ru + local_ru)
     en, ru = _continued(best, candidates, need_hours, has(best))
     return Choice(best.name, en + local_en, ru + local_ru, continues=True)
 
 
 def _covering(best: Machine, rivals: list[Machine], need_hours: float | None, finish_h: dict[str, float | None],
-              held: frozenset, passed: tuple[str, str]) -> tuple[str, str]:
+              held: frozenset, passed: tuple[str, str], tok_s: float | None = None) -> tuple[str, str]:
     """Why `best`, which covers the whole run, takes it (in English and Russian); `passed`: the
-    clause on a machine holding more of the link that was passed over (`_passed_over`)."""
+    clause on a machine holding more of the link that was passed over (`_passed_over`); `tok_s`:
+    the speed the run's last session there measured, which its hours are counted at."""
     soon_en, soon_ru = _soonest(best, rivals, finish_h)
+    if best.kind == "slurm":
+        return (f"{best.name}: one of the lab's Slurm clusters, with no quota, so it covers the whole run"
+                f"{_queue(best)[0]}{soon_en}{_HOLDS_EN.get(held, '')}{passed[0]}.",
+                f"{best.name}: кластер Slurm лабы, без квоты, так что его хватит на весь прогон"
+                f"{_queue(best)[1]}{soon_ru}{_HOLDS_RU.get(held, '')}{passed[1]}.")
     if best.kind == "ssh":
         return (f"{best.name}: one of the lab's own machines, with no quota, so it covers the whole run"
                 f"{soon_en}{_HOLDS_EN.get(held, '')}{passed[0]}.",
                 f"{best.name}: своя машина лабы, без квоты, так что её хватит на весь прогон"
                 f"{soon_ru}{_HOLDS_RU.get(held, '')}{passed[1]}.")
+    at_en, at_ru = ((f" at the {tok_s:,.0f} tok/s this run's last session there measured",
+                     f" при {tok_s:,.0f} ток/с, измеренных последней сессией прогона там".replace(",", "\u00a0"))
+                    if tok_s else ("", ""))
     return (f"{best.name}: its {_h(best.quota_left_h)} h of GPU quota cover the whole run "
-            f"({_h(need_hours)} h){soon_en}{_HOLDS_EN.get(held, '')}{passed[0]}.",
+            f"({_h(need_hours)} h{at_en}){soon_en}{_HOLDS_EN.get(held, '')}{passed[0]}.",
             f"{best.name}: его {_h(best.quota_left_h, True)} ч квоты GPU хватит на весь прогон "
-            f"({_h(need_hours, True)} ч){soon_ru}{_HOLDS_RU.get(held, '')}{passed[1]}.")
+            f"({_h(need_hours, True)} ч{at_ru}){soon_ru}{_HOLDS_RU.get(held, '')}{passed[1]}.")
+
+
+def _queue(m: Machine) -> tuple[str, str]:
+    """"; Slurm expects its job to start in about 20 min" for a cluster whose queue says so."""
+    if m.wait_h is None:
+        return "", ""
+    if m.wait_h * 60 < 1:
+        return "; Slurm would start its job now", "; Slurm запустит её задачу сразу"
+    minutes = m.wait_h * 60
+    en = f"{minutes:.0f} min" if minutes < 90 else f"{_h(m.wait_h)} h"
+    ru = f"{minutes:.0f} мин" if minutes < 90 else f"{_h(m.wait_h, True)} ч"
+    return (f"; Slurm expects its job to start in about {en} (counted in its time)",
+            f"; Slurm ожидает начала её задачи примерно через {ru} (это учтено во времени)")
 
 
 def _soonest(best: Machine, rivals: list[Machine], finish_h: dict[str, float | None]) -> tuple[str, str]:
     """"; it finishes soonest ..." where a box is among the machines that cover the run."""
-    if best.kind != "ssh" and not any(m.kind == "ssh" for m in rivals):
+    if best.kind not in OWN and not any(m.kind in OWN for m in rivals):
         return "", ""  # Kaggle accounts alike: their cards are the same
     hours = finish_h.get(best.name)
     if hours is None:
-        if best.kind != "ssh":
+        if best.kind not in OWN:
             return "", ""
         return (f"; its speed is not measured yet (`lab machines check {best.name}`)",
                 f"; её скорость ещё не измерена (`lab machines check {best.name}`)")
@@ -217,7 +257,7 @@ def _passed_over(best: Machine, candidates: list[Machine], holds: dict[str, set[
           frozenset({"checkpoint"}): "the checkpoint"}[what]
     ru = {frozenset({"data", "checkpoint"}): "данные и чекпоинт", frozenset({"data"}): "данные",
           frozenset({"checkpoint"}): "чекпоинт"}[what]
-    if covers(m) and "ssh" in (m.kind, best.kind):  # the soonest to finish decided
+    if covers(m) and (m.kind in OWN or best.kind in OWN):  # the soonest to finish decided
         return f"; {m.name} holds {en} but not all of the link", f"; у {m.name} есть {ru}, но не всё для звена"
     if covers(m):  # it holds only part of the link: the most quota decides
         return (f"; {m.name} holds {en} but not all of the link, and {best.name} has more quota left",
@@ -244,7 +284,12 @@ def _why_not(m: Machine) -> tuple[str, str]:
     """Why a Kaggle account or a box cannot take the run now."""
     if m.error:
         return f"{m.name}: {m.error}", f"{m.name}: ошибка — {m.error}"
-    if not m.free and m.kind == "ssh":
+    if m.busy_until:
+        who = "Kaggle" if m.kind == "kaggle" else "it"
+        return (f"{m.name}: {who} asked the lab to wait (busy) until {_when(m.busy_until)}",
+                f"{m.name}: {'Kaggle попросил' if m.kind == 'kaggle' else 'машина попросила'} лабу подождать "
+                f"(занят{'' if m.kind == 'kaggle' else 'а'}) до {_when(m.busy_until)}")
+    if not m.free and m.kind in OWN:
         en = [f"{r} (`lab watch {r}` collects it)" for r in m.running if r != FOREIGN]
         ru = [f"{r} (его заберёт `lab watch {r}`)" for r in m.running if r != FOREIGN]
         if FOREIGN in m.running:
@@ -256,38 +301,63 @@ def _why_not(m: Machine) -> tuple[str, str]:
         ru = [r if r == FOREIGN else f"{r} (его заберёт `lab watch {r}`)" for r in m.running]
         return (f"{m.name}: busy with {len(m.running)} GPU session(s): {', '.join(en)}",
                 f"{m.name}: занят, идут сессии GPU ({len(m.running)}): {', '.join(ru)}")
-    refresh = _when(m.refresh)
-    return (f"{m.name}: {_h(m.quota_left_h or 0)} h of quota left, refreshes {'at ' if m.refresh else ''}{refresh}",
-            f"{m.name}: осталось {_h(m.quota_left_h or 0, True)} ч квоты, обновится {refresh}")
+    left = m.quota_left_h or 0.0
+    need = STARTUP_MIN + MIN_LINK_MIN
+    short_en = short_ru = ""
+    if left * 60 < need:  # what it lacks: a link is a session's start and a useful stretch of training
+        short_en = (f" ({left * 60:.0f} min); the run's next link needs at least {need:.0f} min ({STARTUP_MIN:.0f} "
+                    f"for its session's start, {MIN_LINK_MIN:.0f} of training)")
+        short_ru = (f" ({left * 60:.0f} мин); следующему звену прогона нужно не меньше {need:.0f} мин ({STARTUP_MIN:.0f} "
+                    f"на запуск сессии, {MIN_LINK_MIN:.0f} на обучение)")
+    return (f"{m.name}: {_h(left)} h of quota left{short_en}; it refreshes {'at ' if m.refresh else ''}"
+            f"{_when(m.refresh)}",
+            f"{m.name}: осталось {_h(left, True)} ч квоты{short_ru}; обновится {_when(m.refresh, ru=True)}")
 
 
 def nothing_free(elsewhere: list[Machine]) -> Choice:
     """No Kaggle account or box can take the run: why each cannot, and what the lab waits for."""
     reasons = [_why_not(m) for m in elsewhere]
     why_en, why_ru = [en for en, _ in reasons], [ru for _, ru in reasons]
-    refreshes = sorted(m.refresh for m in elsewhere if not m.error and m.free and m.refresh)
-    until = refreshes[0] if refreshes else None
-    boxes = any(m.kind == "ssh" for m in elsewhere)
-    if until:
-        tail_en = f" The lab waits for the earliest quota refresh, {_when(until)}, and starts then."
-        tail_ru = f" Лаба ждёт ближайшего обновления квоты, {_when(until)}, и тогда начнёт."
+    boxes = any(m.kind in OWN for m in elsewhere)
+    head_en, head_ru = (("No machine can take the run now (", "Ни одна машина сейчас не может взять прогон (")
+                        if boxes else ("No Kaggle account can take the run now (",
+                                       "Ни один аккаунт Kaggle сейчас не может взять прогон ("))
+    until, waits = _awaited(elsewhere)
+    if waits is not None:
+        tail_en, tail_ru = f" The lab waits for {waits[0]}, and starts then.", f" Лаба ждёт {waits[1]}, и тогда начнёт."
     elif any(not m.error for m in elsewhere):
+        waits = ("a session to end", "конца какой-нибудь сессии") if not boxes else \
+            ("a machine to be free", "пока какая-нибудь машина освободится")
         tail_en = " The lab waits until a session ends." if not boxes else " The lab waits until one is free."
         tail_ru = " Лаба ждёт, пока какая-нибудь сессия закончится." if not boxes else \
             " Лаба ждёт, пока какая-нибудь освободится."
     else:
         tail_en = " Fix the accounts (see `lab accounts`)." if not boxes else " Fix them (see `lab machines`)."
         tail_ru = " Исправьте аккаунты (см. `lab accounts`)." if not boxes else " Исправьте их (см. `lab machines`)."
-    head_en, head_ru = (("No machine can take the run now (", "Ни одна машина сейчас не может взять прогон (")
-                        if boxes else ("No Kaggle account can take the run now (",
-                                       "Ни один аккаунт Kaggle сейчас не может взять прогон ("))
     return Choice(None, head_en + "; ".join(why_en) + ")." + tail_en, head_ru + "; ".join(why_ru) + ")." + tail_ru,
-                  wait_until=until)
+                  wait_until=until, waits_for=waits)
 
 
-def _when(iso: str | None) -> str:
+def _awaited(elsewhere: list[Machine]) -> tuple[str | None, tuple[str, str] | None]:
+    """The earliest time something frees a machine, and what it is: a quota refresh of an account
+    that is free but spent, or the end of a pause its service asked for."""
+    found = [(m.refresh, m.name, "refresh") for m in elsewhere if not m.error and m.free and m.refresh]
+    found += [(m.busy_until, m.name, "pause") for m in elsewhere if not m.error and m.busy_until]
+    if not found:
+        return None, None
+    until, name, what = min(found)
+    if what == "pause":
+        kaggle = next(m.kind == "kaggle" for m in elsewhere if m.name == name)
+        return until, ((f"the end of Kaggle's pause on {name}, {_when(until)}",
+                        f"конца паузы Kaggle на {name}, {_when(until)}") if kaggle else
+                       (f"the end of the pause {name} asked for, {_when(until)}",
+                        f"конца паузы, о которой попросила {name}, {_when(until)}"))
+    return until, (f"the earliest quota refresh, {_when(until)}", f"ближайшего обновления квоты, {_when(until)}")
+
+
+def _when(iso: str | None, ru: bool = False) -> str:
     if not iso:
-        return "at an unknown time"
+        return "в неизвестное время" if ru else "at an unknown time"
     try:
         return datetime.fromisoformat(iso).astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
     except ValueError:

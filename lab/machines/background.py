@@ -11,6 +11,8 @@ import argparse
 import sys
 
 from lab.config import UserError
+from lab.machines import driver
+from lab.runs import load_run
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -18,8 +20,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("run", help="run id (or a unique prefix) or run folder")
     parser.add_argument("--resume", action="store_true", help="forget an earlier cancel")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
-    from lab.machines import driver
-    from lab.runs import load_run
     try:
         run_id = load_run(args.run).id
         if driver.driver_alive(run_id):

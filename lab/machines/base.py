@@ -2,7 +2,7 @@
 
 A machine says what it has free (`state`), starts a session of a run as the run's next link
 (`start`), follows that session to its end, collects its outputs into the run folder and says
-how it ended (`follow`: the link's typed outcome, lab.machines.outcome), and cancels it
+how it ended (`follow`: the link's typed outcome, lab.runs.End), and cancels it
 (`cancel`). The driver chains links into a run through this interface alone: it never asks which
 machine it drives. Each kind of machine is one entry in lab.machines.registry, and each builds
 its own settings.
@@ -40,6 +40,8 @@ class Host(ABC):
     one_link_per_start: bool = False
     # Its session runs inside the driver's process, so it lives exactly as long as that driver.
     session_in_driver: bool = False
+    # Listed among the lab's machines (and considered by Auto); an unlisted kind is used by name only.
+    listed: bool = True
 
     def __init__(self, name: str):
         self.name = name
@@ -81,6 +83,10 @@ class Host(ABC):
     @abstractmethod
     def log_tail(self, run: Run, link: Link, lines: int) -> str:
         """The end of the session's log, as far as the control side has it."""
+
+    def session_page(self, link: Link) -> str | None:
+        """Where a person sees (and stops) the link's session by hand, if it has such a page."""
+        return None
 
     def live(self, run: Run, link: Link) -> dict | None:
         """{"mode", "rows", "note_en", "note_ru"}: the running link's curve as its session's log

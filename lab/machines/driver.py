@@ -12,7 +12,7 @@ here, in this process, or by a background driver (`lab.machines.control.spawn_dr
 A run is driven in links (`lab.runs.Link`). Each machine answers for itself through one
 interface (lab.machines.base.Host: its state, start a link, follow it to its end, cancel it),
 found by name in lab.machines.registry; how a link ended is its typed outcome
-(lab.machines.outcome), and the driver decides from that alone: it never asks which machine it
+(lab.runs.End), and the driver decides from that alone: it never asks which machine it
 drives. When a link stops before `steps_until` (its time limit, the account's quota), the next
 one starts from its checkpoint on the machine the rule picks; with no machine free the driver
 waits for the earliest quota refresh and says so, looking again every LAB_DRIVER_POLL_S.
@@ -27,23 +27,26 @@ import re
 import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Callable
 
 from lab.config import RunConfig, UserError
-from lab.machines.auto import (FOREIGN, Choice, Machine, choose, pick, usable,  # noqa: F401 - re-exported
-                               worth_waiting)
+from lab.kernel.metrics import METRICS_MARK
+from lab.machines.auto import FOREIGN, Choice, Machine, choose, pick, usable, worth_waiting  # noqa: F401 - re-exported
 from lab.machines.base import Follow, env_seconds
 from lab.machines.control import (DriverLock, active_link, active_runs, cancel_flag, cancel_requested,  # noqa: F401
-                                  driver_alive, logged, read_control, set_control, spawn_driver, spawned, tail)
-from lab.kernel.metrics import METRICS_MARK
+                                  driver_alive, logged, read_control, set_control, spawn_driver, spawned,
+                                  tail)
 from lab.machines.live import live_curve
 from lab.machines.local import local_cards, local_gpu  # noqa: F401 - the API
 from lab.machines.needs import data_id, finish_hours, need_hours, pin_data, source_checkpoint
-from lab.machines.outcome import REFUSED, End
+from lab.machines.pace import measured_on, slow_links
 from lab.machines.registry import host_for, host_of, hosts, machine_names  # noqa: F401 - the API
-from lab.runs import Link, Run, load_run, now, updating
+from lab.runs import REFUSED, End, Link, Outcome, Run, load_run, now, updating
+from lab.sizing.calibration import read_predictions, record_prediction
+from lab.sizing.speeds import run_info
+from lab.sizing.words import format_number
 
 HALTED = ("done", "failed", "stopped", "cancelled")
 POLL_ENV = "LAB_DRIVER_POLL_S"  # how often a waiting driver looks again (the person's setting; default 30 s)
@@ -52,6 +55,7 @@ RECHECK_POLLS = 10  # a waiting driver asks the machines again every 10 polls (5
 MAX_LOST_IN_A_ROW = 2  # sessions lost one after another with no progress: the run stops and says why
 MAX_INPUT_WAITS = 3  # sessions in a row that found their inputs not mounted yet: then the run stops
 LOCK_TRIES, LOCK_RETRY_S = 5, 0.1  # a driver tries its lock this often before it leaves the run to another
+NOT_WAITING = {"waiting_until": None, "waiting_for": None, "waiting_for_ru": None}
 
 
 class DriverBusy(UserError):
@@ -98,7 +102,7 @@ def drive(run_id: str, *, say: Callable[[str], None] = print, resume: bool = Tru
     try:
         if resume:
             cancel_flag(run_id).unlink(missing_ok=True)
-        set_control(run_id, pid=os.getpid(), message=None, message_ru=None, waiting_until=None)
+        set_control(run_id, pid=os.getpid(), message=None, message_ru=None, **NOT_WAITING)
         with updating(run_id) as r:
             if r.status in HALTED + ("new",):
                 r.status = "running"
@@ -128,7 +132,8 @@ class _Driving:
     poll_s: float  # between looks while the run waits for a machine
     progress: bool
     nproc: int
-    excluded: dict[str, float] = field(default_factory=dict)  # machines that refused a session, until a recheck
+    excluded: dict[str, tuple[float, Outcome]] = field(default_factory=dict)  # refused a session: until when, how
+    passed_over: dict[str, str] = field(default_factory=dict)  # machines that cannot take this run's link: why
     started: set[int] = field(default_factory=set)  # the links this driver started
     one_link: bool = False  # a machine that runs one link per start ran it
     last_wait: str | None = None
@@ -167,13 +172,23 @@ def _go_on_with(run: Run, link: Link, state: _Driving, say: Callable[[str], None
 def _after(run_id: str, ended: Link, state: _Driving, say: Callable[[str], None]) -> Run | None:
     """What the link's outcome means for the run: the halted run, or None to go on."""
     out = ended.outcome
+    if out.session:
+        _predicted_on_its_cards(run_id)
     if out.kind in REFUSED:  # a picked machine too: the lab waits for it and asks again
-        state.excluded[ended.machine] = time.monotonic() + RECHECK_POLLS * state.poll_s
-        say(f"{out.reason} The lab tries another machine." if load_run(run_id).cfg.machine in ("auto", "", None)
-            else f"{out.reason} The lab waits for it and asks again.")
+        # Until the time the machine named (Kaggle's Retry-After), else until a recheck.
+        state.excluded[ended.machine] = (_monotonic(out.until) if out.until else
+                                         time.monotonic() + RECHECK_POLLS * state.poll_s, out)
+        again = f" at {_when(out.until)}" if out.until else ""
+        say(f"{out.reason} The lab tries another machine meanwhile and asks {ended.machine} again{again}."
+            if load_run(run_id).cfg.machine in ("auto", "", None) else f"{out.reason} The lab waits for it and "
+                                                                        f"asks again{again}.")
         return None
     if out.kind is End.UNFIT:  # the machine is marked so: the rule passes it over from now on
         say(f"{out.reason} The lab continues the run on another machine.")
+        return None
+    if out.kind is End.ELSEWHERE:  # passed over for this run, by this driver (`lab watch` tries it again)
+        state.passed_over[ended.machine] = out.reason
+        say(f"{out.reason} The lab continues the run on another machine where one can take it.")
         return None
     if out.kind is End.PUSH_AGAIN:
         if _in_a_row(load_run(run_id), End.PUSH_AGAIN) < MAX_INPUT_WAITS:
@@ -195,7 +210,31 @@ def _after(run_id: str, ended: Link, state: _Driving, say: Callable[[str], None]
                      _then_watch_ru(out.reason_ru, run_id), say=say)
     if out.kind is End.CANCELLED:
         return _halt(run_id, "cancelled", *_cancelled_words(run_id, load_run(run_id).step), say=say)
+    if out.kind is End.CONTINUE:
+        _pass_over_if_slow(run_id, ended, state, say)
     return None  # CONTINUE, INTERRUPTED: the next link goes on from the run's step
+
+
+def _predicted_on_its_cards(run_id: str) -> None:
+    """The calculator's prediction for the cards the session ran on, where the run has none for
+    them yet (a Kaggle session that came without its cards, a box), so `lab runs` and the runs
+    panel set every run's speed beside a prediction; its own rows never count in it."""
+    run = load_run(run_id)
+    info = run_info(str(run.folder))
+    if info and info.get("gpu") and info["gpu"] not in read_predictions(run.folder):
+        record_prediction(run.folder, run.cfg, gpu=info["gpu"])
+
+
+def _pass_over_if_slow(run_id: str, ended: Link, state: _Driving, say: Callable[[str], None]) -> None:
+    """A Kaggle session far slower than the run's others (lab.machines.pace) is said, and its
+    machine is passed over for the next link while another can take it: the run does not go on
+    spending that account's quota for little, unnoticed."""
+    slow = next((s for s in slow_links(load_run(run_id)) if s.link == ended.n), None)
+    if slow is None:
+        return
+    why = Outcome(End.BUSY, slow.words(), slow.words(ru=True), session=False)
+    state.excluded[ended.machine] = (time.monotonic() + RECHECK_POLLS * state.poll_s, why)
+    say(f"{slow.words()}. The lab passes {ended.machine} over for the next link while another machine can take it.")
 
 
 def _failed_or_cancelled(run_id: str) -> str:
@@ -233,11 +272,11 @@ def _next_step(run: Run, state: _Driving, say: Callable[[str], None]) -> Run | N
         return _halt(run_id, "cancelled", *_cancelled_words(run_id, run.step), say=say)
     if run.step >= run.cfg.steps_until:
         return _halt(run_id, "done", f"run {run_id} done: step {run.step:,} of {run.cfg.steps_until:,}",
-                     f"прогон {run_id} готов: шаг {run.step:,} из {run.cfg.steps_until:,}".replace(",", " "), say=say)
+                     f"прогон {run_id} готов: шаг {_ru(run.step)} из {_ru(run.cfg.steps_until)}", say=say)
     if state.one_link:  # this computer runs one link per start: its limit is the person's time
         return _halt(run_id, "stopped", f"run {run_id} stopped at step {run.step:,} ({run.links[-1].reason}); "
                                         f"`lab watch {run_id}` continues it",
-                     f"прогон {run_id} остановлен на шаге {run.step} ({run.links[-1].reason}); "
+                     f"прогон {run_id} остановлен на шаге {_ru(run.step)} ({run.links[-1].reason}); "
                      f"`lab watch {run_id}` продолжит его", say=say)
     try:
         choice, considered = _next_choice(run, state)
@@ -254,7 +293,7 @@ def _next_step(run: Run, state: _Driving, say: Callable[[str], None]) -> Run | N
     state.last_wait = None
     host = host_for(choice.machine)
     chosen = next(m for m in considered if m.name == choice.machine)
-    set_control(run_id, message=choice.reason_en, message_ru=choice.reason_ru, waiting_until=None)
+    set_control(run_id, message=choice.reason_en, message_ru=choice.reason_ru, **NOT_WAITING)
     link = host.start(run, chosen, choice.reason_en)
     with updating(run_id) as r:  # each link says why its machine was picked, in both languages
         r.links[-1].picked = {"en": choice.reason_en, "ru": choice.reason_ru}
@@ -266,8 +305,12 @@ def _next_step(run: Run, state: _Driving, say: Callable[[str], None]) -> Run | N
 
 
 def _cancelled_words(run_id: str, step: int) -> tuple[str, str]:
-    return (f"run {run_id} cancelled at step {step}: `lab watch {run_id}` continues it",
-            f"прогон {run_id} отменён на шаге {step}: `lab watch {run_id}` продолжит его")
+    return (f"run {run_id} cancelled at step {step:,}: `lab watch {run_id}` continues it",
+            f"прогон {run_id} отменён на шаге {_ru(step)}: `lab watch {run_id}` продолжит его")
+
+
+def _ru(n: int) -> str:
+    return format_number(n, "ru")  # "1 500": the Russian view writes every number so
 
 
 def _halt_on(run_id: str, e: UserError, say: Callable[[str], None]) -> Run:
@@ -295,7 +338,7 @@ def _halt(run_id: str, status: str, message: str, message_ru: str | None = None,
           say: Callable[[str], None] | None = None) -> Run:
     with updating(run_id) as r:
         r.status = status
-    set_control(run_id, message=message, message_ru=message_ru, waiting_until=None)
+    set_control(run_id, message=message, message_ru=message_ru, **NOT_WAITING)
     (say or logged(run_id, lambda text: None))(message)
     return load_run(run_id)
 
@@ -316,21 +359,46 @@ def _next_choice(run: Run, state: _Driving) -> tuple[Choice, list[Machine]]:
         if choice.machine is not None or not went_on:
             return choice, mine
     machines = _considered(state)
+    measured = measured_on(run)  # the plan learns from the run's own sessions (lab.machines.pace)
     return pick(run.cfg, need_hours(run), machines, holdings(machines, run.cfg, run), pinned, went_on,
-                finish_hours(run.cfg, run.step, machines)), machines
+                finish_hours(run.cfg, run.step, machines, measured, run), measured), machines
 
 
 def _considered(state: _Driving, only: str | None = None) -> list[Machine]:
-    clock = time.monotonic()
-    # A machine that refused a session for its session limit runs sessions the lab did not start.
-    return [replace(m, free=False, running=m.running + [FOREIGN]) if state.excluded.get(m.name, 0) > clock else m
-            for m in overview(patient=True, only=only)]
+    return [_as_left(m, state) for m in overview(patient=True, only=only)]
+
+
+def _as_left(m: Machine, state: _Driving) -> Machine:
+    """A machine as the run's last links left it: one passed over for the run says why; one that asked
+    for a pause is not free until then; one that refused a session for its session limit runs sessions
+    the lab did not start (until a recheck)."""
+    if m.name in state.passed_over:
+        return replace(m, free=False, error=f"passed over for this run: {state.passed_over[m.name].rstrip('. ')}")
+    until, out = state.excluded.get(m.name, (0.0, None))
+    if until <= time.monotonic() or out is None:
+        return m
+    if out.until:
+        return replace(m, free=False, busy_until=max(out.until, m.busy_until or ""))
+    return replace(m, free=False, running=m.running + [FOREIGN])
+
+
+def _monotonic(iso: str | None) -> float:
+    """time.monotonic() at the moment `iso` names (now for None)."""
+    if not iso:
+        return time.monotonic()
+    return time.monotonic() + (datetime.fromisoformat(iso) - datetime.now(timezone.utc)).total_seconds()
+
+
+def _when(iso: str) -> str:
+    return datetime.fromisoformat(iso).astimezone(timezone.utc).strftime("%H:%M:%S UTC")
 
 
 def _wait(run_id: str, choice: Choice, poll_s: float) -> None:
     """Waits until the earliest quota refresh, or a recheck, whichever is sooner; a cancel ends it."""
-    # The message first: whoever sees the run waiting finds why.
-    set_control(run_id, message=choice.reason_en, message_ru=choice.reason_ru, waiting_until=choice.wait_until)
+    # The message first: whoever sees the run waiting finds why, and what for.
+    en, ru = choice.waits_for or (None, None)
+    set_control(run_id, message=choice.reason_en, message_ru=choice.reason_ru, waiting_until=choice.wait_until,
+                waiting_for=en, waiting_for_ru=ru)
     with updating(run_id) as r:
         r.status = "waiting"
     deadline = time.monotonic() + RECHECK_POLLS * poll_s
@@ -360,7 +428,7 @@ def holdings(machines: list[Machine], cfg: RunConfig, run: Run | None = None) ->
 
 
 def status(run_id: str) -> dict:
-    """{"status", "links", "log_tail", ...} of a run, for the control notebook and `lab watch`."""
+    """Where a run is, as the fields of `lab.api.runs.RunStatus` (the API's typed record of it)."""
     for proc in list(spawned.values()):
         proc.poll()  # reaps finished background drivers
     run = load_run(run_id)
@@ -382,8 +450,9 @@ def status(run_id: str) -> dict:
     return {"id": run.id, "status": run.status, "step": run.step, "steps_until": run.cfg.steps_until,
             "machine": current.machine if current else None, "driver": alive,
             "message": message, "message_ru": message_ru,
-            "waiting_until": control.get("waiting_until"), "cancel_requested": cancel_requested(run.id),
-            "links": [asdict(link) for link in run.links], "log_tail": _log_tail(run, current),
+            "waiting_until": control.get("waiting_until"), "waiting_for": control.get("waiting_for"),
+            "waiting_for_ru": control.get("waiting_for_ru"), "cancel_requested": cancel_requested(run.id),
+            "links": list(run.links), "log_tail": _log_tail(run, current),
             "live": live_curve(run),  # the running session's curve from its log, until its outputs come
             "control_tail": tail(run.folder / "control.log", 12),
             "plot": str(run.folder / "loss.png") if (run.folder / "loss.png").is_file() else None,

@@ -23,12 +23,34 @@ def live_curve(run: Run) -> dict | None:
     return host.live(run, link)
 
 
+LIVE_MEAN = 5  # a live training point is the mean of this many single-step losses around it
+
+
 def curve_rows(run: Run, live: dict | None = None) -> list[dict]:
     """The run's curve as far as the lab knows it now: its metrics.jsonl up to the running
-    link's first step, then that link's live rows (none once its outputs are merged)."""
+    link's first step, then that link's live rows (none once its outputs are merged), their
+    training losses evened out (`even_live`)."""
     live = live_curve(run) if live is None else live
     rows = read_metrics(run.folder)
     if not live or not live["rows"]:
         return rows
     start = min(r["step"] for r in live["rows"])
-    return [r for r in rows if r["step"] < start] + live["rows"]
+    return [r for r in rows if r["step"] < start] + even_live(live["rows"])
+
+
+def even_live(rows: list[dict]) -> list[dict]:
+    """The live rows with each training loss the mean of the LIVE_MEAN single-step losses around
+    it (fewer at the ends); the step's own loss kept as `loss_sample`.
+
+    A session's log shows one row every few seconds and the row of every evaluation step, each
+    the loss of that one step, while the final curve has every step and draws their running
+    mean: joined as they are, a few single losses zigzag, and one noisy step (an evaluation's,
+    shown always) is a spike the final curve does not have. Their local mean is what the final
+    curve will draw there."""
+    losses = [(i, r["loss"]) for i, r in enumerate(rows) if isinstance(r.get("loss"), (int, float))]
+    out = [dict(r) for r in rows]
+    half = LIVE_MEAN // 2
+    for k, (i, loss) in enumerate(losses):
+        near = [v for _, v in losses[max(0, k - half):k + half + 1]]
+        out[i]["loss"], out[i]["loss_sample"] = sum(near) / len(near), loss
+    return out

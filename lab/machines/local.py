@@ -11,17 +11,17 @@ import shutil
 import signal
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
-from lab.config import RunConfig, card_set, field_names
+from lab.config import RunConfig, card_set
 from lab.kernel.checkpoint import checkpoint_meta, checkpoint_step, list_checkpoints
 from lab.machines.auto import Machine
 from lab.machines.base import Follow, Host
 from lab.machines.control import set_control, tail
-from lab.machines.outcome import End, Outcome
 from lab.notebooks import TRAIN_NOTEBOOK, parameterized
-from lab.procs import forwarding_stop_signals
-from lab.runs import Link, Run, now, updating
+from lab.procs import descendants, forwarding_stop_signals, signal_quietly
+from lab.runs import End, Link, Outcome, Run, now, updating
 
 NAME = "local"
 _local_cards: list[str] | None = None
@@ -78,7 +78,6 @@ class LocalHost(Host):
         with updating(run.id) as r:
             link = Link(n=len(r.links) + 1, machine=NAME, kind=self.kind, status="running", from_step=r.step)
             link.notebook = f"links/{link.n:03d}-{NAME}.ipynb"
-            link.detail = {"why": why}
             r.links.append(link)
             r.status = "running"
         return link
@@ -102,7 +101,6 @@ class LocalHost(Host):
 
     def cancel(self, run: Run, link: Link, driver_pid: int | None) -> str:
         if driver_pid:
-            from lab.procs import descendants, signal_quietly
             # To the notebook's kernel (and torchrun's workers), not the driver: the loop's saver
             # catches it, saves a checkpoint and stops cleanly, and the driver records the link.
             for child in descendants(driver_pid):
@@ -131,14 +129,12 @@ def execute_link(run: Run, link: Link, cfg: RunConfig, data_dir: Path, resume: P
                  progress: bool = True, nproc: int = 0) -> Link:
     """Runs the session of `link` here and records how it ended; returns the ended link. A
     session that failed fails the run: the person looks at the notebook before it goes on."""
-    import papermill as pm
+    import papermill as pm  # papermill: only where a session runs here
 
     out_nb = run.folder / link.notebook
     out_nb.parent.mkdir(exist_ok=True)
-    cfg = RunConfig.from_dict({**cfg.to_dict(), "data_dir": str(data_dir),
-                               "resume_from": str(resume) if resume else ""})
-    params = parameterized(cfg, out_dir=str(run.folder), nproc=nproc, plot_every_s=30,
-                           given_fields=field_names())  # settled here: the notebook takes it as it is
+    cfg = replace(cfg, data_dir=str(data_dir), resume_from=str(resume) if resume else "")  # where, here
+    params = parameterized(cfg, out_dir=str(run.folder), nproc=nproc, plot_every_s=30)  # every field, as settled
     (run.folder / "result.json").unlink(missing_ok=True)  # the previous link's
     error = None
     try:

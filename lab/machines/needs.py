@@ -3,17 +3,20 @@ run's config and checked against), the id of that data, the checkpoint it starts
 quota the rest of the run needs."""
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
+from lab import corpus, sizing
 from lab.config import Problem, RunConfig, UserError, check_against_data, raise_on_errors
-from lab.kernel.checkpoint import checkpoint_meta, list_checkpoints, resolve_checkpoint
+from lab.corpus.manifests import data_id_of, read_manifest
+from lab.kernel.checkpoint import checkpoint_meta, list_checkpoints, resolve_checkpoint, sha256_file
+from lab.machines.pace import hours_on
 from lab.runs import Run, load_run, updating
 
 
 def need_hours(run: Run) -> float | None:
     """GPU quota the rest of the run needs, start-ups included (the calculator's figure)."""
-    from lab import sizing
     cfg = run.cfg
     ckpt = {"step": run.step, "config": cfg.to_dict()} if run.step else None
     try:
@@ -22,24 +25,31 @@ def need_hours(run: Run) -> float | None:
         return None
 
 
-def finish_hours(cfg: RunConfig, step: int, machines: list) -> dict[str, float | None]:
+def finish_hours(cfg: RunConfig, step: int, machines: list, measured: dict[str, float] | None = None,
+                 run: Run | None = None) -> dict[str, float | None]:
     """Hours the rest of a run (at `step` of `cfg`) takes on each Kaggle account and box, by the
-    speed measured on its cards (the calculator's figure; None where it has none): what the Auto
-    rule ranks by among the machines that cover the run. Asked only where a box is among them;
-    each Kaggle account has the same cards but its own measured session starts. The driver and
-    the form's preview both ask it, so the preview names the machine the driver picks."""
-    if not any(m.kind == "ssh" for m in machines):
-        return {}
-    return {m.name: _hours_on(cfg, step, "2xT4" if m.kind == "kaggle" else m.gpu, m.name)
-            for m in machines if m.kind in ("kaggle", "ssh")}
+    speed measured on its cards (the calculator's figure; None where it has none), a Slurm cluster's
+    with the wait its queue expects (`Machine.wait_h`): what the Auto rule ranks by among the
+    machines that cover the run. Asked where a box is among them (each Kaggle account has the same
+    cards but its own measured session starts), and for each machine the run's own sessions
+    measured (`measured`, lab.machines.pace): there the hours at that speed. The driver and the
+    form's preview both ask it, so the preview names the machine the driver picks."""
+    measured = measured or {}
+    out: dict[str, float | None] = {}
+    if any(m.kind in ("ssh", "slurm") for m in machines):
+        out = {m.name: _hours_on(cfg, step, "2xT4" if m.kind == "kaggle" else m.gpu, m.name)
+               for m in machines if m.kind in ("kaggle", "ssh", "slurm")}
+    for m in machines:
+        if run is not None and m.name in measured and m.kind in ("kaggle", "ssh", "slurm"):
+            out[m.name] = hours_on(run, m.name, measured[m.name], kaggle=m.kind == "kaggle")
+        if m.kind == "slurm" and out.get(m.name) is not None and m.wait_h:
+            out[m.name] += m.wait_h  # a cluster's run starts when its queue lets it: the wait Slurm expects counts
+    return out
 
 
 def _hours_on(cfg: RunConfig, step: int, gpu: str, machine: str) -> float | None:
     """The calculator's whole-run hours on `machine`'s cards: its steps and what its sessions
     spend besides (on a Kaggle account, the starts and output copies its sessions measured)."""
-    from dataclasses import replace
-
-    from lab import sizing
     ckpt = {"step": step, "config": cfg.to_dict()} if step else None
     try:
         est = sizing.estimate(replace(cfg, gpu=gpu, machine=machine), checkpoint=ckpt)
@@ -54,7 +64,6 @@ def found_data(cfg: RunConfig) -> Path | None:
     constellation is an error that lists the known ones."""
     if cfg.data_dir:
         return Path(cfg.data_dir)
-    from lab import corpus
     return corpus.find_prepared(cfg.constellations)
 
 
@@ -69,7 +78,6 @@ def find_data(cfg: RunConfig, prepare: bool = False, say: Callable[[str], None] 
     if not prepare:
         flags = " ".join(f"-c {n}" for n in cfg.constellations)
         raise UserError(f"constellations {names} are not prepared: run `lab prepare {flags}`")
-    from lab import corpus
     say(f"preparing the data for {names}")
     return corpus.prepare(cfg.constellations, progress=progress)
 
@@ -77,7 +85,6 @@ def find_data(cfg: RunConfig, prepare: bool = False, say: Callable[[str], None] 
 def data_problems(cfg: RunConfig, folder: Path) -> list[Problem]:
     """What is wrong with the run's fields against its data: the context must fit in the data's
     shortest shard (the kernel's `TokenData.shortest_split`, read here from the manifest)."""
-    from lab.corpus.manifests import read_manifest
     manifest = read_manifest(folder)
     shards = list(manifest.get("train") or []) + list(manifest.get("val") or [])
     if not shards:
@@ -87,8 +94,9 @@ def data_problems(cfg: RunConfig, folder: Path) -> list[Problem]:
 
 def pin_data(run_id: str, say: Callable[[str], None], progress: bool = False) -> None:
     """Every link of a run trains on the same prepared data: found (or prepared) once, checked
-    against, then kept in the run's config. A run registered with its data prepared has it pinned
-    already (`lab.settle`); then this only makes sure it is still there. Text added to a
+    against, then pinned in the run's settled record (its folder and its manifest's sha256). A run
+    registered with its data prepared has it pinned already (`lab.settle`); then this only makes
+    sure it is still there. Text added to a
     constellation later is a new val set: a new run."""
     run = load_run(run_id)
     if run.cfg.data_dir:
@@ -102,13 +110,12 @@ def pin_data(run_id: str, say: Callable[[str], None], progress: bool = False) ->
     found = find_data(run.cfg, prepare=True, say=say, progress=progress)
     raise_on_errors(data_problems(run.cfg, found))
     with updating(run_id) as r:
-        r.config = {**r.config, "data_dir": str(found)}
+        r.settled = r.settled.pinned(str(found), sha256_file(found / "manifest.json"))
 
 
 def data_id(cfg: RunConfig) -> str | None:
     """The id of the data the run trains on: its pinned folder, else the one prepared for its
     constellations (as `pin_data` will find it); None when there is none yet."""
-    from lab.corpus.manifests import data_id_of
     try:
         found = found_data(cfg)
         return data_id_of(found) if found is not None else None

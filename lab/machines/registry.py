@@ -2,7 +2,7 @@
 
     KINDS               kind -> its Host class ("module:Class", imported when first asked)
     machine_names()     every machine of the lab: this computer, then each kind's own, in KINDS order
-                        (the Kaggle accounts, then the boxes over SSH)
+                        (the Kaggle accounts, the boxes over SSH, the Slurm clusters)
     host_for(name)      the machine called `name`, as its kind's Host; hosts() every machine's
     host_of(link)       the host of a recorded link, by the kind the link carries (a machine since
                         removed from the lab still reads its link's files); class_of(link) its class
@@ -21,8 +21,10 @@ from lab.runs import Link
 
 KINDS: dict[str, str | type[Host]] = {
     "local": "lab.machines.local:LocalHost",  # this computer, always named "local"
-    "kaggle": "lab.machines.kaggle:KaggleHost",  # each Kaggle account of lab.kaggle.accounts
-    "ssh": "lab.machines.ssh:SshHost",  # each of the lab's own boxes (or groups) of lab.machines.ssh_boxes
+    "kaggle": "lab.machines.kaggle.host:KaggleHost",  # each Kaggle account of lab.kaggle.accounts
+    "ssh": "lab.machines.ssh.host:SshHost",  # each of the lab's own boxes (or groups) of lab.machines.ssh.boxes
+    "slurm": "lab.machines.slurm.host:SlurmHost",  # each of the lab's Slurm clusters of lab.machines.slurm.cluster
+    "inline": "lab.machines.inline:InlineHost",  # this computer in the driving process (`lab sweep --inline`)
 }
 
 
@@ -36,11 +38,15 @@ def host_class(kind: str) -> type[Host]:
     return entry
 
 
-def _named() -> list[tuple[str, str]]:
-    """(name, kind) of each machine of the lab; a name that two kinds list is the first's."""
+def _named(listed: bool = True) -> list[tuple[str, str]]:
+    """(name, kind) of each machine of the lab; a name that two kinds list is the first's.
+    `listed`: only the kinds whose machines the lab lists (and Auto considers): not `inline`."""
     seen: dict[str, str] = {}
     for kind in KINDS:
-        for name in host_class(kind).names():
+        cls = host_class(kind)
+        if listed and not cls.listed:
+            continue
+        for name in cls.names():
             seen.setdefault(name, kind)
     return list(seen.items())
 
@@ -51,11 +57,11 @@ def machine_names() -> list[str]:
 
 def kind_of(name: str) -> str:
     """The kind of the machine called `name`; an unknown name says which machines there are."""
-    named = dict(_named())
+    named = dict(_named(listed=False))
     if name not in named:
         raise UserError(f"no machine '{name}' in the lab; its machines: {', '.join(named)} (`lab machines` shows "
                         "them; `lab accounts add NAME --kaggle-json PATH` adds a Kaggle account, `lab machines add "
-                        "NAME --ssh HOST` a box)")
+                        "NAME --ssh HOST` a box, `lab machines add NAME --slurm LOGIN_HOST` a Slurm cluster)")
     return named[name]
 
 
@@ -66,7 +72,7 @@ def host_for(name: str) -> Host:
 def hosts(only: str | None = None) -> list[Host]:
     """Every machine of the lab as its host, in `machine_names` order (`only`: that one, if the
     lab has it)."""
-    return [host_class(kind)(name) for name, kind in _named() if only is None or name == only]
+    return [host_class(kind)(name) for name, kind in _named(listed=only is None) if only is None or name == only]
 
 
 def class_of(link: Link) -> type[Host]:

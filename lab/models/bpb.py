@@ -15,6 +15,7 @@ import math
 from pathlib import Path
 
 from lab.config import RunConfig, UserError
+from lab.corpus.manifests import prepared_folders, read_manifest
 
 
 def bits_per_byte(nats: float, n_bytes: int) -> float:
@@ -30,7 +31,6 @@ def last_val(rows: list[dict]) -> dict | None:
 def data_folder_of(val_set: str | None, cfg: RunConfig) -> Path | None:
     """The prepared data folder of a val set (a metrics row names the one it was measured on);
     the run's own data folder when the row names none. None when this lab home has neither."""
-    from lab.corpus.manifests import prepared_folders, read_manifest
     if val_set:
         found = next((folder for folder, m in prepared_folders() if m.get("val_set") == val_set), None)
         if found is not None:
@@ -53,8 +53,7 @@ def val_bpb(row: dict | None, cfg: RunConfig) -> float | None:
     folder = data_folder_of(row.get("val_set"), cfg)
     if folder is None:
         return None
-    from lab.corpus.manifests import read_manifest
-    from lab.corpus.valtext import val_bytes
+    from lab.corpus.valtext import val_bytes  # numpy, sentencepiece: only where the data is at hand
     try:
         tokens, n_bytes = read_manifest(folder)["val_tokens"], val_bytes(folder)
     except (UserError, OSError, KeyError):

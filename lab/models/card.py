@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 
 from lab import __version__
+from lab.models.hf import INSTALL, LOAD_LINES
 
 LOAD_BACK = '''import json
 import torch
@@ -53,9 +54,28 @@ def model_card(facts: dict) -> str:
               "- `config.json`: the model's sizes (`model`, the arguments of `lab.kernel.model.GPT`), the EOS id, "
               "the run's training fields",
               "- `tokenizer.model`: the sentencepiece tokenizer",
-              "", "## Load it back", "", "With the lab kit's `lab/kernel/model.py` (one file, torch only) and "
-              "`safetensors`:", "", "```python", LOAD_BACK.format(out=facts.get("out_hint", ".")), "```", ""]
-    return "\n".join(lines)
+              "- `configuration_lab_gpt.py`, `modeling_lab_gpt.py`, `tokenization_lab_gpt.py`, "
+              "`generation_config.json`, `tokenizer.json`, `tokenizer_config.json`: what Hugging Face transformers "
+              "loads it with (`config.json` holds its "
+              "fields too)", ""]
+    return "\n".join(lines + _use_lines(facts))
+
+
+def _use_lines(facts: dict) -> list[str]:
+    """The card's last part: the lines that load the model in transformers, `lab sample`, and the
+    kit's own module."""
+    out, n = facts.get("out_hint", "."), facts["model"]["context"]
+    return ["## Use it", "", f"In Hugging Face transformers (`{INSTALL}`, or transformers alone; the folder "
+            "carries the model's code, hence `trust_remote_code=True`):", "",
+            "```python", LOAD_LINES.format(out=out), "```", "",
+            "`generate()` samples as `lab sample` does (temperature 0.8, top-k 50, from `generation_config.json`); "
+            "`do_sample=False` gives the likeliest tokens, those of `lab sample --temperature 0`. The tokenizer puts "
+            "the EOS in front of every text, as training did (`add_special_tokens=False` leaves it out). The logits "
+            f"are the kit's. Past the context ({n} tokens) the window slides as in `lab sample`: each new token "
+            f"recomputes the last {n}. In the lab that trained it:", "",
+            "```bash", f"lab sample {facts.get('source', facts['name'])} --prompt \"Жили-были\" --tokens 100", "```", "",
+            "With the lab kit's `lab/kernel/model.py` (one file, torch only) and `safetensors`:", "",
+            "```python", LOAD_BACK.format(out=out), "```", ""]
 
 
 def _data_lines(data: dict | None) -> list[str]:

@@ -17,8 +17,11 @@ import sentencepiece as spm
 import torch
 
 from lab.config import RunConfig, UserError
+from lab.corpus.manifests import prepared_folders, read_manifest
+from lab.corpus.tokenizer import list_tokenizers
 from lab.kernel.checkpoint import CheckpointError, load_checkpoint, resolve_checkpoint
 from lab.kernel.model import GPT
+from lab.kernel.train import pick_precision
 from lab.runs import RECORD, Run, load_run
 
 
@@ -75,8 +78,6 @@ def _run_of(folder: Path) -> Run | None:
 
 def find_tokenizer(sha256: str, cfg: RunConfig) -> Path:
     """The tokenizer.model whose sha256 the checkpoint recorded."""
-    from lab.corpus.manifests import prepared_folders, read_manifest
-    from lab.corpus.tokenizer import list_tokenizers
     candidates = []
     if cfg.data_dir:
         try:
@@ -100,7 +101,6 @@ def pick_device(device: str | None = None) -> tuple[torch.device, str]:
     dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     if dev.type != "cuda":
         return dev, "fp32"
-    from lab.kernel.train import pick_precision
     return dev, pick_precision(dev)
 
 

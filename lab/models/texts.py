@@ -8,6 +8,8 @@ from pathlib import Path
 
 from lab.config import RunConfig, UserError
 from lab.corpus.constellations import TEXT_SUFFIXES
+from lab.corpus.manifests import prepared_folders, read_manifest
+from lab.models.bpb import data_folder_of
 
 
 def read_text_file(path: Path) -> str:
@@ -46,9 +48,7 @@ def constellation_val(name: str, cfg: RunConfig | None = None, val_set: str | No
     """(the data folder, the held-out documents) of a constellation. Its val documents are
     chosen by their own text's hash, whatever else a folder holds, so any folder prepared with
     the same text of it gives the same ones; the run's own data folder is preferred."""
-    from lab.corpus.manifests import prepared_folders, read_manifest
-    from lab.corpus.valtext import val_documents
-    from lab.models.bpb import data_folder_of
+    from lab.corpus.valtext import val_documents  # numpy, sentencepiece: only where the data is at hand
     own = data_folder_of(val_set, cfg) if cfg is not None else None
     folders = ([own] if own is not None else []) + [f for f, _ in prepared_folders()]
     for folder in folders:

@@ -1,15 +1,16 @@
 """`lab probe ACCOUNT`: a short Kaggle session that tests an account before a run depends on it.
 
-What it finds out (lab.probe.session runs there, lab.probe.worker under
-torchrun): whether Kaggle gives the account a GPU session at all (it offers GPUs only to
-phone-verified accounts), the GPUs, driver, CUDA, torch and NCCL versions, an all-reduce
+What it finds out (lab.trial.session runs there, lab.trial.worker under
+torchrun): whether Kaggle gives the account a GPU session at all (it offers GPUs only to verified
+accounts: the phone, and for accounts made after December 2025 the identity too; until then it runs
+a GPU push without a GPU, and its quota says the account never started a GPU session), the GPUs, driver, CUDA, torch and NCCL versions, an all-reduce
 across the cards, a short training burst at the reference size (fp16 on T4s) giving measured
 tokens/s, where /kaggle/input mounts the lab's data (a small private dataset `lab-probe-input`
 with a marker file, uploaded as a new version each time), free disk; and, from this side,
 whether Kaggle shows a running session's log (lab.kaggle.logs).
 
 The verdict and facts are stored in `$LAB_HOME/accounts/<name>/probe.json`, the burst as a run
-folder in `probe/` beside it (lab.probe.record), where the calculator finds it as a
+folder in `probe/` beside it (lab.kaggle.probed), where the calculator finds it as a
 measurement. On the emulator the same code runs on its CPU at tiny sizes, and the stored
 figures say "cpu".
 """
@@ -25,19 +26,20 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
+import nbformat
+
 from lab.config import UserError, card_set
 from lab.kaggle.client import AccountClient, KaggleError, RetryPolicy, client_for, get_account
+from lab.kaggle.limits import GPU_CHECKS_EN, GPU_CHECKS_RU
 from lab.kaggle.logs import LiveLog
-from lab.probe.record import MEASURED_FOLDER, store_measurement, store_probe
+from lab.kaggle.probed import MEASURED_FOLDER, store_measurement, store_probe
+from lab.machines.kaggle.data import KaggleSettings
+from lab.trial.sources import CPU_SIZE, GPU_SIZE, session_source, worker_source
 
 KERNEL_SLUG = "lab-probe"
 DATASET_SLUG = "lab-probe-input"
 MARKER = "lab-probe-marker.json"
 TERMINAL = ("COMPLETE", "ERROR", "CANCEL_ACKNOWLEDGED")
-GPU_SIZE = {"context": 1024, "width": 512, "heads": 8, "layers": 8, "vocab": 4000, "batch_per_card": 6}
-CPU_SIZE = {"context": 32, "width": 32, "heads": 2, "layers": 2, "vocab": 512, "batch_per_card": 4}
-# What lab.probe.worker imports of the kernel side, in the order the training notebook pastes it.
-WORKER_USES = ("config", "model", "speed", "step")
 
 
 @dataclass(frozen=True)
@@ -59,44 +61,40 @@ class ProbePlan:
     cpu_size: dict = field(default_factory=lambda: dict(CPU_SIZE))
 
     def cost_min(self) -> tuple[float, float]:
-        """(about, at most) minutes of GPU quota: Kaggle's start-up (~2 min), the work, the hold;
-        at most the session timeout."""
-        return round(2 + max(self.hold_s, 60) / 60 + 1, 0), self.session_timeout_s / 60
+        """(about, at most) minutes of GPU quota the probe's session runs: the hold, inside which
+        the checks and the burst run, and the notebook's cells around it, as measured against the
+        emulator (AROUND_HOLD_S); at most the session timeout. Kaggle's start-up of the session
+        comes on top and is not measured."""
+        return round((self.hold_s + AROUND_HOLD_S) / 60, 1), self.session_timeout_s / 60
+
+
+# The probe's session against the emulator at time scale 1 (2026-12-01, the kit's 2-core VM at load
+# ~9): its notebook ran 154.7 s from its first cell to its end, 150 s of them the hold, inside which
+# the checks and the 30-step burst took 28 s; the cells before and after the hold, 4.7 s. What
+# Kaggle charges for starting a GPU session before the notebook runs is not measured.
+AROUND_HOLD_S = 5.0
 
 
 def cost_line(plan: ProbePlan, ru: bool = False) -> str:
     about, most = plan.cost_min()
+    held = plan.hold_s / 60
     if ru:
-        return (f"Проба займёт около {about:.0f} мин квоты GPU аккаунта (не больше {most:.0f} мин: тайм-аут "
-                f"сессии), один раз на аккаунт.")
-    return (f"The probe uses about {about:.0f} min of the account's GPU quota (at most {most:.0f} min: its "
-            f"session timeout), once per account.")
+        about_ru, held_ru = f"{about:.1f}".replace(".", ","), f"{held:.1f}".replace(".", ",")
+        return (f"Проба займёт около {about_ru} мин квоты GPU аккаунта в своей сессии ({held_ru} из них сессия "
+                f"держится ради проверки журнала, проверки идут внутри), плюс запуск сессии на Kaggle — он пока не "
+                f"измерен; не больше {most:.0f} мин (тайм-аут сессии). Один раз на аккаунт.")
+    return (f"The probe uses about {about:.1f} min of the account's GPU quota in its session ({held:.1f} of them "
+            f"holding it for the log check, the checks running inside), plus Kaggle's start-up of the session, "
+            f"not measured yet; at most {most:.0f} min (its session timeout). Once per account.")
 
 
 # ---------------------------------------------------------------------------------------------
 # The notebook that is pushed
 
 
-def worker_source() -> str:
-    """The probe's worker as one script for torchrun: the kernel modules it trains with (the
-    loop's own step), then the burst (a box's check, lab.probe.box, runs the same)."""
-    from lab.notebooks import kernel_source
-    worker = _pasted(Path(__file__).resolve().parent / "worker.py")
-    return "\n\n".join([*map(kernel_source, WORKER_USES), worker])
-
-
-def session_source() -> str:
-    """The probe session's code, as the probe notebook pastes it (a box's check sends it too)."""
-    from lab.notebooks import kernel_source
-    return "\n\n".join([kernel_source("signals"), kernel_source("preflight"),
-                        _pasted(Path(__file__).resolve().parent / "session.py")])
-
-
 def probe_notebook(plan: ProbePlan) -> dict:
     """The probe notebook: its parameters, the worker script (the lab's GPT and the burst) as a
     file for torchrun, the session code, and the call."""
-    import nbformat
-
     worker = worker_source()
     md, code = nbformat.v4.new_markdown_cell, nbformat.v4.new_code_cell
     params = (f"marker = {MARKER!r}\ngpu_size = {plan.gpu_size!r}\ncpu_size = {plan.cpu_size!r}\n"
@@ -116,13 +114,6 @@ def probe_notebook(plan: ProbePlan) -> dict:
     return json.loads(nbformat.writes(nb))
 
 
-def _pasted(path: Path) -> str:
-    """A module's code without its lab imports (the notebook pastes what they would bring)."""
-    lines = [line for line in path.read_text(encoding="utf-8").splitlines()
-             if not line.startswith(("from lab", "import lab", "from __future__"))]
-    return "\n".join(lines).strip() + "\n"
-
-
 # ---------------------------------------------------------------------------------------------
 # One probe
 
@@ -130,7 +121,6 @@ def _pasted(path: Path) -> str:
 def settings_plan() -> ProbePlan:
     """The probe as the person's settings have it: status polled as often as LAB_KAGGLE_POLL_S
     says (default 30 s), a session without GPU taken as LAB_KAGGLE_ALLOW_CPU says."""
-    from lab.machines.kaggle_data import KaggleSettings
     settings = KaggleSettings.from_env()
     return ProbePlan(poll_s=settings.poll_s, allow_cpu=settings.allow_cpu)
 
@@ -155,8 +145,8 @@ def probe_account(name: str, plan: ProbePlan | None = None, say: Callable[[str],
         pushed = e.push  # it runs without the marker: the mount check says so
     say(f"{name}: pushed {slug} version {pushed.version}; waiting for it to end")
     status, failure, log_mode = _follow(c, slug, pushed.version, account.folder / "probe-log", plan, say)
-    return _collect(name, c, slug, pushed.version, status, failure, log_mode, nonce, started, account.folder,
-                    plan.allow_cpu)
+    seen = Seen(status, failure, log_mode, nonce, started, _has_ever_run(c))
+    return _collect(name, c, slug, pushed.version, seen, account.folder, plan.allow_cpu)
 
 
 def _upload_marker(c: AccountClient, folder: Path, nonce: str, plan: ProbePlan, say) -> str:
@@ -205,8 +195,28 @@ def _follow(c: AccountClient, slug: str, version: int | None, log_folder: Path, 
         shutil.rmtree(log_folder, ignore_errors=True)
 
 
-def _collect(name: str, c: AccountClient, slug: str, version: int | None, status: str, failure: str,
-             log_mode: str, nonce: str, started: datetime, folder: Path, allow_cpu: bool = False) -> dict:
+@dataclass(frozen=True)
+class Seen:
+    """What this side saw of the probe's session: how it ended, its log's mode, the marker's nonce, when
+    it was pushed, and whether Kaggle's quota says the account has ever started a GPU session after it
+    (None: not asked)."""
+    status: str
+    failure: str
+    log_mode: str
+    nonce: str
+    started: datetime
+    has_ever_run: bool | None = None
+
+
+def _has_ever_run(c: AccountClient) -> bool | None:
+    try:
+        return c.quota().has_ever_run
+    except UserError:
+        return None
+
+
+def _collect(name: str, c: AccountClient, slug: str, version: int | None, seen: Seen, folder: Path,
+             allow_cpu: bool = False) -> dict:
     """Downloads the probe's outputs and stores the verdict."""
     out = Path(tempfile.mkdtemp(prefix="lab-probe-out-", dir=folder))
     try:
@@ -216,7 +226,7 @@ def _collect(name: str, c: AccountClient, slug: str, version: int | None, status
             facts = json.loads((out / "probe" / "probe.json").read_text(encoding="utf-8"))
         except (UserError, OSError, ValueError):
             pass
-        record = _verdict(name, slug, version, status, failure, log_mode, nonce, started, facts, allow_cpu)
+        record = _verdict(name, slug, version, seen, facts, allow_cpu)
         if facts is not None and (facts.get("worker") or {}).get("burst"):
             store_measurement(folder / MEASURED_FOLDER, out / "probe" / "metrics.jsonl", facts, record["gpu"])
         store_probe(name, record)
@@ -225,11 +235,12 @@ def _collect(name: str, c: AccountClient, slug: str, version: int | None, status
         shutil.rmtree(out, ignore_errors=True)
 
 
-def _verdict(name: str, slug: str, version: int | None, status: str, failure: str, log_mode: str, nonce: str,
-             started: datetime, facts: dict | None, allow_cpu: bool = False) -> dict:
-    record = {"format": 1, "account": name, "at": started.isoformat(timespec="seconds"), "kernel": slug,
+def _verdict(name: str, slug: str, version: int | None, seen: Seen, facts: dict | None,
+             allow_cpu: bool = False) -> dict:
+    status, failure = seen.status, seen.failure
+    record = {"format": 1, "account": name, "at": seen.started.isoformat(timespec="seconds"), "kernel": slug,
               "version": version, "status": status, "can_run": True, "why": None, "why_ru": None,
-              "log_while_running": {"live": True, "at_end": False}.get(log_mode), "facts": facts}
+              "log_while_running": {"live": True, "at_end": False}.get(seen.log_mode), "facts": facts}
     if facts is None:  # the probe failed, which says nothing sure of the account: Auto still tries it
         record.update(can_run=None, why=f"the probe session ended {status} without its results"
                       + (f" ({failure})" if failure else ""),
@@ -243,9 +254,12 @@ def _verdict(name: str, slug: str, version: int | None, status: str, failure: st
     record["tok_s"] = (worker.get("burst") or {}).get("tok_s")
     record["image"], record["nccl_env"] = facts.get("image"), facts.get("nccl_env") or {}
     marker = facts.get("input_marker") or ""
-    record["input"] = {"mount": facts.get("input_mount"), "this_version": nonce in marker}
-    record.update(_cards_verdict(name, gpus, worker, allow_cpu))
-    if not gpus and allow_cpu:
+    record["input"] = {"mount": facts.get("input_mount"), "this_version": seen.nonce in marker}
+    # A GPU push Kaggle ran without a GPU, while its quota says the account never started a GPU session:
+    # not verified, whatever LAB_KAGGLE_ALLOW_CPU says (the session ran on its CPU alone).
+    unverified = not gpus and seen.has_ever_run is False
+    record.update(_cards_verdict(name, gpus, worker, allow_cpu and not unverified))
+    if not gpus and allow_cpu and not unverified:
         record.update(warning="the session had no GPU: a run there trains on the CPU (LAB_KAGGLE_ALLOW_CPU=1)",
                       warning_ru="в сессии не было GPU: прогон там учился бы на CPU (LAB_KAGGLE_ALLOW_CPU=1)")
     elif gpus and not record["input"]["mount"]:
@@ -257,11 +271,8 @@ def _verdict(name: str, slug: str, version: int | None, status: str, failure: st
 def _cards_verdict(name: str, gpus: list, worker: dict, allow_cpu: bool) -> dict:
     """{"can_run", "why", "why_ru"} from what the session found of its cards."""
     if not gpus and not allow_cpu:
-        return {"can_run": False,
-                "why": "the session had no GPU (Kaggle offers GPUs only to phone-verified accounts): verify the "
-                       f"account's phone number at kaggle.com/settings, then `lab probe {name}` again",
-                "why_ru": "в сессии не было GPU (Kaggle даёт GPU только аккаунтам с подтверждённым телефоном): "
-                          f"подтвердите телефон на kaggle.com/settings, затем снова `lab probe {name}`"}
+        return {"can_run": False, "why": f"the session had no GPU. {GPU_CHECKS_EN}; then `lab probe {name}` again",
+                "why_ru": f"в сессии не было GPU. {GPU_CHECKS_RU}; затем снова `lab probe {name}`"}
     if worker.get("error"):
         return {"can_run": False, "why": f"the cards' check failed: {worker['error']}",
                 "why_ru": f"проверка карт не прошла: {worker['error']}"}
@@ -272,25 +283,27 @@ def _cards_verdict(name: str, gpus: list, worker: dict, allow_cpu: bool) -> dict
 
 
 def _refused(name: str, c: AccountClient, e: KaggleError, started: datetime) -> dict:
-    """Kaggle refused the GPU session: busy or out of quota say nothing of the account, so no
-    verdict is stored; any other refusal is the verdict (e.g. an account without phone
-    verification is offered no GPU)."""
-    if "GPU session count" in e.what:
+    """Kaggle refused the GPU session. Busy, at its session cap, out of quota, or an empty draft that
+    would not go: none of it says anything of the account, so no verdict is stored and the account
+    stays usable; any other refusal is the verdict."""
+    if e.cause == "busy":
+        raise UserError(f"{e} The probe stored nothing: try it again when Kaggle is less busy.") from None
+    if e.cause == "session-cap":
         raise UserError(f"{e} The probe needs a free GPU session: try again when one ends.") from None
+    if e.cause == "shell":
+        raise UserError(f"{e} The probe stored nothing.") from None
     try:
-        out_of_quota = c.quota().left_s < 60
-    except UserError:
-        out_of_quota = False
+        out_of_quota = e.cause == "quota" or c.quota().left_s < 60
+    except UserError:  # the quota could not be asked: no verdict from an answer not had
+        raise UserError(f"{e} The quota could not be asked either: the probe stored nothing; try it again "
+                        "later.") from None
     if out_of_quota:
         raise UserError(f"{e} The probe needs a few minutes of GPU quota: try again after the weekly "
                         "refresh.") from None
     record = {"format": 1, "account": name, "at": started.isoformat(timespec="seconds"), "kernel": None,
               "version": None, "status": "refused", "can_run": False,
               "why": f"Kaggle refused a GPU session: {e.what}. {e.todo}",
-              "why_ru": f"Kaggle отказал в сессии GPU: {e.what}. Kaggle даёт GPU только аккаунтам с подтверждённым "
-                        "телефоном.",
+              "why_ru": f"Kaggle отказал в сессии GPU: {e.what}. {GPU_CHECKS_RU}.",
               "log_while_running": None, "facts": None}
     store_probe(name, record)
     return record
-
-

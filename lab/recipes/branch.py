@@ -12,7 +12,13 @@ import math
 from pathlib import Path
 
 from lab.config import RunConfig, UserError
-from lab.runs import Run, load_run
+from lab.kernel.checkpoint import checkpoint_step, list_checkpoints, place_checkpoint, verify_checkpoint
+from lab.kernel.metrics import metrics_lines, write_metrics_lines
+from lab.kernel.schedule import run_warmup
+from lab.machines.control import spawn_driver
+from lab.recipes.points import is_branch
+from lab.runs import Run, list_runs, load_run
+from lab.settle import register_run
 
 DECAY_FRAC = 0.2
 BRANCHABLE = ("wsd", "inv_sqrt")  # schedules with a phase before their decay
@@ -30,7 +36,6 @@ def branch_config(parent: RunConfig, at: int, decay_frac: float = DECAY_FRAC) ->
     if parent.schedule not in BRANCHABLE:
         raise UserError(f"a cooldown branch needs a run with a constant phase (wsd or inv_sqrt); this run's "
                         f"schedule is {parent.schedule}: its rate already falls everywhere")
-    from lab.kernel.schedule import run_warmup
     warmup = run_warmup(parent.steps_until, parent.warmup_steps, parent.decay_start)
     if at <= warmup:
         raise UserError(f"step {at:,} is still in the run's warmup ({warmup:,} steps): branch from a later checkpoint")
@@ -47,7 +52,6 @@ def branch_config(parent: RunConfig, at: int, decay_frac: float = DECAY_FRAC) ->
 
 def checkpoint_at(run: Run, at: int) -> Path:
     """The parent's whole checkpoint at step `at`; the error names the steps there are."""
-    from lab.kernel.checkpoint import checkpoint_step, list_checkpoints, verify_checkpoint
     found = {checkpoint_step(p): p for p in list_checkpoints(run.folder / "checkpoints")}
     if at not in found:
         steps = ", ".join(f"{s:,}" for s in sorted(found)) or "none"
@@ -61,9 +65,6 @@ def checkpoint_at(run: Run, at: int) -> Path:
 
 def create_branch(parent_ref: str, at: int, decay_frac: float = DECAY_FRAC, machine: str | None = None) -> Run:
     """Registers the branch (nothing runs yet): config, start checkpoint, the parent's curve to `at`."""
-    from lab.kernel.checkpoint import place_checkpoint
-    from lab.kernel.metrics import metrics_lines, write_metrics_lines
-    from lab.settle import register_run
     parent = load_run(parent_ref)
     cfg = branch_config(parent.cfg, at, decay_frac)
     ckpt = checkpoint_at(parent, at)
@@ -75,7 +76,6 @@ def create_branch(parent_ref: str, at: int, decay_frac: float = DECAY_FRAC, mach
 
 def start_branch(parent_ref: str, at: int, decay_frac: float = DECAY_FRAC, machine: str | None = None) -> str:
     """Registers the branch and drives it in the background, like any run; returns its id."""
-    from lab.machines.control import spawn_driver
     run = create_branch(parent_ref, at, decay_frac, machine)
     spawn_driver(run.id)
     return run.id
@@ -84,8 +84,6 @@ def start_branch(parent_ref: str, at: int, decay_frac: float = DECAY_FRAC, machi
 def branches_of(run_id: str, runs: list[Run] | None = None) -> list[Run]:
     """The cooldown branches of a run, by the step they branch from."""
     if runs is None:
-        from lab.runs import list_runs
         runs = list_runs()
-    from lab.recipes.points import is_branch
     kids = [r for r in runs if (r.parent or {}).get("run") == run_id and is_branch(r)]
     return sorted(kids, key=lambda r: r.parent.get("step", 0))

@@ -23,6 +23,8 @@ from pathlib import Path
 from typing import Sequence
 
 from lab.config import UserError
+from lab.home import lab_home
+from lab.kernel.checkpoint import atomic_write
 from lab.recipes.points import Point, group_key, sizes_with_enough_tokens
 
 PARAMS = ("E", "A", "B", "alpha", "beta")
@@ -111,7 +113,7 @@ def fit_law(points: Sequence[Point], *, bootstrap: int = 100, seed: int = 0, met
     # The bootstrap resamples by position: the same points give the same fit, in whatever order
     # the runs were listed (run ids are random).
     points = sorted(points, key=lambda p: (p.weights, p.tokens, p.val_loss))
-    import numpy as np
+    import numpy as np  # numpy: only for a fit (the calculator reads a fit without it)
     n = np.log(np.array([p.weights for p in points], dtype=float))
     d = np.log(np.array([p.tokens for p in points], dtype=float))
     y = np.log(np.array([p.val_loss for p in points], dtype=float))
@@ -147,8 +149,8 @@ def _grid_starts(n, d, y, keep: int = 8) -> list:
     """Starting values: for a grid of (α, β) the law is linear in (E, A, B), so each grid point
     gets its best non-negative (E, A, B) by least squares; the `keep` best grid points start
     the Huber fit, with a few of Chinchilla's fixed starts beside them."""
-    import numpy as np
-    from scipy.optimize import nnls
+    import numpy as np  # numpy: only for a fit (the calculator reads a fit without it)
+    from scipy.optimize import nnls  # scipy: only for a fit
     loss = np.exp(y)
     scored = []
     for alpha in np.linspace(0.05, 1.5, 30):
@@ -168,7 +170,7 @@ def _grid_starts(n, d, y, keep: int = 8) -> list:
 
 def _objective(theta, n, d, y):
     """Huber loss of the log-space residuals, and its gradient."""
-    import numpy as np
+    import numpy as np  # numpy: only for a fit (the calculator reads a fit without it)
     e, a, b, alpha, beta = theta
     terms = np.stack([a - alpha * n, b - beta * d, np.full_like(n, e)])
     top = terms.max(axis=0)
@@ -187,7 +189,7 @@ def _objective(theta, n, d, y):
 
 
 def _fit_logs(n, d, y, starts) -> tuple:
-    from scipy.optimize import minimize
+    from scipy.optimize import minimize  # scipy: only for a fit
     best, best_value = None, math.inf
     for start in starts:
         # Unbounded, as Chinchilla's (scipy's bounded variant is far slower here); exponents
@@ -203,7 +205,6 @@ def _fit_logs(n, d, y, starts) -> tuple:
 # --- fits on disk: one per val set and tokenizer ------------------------------------------
 
 def fits_dir() -> Path:
-    from lab.home import lab_home
     return lab_home() / "recipes" / "fits"
 
 
@@ -214,7 +215,6 @@ def fit_file(val_set: str | None, tokenizer: str | None, metric: str = "loss") -
 
 
 def save_fit(fit: Fit) -> Path:
-    from lab.kernel.checkpoint import atomic_write
     path = fit_file(fit.val_set, fit.tokenizer, fit.metric)
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(path, lambda f: f.write(json.dumps(fit.to_dict(), indent=1).encode("utf-8")))

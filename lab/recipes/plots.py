@@ -16,15 +16,18 @@ import math
 from pathlib import Path
 from typing import Sequence
 
+from lab.kernel.metrics import read_metrics
+from lab.kernel.schedule import lr_for_config
+from lab.recipes.branch import branches_of
 from lab.recipes.fit import Fit
-from lab.recipes.points import Point
+from lab.recipes.points import Point, ends_small, is_branch
 
 
 def _plt():
-    import matplotlib
+    import matplotlib  # matplotlib: only when a plot is drawn
     if matplotlib.get_backend().lower().startswith(("qt", "tk", "gtk", "wx", "macosx")):
         matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # matplotlib: only when a plot is drawn
     return plt
 
 
@@ -83,7 +86,7 @@ def _law_title(fit: Fit) -> str:
 
 
 def isoloss(fit: Fit, points: Sequence[Point] = ()):
-    import numpy as np
+    import numpy as np  # numpy: only when a plot is drawn
     plt = _plt()
     ns = [p.weights for p in points] or [1e5, 1e8]
     ds = [p.tokens for p in points] or [1e6, 1e10]
@@ -156,9 +159,6 @@ def loss_vs_lr(points: Sequence[Point]):
 def schedules(runs: Sequence) -> object | None:
     """Runs of equal N and D with different schedules: their rates (left) and val curves
     (right), the final losses in the legend. None unless two schedules meet at one (N, D)."""
-    from lab.kernel.metrics import read_metrics
-    from lab.kernel.schedule import lr_for_config
-    from lab.recipes.points import ends_small, is_branch
     groups: dict[tuple, dict[str, object]] = {}
     for run in runs:
         cfg = run.cfg
@@ -194,7 +194,6 @@ def schedules(runs: Sequence) -> object | None:
 
 def branches(parent, kids: Sequence) -> object:
     """The parent's val curve with its cooldown branches: each bends down where it starts."""
-    from lab.kernel.metrics import read_metrics
     plt = _plt()
     fig, ax = plt.subplots(figsize=(7, 4))
     vals = [r for r in read_metrics(parent.folder) if "val_loss" in r]
@@ -235,7 +234,6 @@ def write_plots(folder: str | Path, points: Sequence[Point], fit: Fit | None = N
         figures["residuals.png"] = residuals(points, fit) if points else None
     if runs and not in_bpb:
         figures["schedules.png"] = schedules(runs)
-        from lab.recipes.branch import branches_of
         for run in runs:
             kids = branches_of(run.id, list(runs))
             if kids:

@@ -19,6 +19,11 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from lab.config import RunConfig, UserError
+from lab.corpus.manifests import read_manifest, val_text_id
+from lab.kernel.metrics import read_metrics
+from lab.models.bpb import data_folder_of, val_bpb
+from lab.runs import list_runs
+from lab.sizing.cards import weight_count
 
 SMALL_LR = 0.25  # a rate that ended at most a quarter of its peak counts as "ended small"
 DIVERGED = "diverged.json"  # in a run folder: the run was stopped as diverging, not a point
@@ -101,7 +106,6 @@ def write_points_file(path: str | os.PathLike, points: Iterable[Point]) -> None:
 
 def run_point(run) -> tuple[Point | None, str]:
     """The point a registry run gives, or None and why not."""
-    from lab.kernel.metrics import read_metrics
     folder = run.folder
     if (folder / DIVERGED).exists():
         return None, "diverged"
@@ -118,7 +122,6 @@ def run_point(run) -> tuple[Point | None, str]:
     vocab = _vocab(folder, cfg)
     if vocab is None:
         return None, "vocabulary unknown"
-    from lab.sizing.cards import weight_count
     return Point(weights=weight_count(cfg.layers, cfg.width, vocab, cfg.context), tokens=int(last["tokens"]),
                  val_loss=float(last["val_loss"]), lr=cfg.lr, schedule=cfg.schedule,
                  val_set=last.get("val_set"), tokenizer=_tokenizer(folder, cfg), run=run.id,
@@ -128,9 +131,7 @@ def run_point(run) -> tuple[Point | None, str]:
 
 def _bytes_scale(row: dict, cfg: RunConfig) -> dict:
     """val_bpb, val_text and train_bytes of a run's last val row, where its data is at hand."""
-    from lab.corpus.manifests import read_manifest, val_text_id
-    from lab.corpus.valtext import val_bytes
-    from lab.models.bpb import data_folder_of, val_bpb
+    from lab.corpus.valtext import val_bytes  # numpy, sentencepiece: only where the data is at hand
     folder = data_folder_of(row.get("val_set"), cfg)
     if folder is None:
         return {}
@@ -160,7 +161,6 @@ def is_branch(run) -> bool:
 def lab_points(runs=None) -> list[Point]:
     """Every point among the registry's runs (default: all of them)."""
     if runs is None:
-        from lab.runs import list_runs
         runs = list_runs()
     return [p for p in (run_point(r)[0] for r in runs) if p is not None]
 
@@ -188,7 +188,6 @@ def _tokenizer(folder: Path, cfg: RunConfig) -> str | None:
 def _manifest(cfg: RunConfig) -> dict | None:
     if not cfg.data_dir:
         return None
-    from lab.corpus.manifests import read_manifest
     try:
         return read_manifest(cfg.data_dir)
     except UserError:

@@ -2,14 +2,27 @@
 and D, of kind "fitted", with its bootstrap interval and the size the fit calls
 compute-optimal for the tokens the data has.
 
-Called by `lab.sizing.estimate` on every keystroke: stdlib only (the fit file is read once
-per change of its mtime), no numpy, no scipy.
+The callers that show an estimate combine it with this (`predicted(est)`): the form on every
+keystroke and `lab size`. Stdlib only (the fit file is read once per change of its mtime), no
+numpy, no scipy.
 """
 from __future__ import annotations
 
 from lab.config import RunConfig
+from lab.recipes.fit import load_fit_cached
+from lab.sizing.figures import Estimate, Figure
+from lab.sizing.words import format_count
 
 KIND = "fitted"
+
+
+def predicted(est: Estimate) -> Figure | None:
+    """The estimate's predicted final val loss at its N and D (None without a fit for its data)."""
+    cfg = est.config
+    if cfg is None:
+        return None
+    return predict(cfg, est.manifest, est.weights.value, (est.tokens_per_step.value or 0) * cfg.steps_until,
+                   est.tokens_available.value)
 
 
 def predict(cfg: RunConfig, manifest: dict | None, weights: int | None, tokens: int | None,
@@ -18,11 +31,9 @@ def predict(cfg: RunConfig, manifest: dict | None, weights: int | None, tokens: 
     for this data (its val set and tokenizer) or N or D is unknown."""
     if not manifest or not weights or not tokens:
         return None
-    from lab.recipes.fit import load_fit_cached
     fit = load_fit_cached(manifest.get("val_set"), (manifest.get("tokenizer") or {}).get("sha256"))
     if fit is None:
         return None
-    from lab.sizing.figures import Figure
     value = fit.predict(weights, tokens)
     extra: dict = {"fit_points": fit.points}
     band = fit.predict_interval(weights, tokens)
@@ -37,7 +48,6 @@ def predict(cfg: RunConfig, manifest: dict | None, weights: int | None, tokens: 
 
 def predicted_text(fig, lang: str = "en") -> str:
     """"3.412 (3.39–3.44); compute-optimal for the data: 12.3M weights" for the form and `lab size`."""
-    from lab.sizing.words import format_count
     text = f"{fig.value:.3f}"
     band = fig.extra.get("interval")
     if band:

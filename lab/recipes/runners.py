@@ -3,11 +3,12 @@ spread over the lab's machines by Auto. Each runner takes a registered run throu
 link and stops a diverging one early, marking it (`points.DIVERGED`) so it is no point.
 
     LocalRunner   the training notebook on this computer (the path `lab run` takes)
-    InlineRunner  the loop in this process, without the notebook (`lab train`'s path; fast on CPU)
+    InlineRunner  the loop in this process, without the notebook (the `inline` machine; fast on CPU)
     SpreadRunner  a background driver per run; Auto places each on a free Kaggle account
 """
 from __future__ import annotations
 
+import os
 import signal
 import threading
 import time
@@ -15,80 +16,29 @@ from pathlib import Path
 from typing import Callable
 
 from lab.config import UserError
+from lab.kernel.metrics import read_metrics
+from lab.machines import driver
+from lab.machines.inline import ask_to_stop
+from lab.procs import descendants, signal_quietly
 from lab.recipes.points import DivergenceWatch, diverged_why, mark_diverged
-from lab.machines.outcome import End, Outcome
-from lab.runs import Link, load_run, now, updating
+from lab.runs import load_run
 
 
 START_GRACE_S = 120  # how long a spawned driver may take to mark its run running
 
 
-class Diverged(Exception):
-    """Raised from the loop's metrics callback to stop a diverging run at once."""
-
-
-class InlineRunner:
-    """Trains in this process: no kernel start per run, so tiny CPU sweeps finish in seconds."""
+class DrivenRunner:
+    """One run at a time through the driver, in this process, on `machine`. A thread watches the
+    run's metrics and stops a diverging run's session (`stop`): it saves and stops, and the run
+    reads "stopped", not cancelled."""
     blocking = True
-
-    def __init__(self, say: Callable[[str], None] = print, watch: Callable[[], DivergenceWatch] = DivergenceWatch):
-        self.say, self.watch = say, watch
-
-    def launch(self, run_id: str) -> None:
-        from lab.kernel.checkpoint import list_checkpoints
-        from lab.kernel.train import train
-        from lab.machines.needs import pin_data
-        pin_data(run_id, self.say)  # as a driver does: found (or prepared) once, then kept in the config
-        run = load_run(run_id)
-        cfg, data = run.cfg, Path(run.cfg.data_dir)
-        resume = run.folder if list_checkpoints(run.folder / "checkpoints") else None
-        with updating(run_id) as r:
-            # This computer's session, run in this process (the machine's name says how).
-            r.links.append(Link(n=len(r.links) + 1, machine="inline", kind="local", status="running",
-                                from_step=r.step))
-            r.status = "running"
-        watch = self.watch()
-
-        def on_metrics(row: dict) -> None:
-            why = watch.see(row)
-            if why:
-                raise Diverged(why)
-
-        status, reason, step = "failed", None, None
-        try:
-            result = train(cfg, run.folder, data, resume=resume, log=lambda s: None,
-                           on_metrics=on_metrics)
-            status = "done" if result["done"] else "stopped"
-            reason, step = result["reason"], result["step"]
-        except Diverged as e:
-            mark_diverged(run.folder, str(e))
-            reason = f"diverged: {e}"
-        except Exception as e:  # noqa: BLE001 - recorded on the link, the sweep goes on with the rest
-            reason = f"{type(e).__name__}: {e}"
-        with updating(run_id) as r:
-            link = r.links[-1]
-            link.status, link.reason, link.ended = status, reason, now()
-            # As any machine ends a link: a driver that later continues this run decides from it.
-            link.outcome = Outcome(End.FAILED if status == "failed" else End.CONTINUE, reason or "")
-            link.to_step = step if step is not None else r.step
-            r.status = status
-
-    def finished(self, run_id: str) -> bool:
-        return True
-
-
-class LocalRunner:
-    """The training notebook here, through the driver, one run at a time (`lab sweep` registers
-    its runs for "local" then). A thread watches the run's metrics and stops a diverging run the
-    way Ctrl-C does: SIGTERM to the kernel, which saves and stops."""
-    blocking = True
+    machine = "local"
 
     def __init__(self, say: Callable[[str], None] = print, poll_s: float = 2.0,
                  watch: Callable[[], DivergenceWatch] = DivergenceWatch):
         self.say, self.poll_s, self.watch = say, poll_s, watch
 
     def launch(self, run_id: str) -> None:
-        from lab.machines import driver
         stop = threading.Event()
         watcher = threading.Thread(target=self._watch, args=(run_id, stop), daemon=True)
         watcher.start()
@@ -103,8 +53,6 @@ class LocalRunner:
     def _watch(self, run_id: str, stop: threading.Event) -> None:
         """Reads the run's new metrics rows every `poll_s`; after the link, once more, so a run
         that diverged faster than a poll is still marked."""
-        import os
-        from lab.procs import descendants, signal_quietly
         folder, watch, seen = load_run(run_id).folder, self.watch(), 0
         while True:
             ended = stop.wait(self.poll_s)
@@ -114,8 +62,7 @@ class LocalRunner:
                 if why:
                     mark_diverged(folder, why, row.get("step"))
                     if not ended:
-                        for pid in descendants(os.getpid()):
-                            signal_quietly(pid, signal.SIGTERM)
+                        self.stop(run_id)
                     return
             if ended:
                 return
@@ -124,10 +71,38 @@ class LocalRunner:
         return True
 
 
+    def stop(self, run_id: str) -> None:
+        raise NotImplementedError
+
+
+class LocalRunner(DrivenRunner):
+    """The training notebook on this computer (the path `lab run` takes): a diverging run is
+    stopped the way Ctrl-C stops it, SIGTERM to the kernel, which saves and stops."""
+    machine = "local"
+
+    def stop(self, run_id: str) -> None:
+        for pid in descendants(os.getpid()):
+            signal_quietly(pid, signal.SIGTERM)
+
+
+class InlineRunner(DrivenRunner):
+    """The loop in this process without the notebook (lab.machines.inline): no kernel start per
+    run, so tiny CPU sweeps finish in seconds."""
+    machine = "inline"
+
+    def __init__(self, say: Callable[[str], None] = print, poll_s: float = 0.2,
+                 watch: Callable[[], DivergenceWatch] = DivergenceWatch):
+        super().__init__(say, poll_s, watch)
+
+    def stop(self, run_id: str) -> None:
+        ask_to_stop(load_run(run_id).folder, "diverged")
+
+
 class SpreadRunner:
     """Each run in its own background driver: Auto spreads them over free accounts (the
     driver waits for quota when none is free). A diverging run is cancelled from here."""
     blocking = False
+    machine = None  # wherever each run's own field says (Auto, or the machine the sweep was given)
 
     def __init__(self, say: Callable[[str], None] = print, watch: Callable[[], DivergenceWatch] = DivergenceWatch):
         self.say, self.watch = say, watch
@@ -135,13 +110,11 @@ class SpreadRunner:
         self._launched: dict[str, float] = {}
 
     def launch(self, run_id: str) -> None:
-        from lab.machines import driver
         driver.spawn_driver(run_id, resume=True)
         self._watches[run_id] = (self.watch(), 0)
         self._launched[run_id] = time.monotonic()
 
     def finished(self, run_id: str) -> bool:
-        from lab.machines import driver
         run = load_run(run_id)
         watch, seen = self._watches.get(run_id, (self.watch(), 0))
         rows, seen = _new_rows(run.folder, seen)
@@ -159,6 +132,5 @@ class SpreadRunner:
 
 def _new_rows(folder: Path, seen: int) -> tuple[list[dict], int]:
     """Metrics rows after the first `seen` (the file only grows while a link runs)."""
-    from lab.kernel.metrics import read_metrics
     rows = read_metrics(folder)
     return rows[seen:], len(rows)

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from lab.config import RunConfig, UserError, check, raise_on_errors
+from lab.kernel.metrics import read_metrics
 from lab.kernel.schedule import run_warmup
 from lab.recipes.branch import DECAY_FRAC, create_branch, parent_decay_start
 from lab.recipes.points import diverged_why, run_point
@@ -98,7 +99,8 @@ class Sweep:
         for label, cfg, stages in planned:
             member = Member(label, "", stages, cfg.steps_until)
             first = {**cfg.to_dict(), "steps_until": stages[0] if stages else cfg.steps_until}
-            member.run_id = register_run(first, machine=cfg.machine).id
+            # A runner that runs on one machine (this computer, the loop in this process) names it.
+            member.run_id = register_run(first, machine=runner.machine or cfg.machine).id
             self.members.append(member)
             self.queue.append(member)
 
@@ -156,7 +158,6 @@ class Sweep:
 
 
 def _last_val(folder) -> float | None:
-    from lab.kernel.metrics import read_metrics
     vals = [r["val_loss"] for r in read_metrics(folder) if "val_loss" in r]
     return vals[-1] if vals else None
 

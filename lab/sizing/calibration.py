@@ -16,7 +16,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from lab.config import RunConfig
-from lab.sizing.speeds import run_info, lab_runs, measured_runs, median, steady_tok_s
+from lab.sizing.estimate import estimate
+from lab.sizing.speeds import lab_runs, measured_runs, median, run_info, steady_tok_s
 
 PREDICTED = "predicted.json"
 
@@ -26,7 +27,6 @@ def record_prediction(folder: Path, cfg: RunConfig, gpu: str | None = None) -> d
     the run is sized for) unless one is there for that card; returns it. Never raises: a run
     goes on without it. `lab.settle.register_run` calls it for every run the lab registers
     (the form's Start, lab run, lab branch, lab sweep), `lab train` for its --out folder."""
-    from lab.sizing.estimate import estimate
     try:
         folder = Path(folder)
         cfg = replace(cfg, gpu=gpu) if gpu else cfg

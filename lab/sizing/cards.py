@@ -6,7 +6,8 @@ import json
 import os
 from dataclasses import dataclass, replace
 
-from lab.config import RunConfig, cpu_precision, flops_per_token, weight_count  # noqa: F401 (the calculator's names)
+from lab.config import RunConfig, flops_per_token, weight_count  # noqa: F401 (the calculator's names
+from lab.kernel.cpu import cpu_precision
 from lab.home import machines_dir
 
 DEFAULT_VOCAB = 4000  # the lab's tokenizer, when no manifest or checkpoint says otherwise

@@ -2,29 +2,21 @@
 field checks of `lab.config`, the data, the checkpoint, whether the batch fits)."""
 from __future__ import annotations
 
-from lab.config import Problem, RunConfig, check, check_against_data, check_resume
+from lab.config import Problem, RunConfig, check, check_against_data
+from lab.kaggle.limits import limit_problems
 from lab.sizing.cards import TOKENS_PER_WEIGHT, Card, card_where
 from lab.sizing.figures import Estimate
 from lab.sizing.words import format_count, format_number
 
 
-def problems(cfg: RunConfig, run_cfg: RunConfig, est: Estimate, card: Card | None, vocab_given: int | None,
-              manifest: dict | None, checkpoint: dict | None, ckpt_missing: bool,
-              given: set[str] | None) -> list[Problem]:
-    out = check(run_cfg)
+def problems(run_cfg: RunConfig, est: Estimate, card: Card | None, vocab_given: int | None,
+             manifest: dict | None) -> list[Problem]:
+    """Where the run starts (its checkpoint, the locked fields) is `lab.settle.preview`'s to check."""
+    out = check(run_cfg) + limit_problems(run_cfg)
     if est.vocab < 1:
         out.append(Problem("vocab", f"vocab must be at least 1 (got {est.vocab})",
                            f"словарь должен быть не меньше 1 (сейчас {est.vocab})"))
     out += _data_problems(run_cfg, est, manifest, vocab_given)
-    if cfg.resume_from:
-        if ckpt_missing:
-            out.append(Problem("resume_from", f"no finished checkpoint at {cfg.resume_from}: give a ckpt_*.pt "
-                                              f"file or a run folder that has one",
-                               f"в {cfg.resume_from} нет готового чекпоинта: укажите файл ckpt_*.pt "
-                               f"или папку прогона с ним"))
-        elif checkpoint is not None:
-            theirs = checkpoint.get("config") or cfg.model_dict()  # no config saved: nothing to lock against
-            out += check_resume(cfg, theirs, int(checkpoint["step"]), given)
     if card is not None and card.precision == "fp16" and est.precision == "bf16":
         out.append(Problem("precision", f"{card.name} has no native bf16: it is emulated and slow; "
                                         f"use precision auto (fp16 + GradScaler)",

@@ -2,28 +2,18 @@
 memory), computed from the cards, the measured speeds and the memory formula."""
 from __future__ import annotations
 
-from dataclasses import replace
-
-from lab.config import MODEL_FIELDS, Problem, RunConfig
+from lab.config import Problem, RunConfig
 from lab.home import machines_dir
+from lab.kaggle.accounts import list_accounts
 from lab.sizing.cards import AUTO_GPU, TOKENS_PER_WEIGHT, Card, card_for, weight_count
 from lab.sizing.checks import problems
 from lab.sizing.figures import Estimate, Figure, unknown
-from lab.sizing.inputs import checkpoint_info, find_manifest, resolve_vocab, tokens_available
+from lab.sizing.inputs import find_manifest, resolve_vocab, tokens_available
 from lab.sizing.memory import GB, max_batch, memory_bytes, usable_bytes
 from lab.sizing.runtime import RunTime, compiles, kaggle_session_costs, local_session_costs, run_time
 from lab.sizing.speedmodel import speed_figure, speed_model
 from lab.sizing.speeds import Measured, measured_runs
-from lab.sizing.words import format_number
-
-
-def _with_checkpoint_model(cfg: RunConfig, ckpt: dict | None, given: set[str] | None) -> RunConfig:
-    """A continued run has the checkpoint's architecture: the model fields the person did not
-    set are taken from it, so the figures describe the model that will actually train."""
-    if not ckpt or given is None:
-        return cfg
-    theirs = ckpt.get("config") or {}
-    return replace(cfg, **{k: theirs[k] for k in MODEL_FIELDS if k not in given and isinstance(theirs.get(k), int)})
+from lab.sizing.words import format_number, format_seconds
 
 
 def _sizes_ok(cfg: RunConfig, vocab: int) -> bool:
@@ -31,26 +21,22 @@ def _sizes_ok(cfg: RunConfig, vocab: int) -> bool:
 
 
 def estimate(cfg: RunConfig, vocab: int | None = None, manifest: dict | None = None,
-             checkpoint: dict | None = None, given: set[str] | None = None,
-             runs: list[Measured] | None = None, machine_cards: str | None = None) -> Estimate:
+             checkpoint: dict | None = None, runs: list[Measured] | None = None,
+             machine_cards: str | None = None) -> Estimate:
     """Every figure for the run, and every problem with its fields. Never raises on bad
     fields (the form calls it with half-typed values): figures it cannot compute are
     "unknown" and the errors say why.
 
+`cfg` is the run as it will train: a continued run's as `lab.settle.preview` settled it (its
+    model fields the checkpoint's); nothing here merges it with the checkpoint again.
     manifest: the prepared data's manifest; None looks it up (`data_dir` or the
-    constellations). checkpoint: {"step", "config"}; None reads `resume_from`'s sidecar.
-    given: fields the person set explicitly (a resumed run takes the others from the
-    checkpoint; a given model field that differs is an error). runs: measured runs; None
-    scans `$LAB_HOME/runs`. machine_cards: with gpu "auto", the card set of the machine the run
+    constellations). checkpoint: {"step", "config"} of the checkpoint it starts from (its step
+    and vocabulary). runs: measured runs; None scans `$LAB_HOME/runs`. machine_cards: with gpu "auto", the card set of the machine the run
     goes to (this computer's, a box's: `card_for` names); None: Kaggle's."""
     if manifest is None:
         manifest = find_manifest(cfg)
-    ckpt_missing = False
-    if checkpoint is None and cfg.resume_from:
-        checkpoint = checkpoint_info(cfg.resume_from)
-        ckpt_missing = checkpoint is None
     vocab_n, vocab_source = resolve_vocab(vocab, manifest, checkpoint)
-    run_cfg = _with_checkpoint_model(cfg, checkpoint, given)
+    run_cfg = cfg
     gpu_auto = cfg.gpu == "auto"
     card = card_for((machine_cards or AUTO_GPU) if gpu_auto else cfg.gpu)
     precision = (cfg.precision if cfg.precision not in ("auto", "") else card.precision) if card else "fp16"
@@ -67,10 +53,8 @@ def estimate(cfg: RunConfig, vocab: int | None = None, manifest: dict | None = N
             _step_figures(est, run_cfg, card, steps)
             _time_figures(est, run_cfg, card, runs, steps)
             _memory_figures(est, run_cfg, card)
-    est.problems = problems(cfg, run_cfg, est, card, vocab, manifest, checkpoint, ckpt_missing, given)
-    from lab.recipes.predict import predict  # the recipe lab's hook: None unless a fit exists for this data
-    est.predicted_val_loss = predict(run_cfg, manifest, est.weights.value, (est.tokens_per_step.value or 0)
-                                     * run_cfg.steps_until, est.tokens_available.value)
+    est.problems = problems(run_cfg, est, card, vocab, manifest)
+    est.manifest = manifest
     return est
 
 
@@ -123,13 +107,15 @@ def _time_figures(est: Estimate, cfg: RunConfig, card: Card, runs: list[Measured
     extra = {"sessions": t.sessions, "session_hours": round(t.longest_session_s / 3600, 3),
              "steps_per_session": t.steps_per_session, "interval": [round(lo, 3), round(hi, 3)],
              "parts": {k: round(v / 3600, 3) for k, v in parts.items()}}
-    share = (t.total_s - t.train_s) / t.total_s if t.total_s else 0.0
+    # In seconds, not a share: 10 min of session starts beside 4.5 s of steps is no "+99%".
+    rest = t.total_s - t.train_s
     est.run_hours = Figure(round(t.total_s / 3600, 3), speed.kind, "hours",
-                           f"{steps:,} steps at {speed.value:,} tokens/s, +{share:.0%} for evaluations, samples, saves, "
-                           f"compiling and session starts ({costs.note})",
-                           f"{format_number(steps, 'ru')} шагов при {format_number(speed.value, 'ru')} токенов/с, "
-                           f"+{share:.0%} на оценки, примеры текста, сохранения, компиляцию и запуски сессий "
-                           f"({costs.note_ru})", extra)
+                           f"{steps:,} steps at {speed.value:,} tokens/s: {format_seconds(t.train_s)} of training, "
+                           f"and {format_seconds(rest)} for evaluations, samples, saves, compiling and session starts "
+                           f"({costs.note})",
+                           f"{format_number(steps, 'ru')} шагов при {format_number(speed.value, 'ru')} токенов/с: "
+                           f"{format_seconds(t.train_s, 'ru')} обучения и {format_seconds(rest, 'ru')} на оценки, "
+                           f"примеры текста, сохранения, компиляцию и запуски сессий ({costs.note_ru})", extra)
     if not kaggle:
         est.quota_hours = Figure(0.0, "exact", "hours", "this computer spends no Kaggle quota",
                                  "этот компьютер не тратит квоту Kaggle")
@@ -149,7 +135,6 @@ def on_kaggle(machine: str) -> bool:
         return False
     if machine != "auto":
         return True
-    from lab.kaggle.accounts import list_accounts
     return bool(list_accounts())
 
 
@@ -186,11 +171,11 @@ def _memory_figures(est: Estimate, cfg: RunConfig, card: Card) -> None:
 
 
 def validate(cfg: RunConfig, manifest: dict | None = None, checkpoint: dict | None = None,
-             given: set[str] | None = None, vocab: int | None = None) -> list[Problem]:
+             vocab: int | None = None) -> list[Problem]:
     """Everything wrong with a run's fields, in English and Russian: the field checks of
-    `lab.config.check`, the context against the data, the locked fields and steps of a
-    continued run, and whether the batch fits the card. Errors refuse the launch;
+    `lab.config.check`, the context against the data, and whether the batch fits the card
+    (where a continued run starts is `lab.settle.preview`'s). Errors refuse the launch;
     warnings are shown before it."""
-    return estimate(cfg, vocab=vocab, manifest=manifest, checkpoint=checkpoint, given=given).problems
+    return estimate(cfg, vocab=vocab, manifest=manifest, checkpoint=checkpoint).problems
 
 

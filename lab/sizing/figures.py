@@ -51,8 +51,11 @@ class Estimate:
     max_batch_per_card: Figure
     quota_hours: Figure
     problems: list[Problem] = field(default_factory=list)
-    predicted_val_loss: Figure | None = None  # kind "fitted": the recipe lab's fit, when one exists for the data
+    # kind "fitted": the recipe lab's fit, when one exists for the data; set by the caller that
+    # combines the estimate with the recipe lab (lab.recipes.predict.predicted)
+    predicted_val_loss: Figure | None = None
     config: RunConfig | None = None  # the fields as sized: a continued run's model fields are its checkpoint's
+    manifest: dict | None = None  # the prepared data's manifest it was sized on, where there is one
 
     FIGURES = ("weights", "tokens_per_step", "tokens_wanted", "tokens_available", "epochs", "tokens_planned",
                "tok_s", "run_hours", "memory_per_card_gb", "max_batch_per_card", "quota_hours")

@@ -67,11 +67,26 @@ def _fall_and_noise(points: list[tuple[float, float]]) -> tuple[float, float, fl
     return -slope * span, max(2 * se * span, NOISE_FLOOR), span
 
 
+def _rose(rise: float, noise: float, window_en: str, window_ru: str, base: dict) -> Verdict:
+    """Val went up by more than its noise: the model fits its training text better than the
+    held-out text (it memorises), so a bigger model, which memorises faster, would do worse."""
+    return Verdict(False, f"val rose: by {rise:.3f} {window_en} (noise ±{noise:.3f}), so this is no plateau: most likely the model "
+                          f"now learns its training text by heart rather than what carries over to unseen text. A bigger "
+                          f"model would do that sooner: add data (or keep the checkpoint where val was lowest) instead "
+                          f"of growing",
+                   f"val вырос: на {format_number(round(rise, 3), 'ru')} {window_ru} (шум ±{format_number(round(noise, 3), 'ru')}), "
+                   f"так что это не плато: скорее всего, модель теперь заучивает свой обучающий текст, а не то, что переносится на "
+                   f"новый. Модель побольше сделает это раньше: добавьте данных (или возьмите чекпоинт, где val был "
+                   f"ниже всего), а не растите её",
+                   plateau=False, **base)
+
+
 def when_to_grow(metrics: list[dict], manifest: dict | None = None, cfg: RunConfig | None = None,
                  vocab: int | None = None) -> Verdict:
     """The guide's advice decided from numbers: grow when val has reached a plateau (its
     fall over the recent tokens is within noise) and the data suffice for the next size
-    up (20 tokens per weight); while val still falls, training longer is cheaper."""
+    up (20 tokens per weight); while val still falls, training longer is cheaper; when it
+    rose beyond its noise, the model memorises its data: add data, do not grow."""
     cfg = cfg or RunConfig()
     vocab_n, _ = resolve_vocab(vocab, manifest, None)
     nxt = next_size(cfg)
@@ -94,6 +109,8 @@ def when_to_grow(metrics: list[dict], manifest: dict | None = None, cfg: RunConf
                        f"val ещё падает: на {format_number(round(fall, 3), 'ru')} {window_ru} "
                        f"(шум ±{format_number(round(noise, 3), 'ru')}); дешевле учить дольше, чем растить модель",
                        plateau=False, **base)
+    if -fall > noise:  # val rose beyond its noise: no plateau, and no reason to grow
+        return _rose(-fall, noise, window_en, window_ru, base)
     change = f"{-fall:+.3f}"
     plateau_en = f"val is on a plateau (it changed by {change} {window_en}, within noise ±{noise:.3f})"
     plateau_ru = (f"val вышел на плато (изменился на {change.replace('.', ',')} {window_ru}, "

@@ -10,6 +10,7 @@ import shutil
 from dataclasses import dataclass
 
 from lab.config import RunConfig, flops_per_token, weight_count
+from lab.kaggle.sessions import session_overheads
 from lab.sizing.cards import STARTUP_MIN, Card
 from lab.sizing.speedmodel import SpeedModel, size_of
 
@@ -42,9 +43,8 @@ class SessionCosts:
 
 def kaggle_session_costs(account: str | None = None) -> SessionCosts:
     """A Kaggle session's boot and inputs check, and its output copy: the medians of what the
-    account's last sessions measured (`lab.machines.kaggle_sessions.session_overheads`); until
+    account's last sessions measured (`lab.kaggle.sessions.session_overheads`); until
     the account has them (or for Auto, before it picks one), the kit's constant."""
-    from lab.machines.kaggle_sessions import session_overheads
     seen = session_overheads(account) if account else None
     if seen and seen.get("boot_s") is not None:
         start = seen["boot_s"] + (seen.get("data_checks_s") or 0.0)
@@ -53,7 +53,7 @@ def kaggle_session_costs(account: str | None = None) -> SessionCosts:
         return SessionCosts(start, end, f"{start / 60:.1f} min per session to start and {end / 60:.1f} to copy "
                             f"the outputs, as {n} session(s) of {account} measured",
                             f"{start / 60:.1f} мин на запуск сессии и {end / 60:.1f} на копирование результатов, "
-                            f"по замеру {n} сессий {account}")
+                            .replace(".", ",") + f"по замеру {n} сессий {account}")
     return SessionCosts(STARTUP_MIN * 60, 0.0, f"{STARTUP_MIN:g} min per Kaggle session for its start, data mount "
                         f"and output copy, the kit's constant",
                         f"{STARTUP_MIN:g} мин на сессию Kaggle на запуск, данные и копирование результатов, "

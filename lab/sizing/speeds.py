@@ -191,7 +191,7 @@ def lab_runs() -> list[tuple[str, str]]:
 
 
 def probe_bursts() -> list[tuple[str, str]]:
-    """Each account's `lab probe` burst, a run folder (lab.probe.record): ("probe:NAME", folder)."""
+    """Each account's `lab probe` burst, a run folder (lab.kaggle.probed): ("probe:NAME", folder)."""
     return [(f"probe:{name}", os.path.join(path, "probe")) for name, path in _scan(accounts_dir())
             if os.path.isdir(os.path.join(path, "probe"))]
 

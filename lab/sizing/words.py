@@ -12,10 +12,23 @@ def format_number(x: float, lang: str = "en") -> str:
 
 
 def format_count(x: float, lang: str = "en") -> str:
-    """Token and weight counts in millions or billions: "27.7 M" / "27,7 млн", "1.56 B" / "1,56 млрд"."""
-    value, en, ru = (x / 1e9, "B", "млрд") if x >= 1e9 else (x / 1e6, "M", "млн")
+    """Token and weight counts in millions or billions: "27.7 M" / "27,7 млн", "0.46 M", "1.56 B" /
+    "1,56 млрд"; below a hundred thousand in thousands ("12.3 K" / "12,3 тыс."), below a thousand as
+    they are ("400"): a small count never reads "0.00 M"."""
+    if x < 1e3:
+        return f"{x:.0f}"
+    value, en, ru = (x / 1e9, "B", "млрд") if x >= 1e9 else (x / 1e6, "M", "млн") if x >= 99_950 else \
+        (x / 1e3, "K", "тыс.")
     text = f"{value:.0f}" if value >= 100 else f"{value:.1f}" if value >= 10 else f"{value:.2f}"
     return f"{text.replace('.', ',')} {ru}" if lang == "ru" else f"{text} {en}"
+
+
+def format_seconds(s: float, lang: str = "en") -> str:
+    """A stretch of time: "4.5 s" / "4,5 с" under a minute, else as `format_hours` says it."""
+    if s < 59.5:
+        text = f"{s:.1f}" if s < 10 else f"{s:.0f}"
+        return f"{text.replace('.', ',')} с" if lang == "ru" else f"{text} s"
+    return format_hours(s / 3600, lang)
 
 
 def format_hours(h: float, lang: str = "en") -> str:

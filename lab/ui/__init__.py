@@ -12,8 +12,9 @@
 
 Each call shows its panel and returns it (for `form.set(layers=12)`, `monitor.refresh()`...).
 The panels live in `lab.ui.machines`, `data`, `form` (with `calc`, `start`), `monitor`, `runs`,
-`branch`, `recipes`, `trymodel` and `panels` (setup, Start); their words in `lab.ui.text`; what they ask of
-the lab in `lab.ui.backend`; what they tell each other in `lab.ui.parts`. No widget keeps a
+`branch`, `recipes`, `trymodel` and `panels` (setup, Start); their words in `lab.ui.text`; they ask the lab
+through `lab.api` (the machines' state they share is kept in `lab.ui.console`); what they tell each
+other goes through `lab.ui.parts`. No widget keeps a
 secret: widget state is saved into notebooks.
 """
 from __future__ import annotations
@@ -66,15 +67,15 @@ def new_run(**values) -> NewRunForm:
 
 def start(form: NewRunForm, press: bool = False) -> StartPanel:
     """Cell 5: the form's Start button and where the run went. `press` presses it and waits
-    until the run is registered and has started or failed (headless runs); a form that cannot
-    start, or a run that failed before it started, is an error then."""
+    until the run is registered and has started, failed or waits for a machine (headless runs);
+    a form that cannot start, or a run that failed before it started, is an error then."""
     panel = StartPanel(form).show()
     if press:
         form.settle()
         if form.start(wait=True) is None:
             problems = "; ".join(p.en for p in form.errors) or form.start_error or "Start is disabled"
             raise RuntimeError(f"the run did not start: {problems}")
-        if form.launch.wait(600) == "failed":
+        if form.launch.wait(600, until=("started", "failed", "waiting")) == "failed":
             raise RuntimeError(f"the run did not start: {form.launch.message}")
     return panel
 

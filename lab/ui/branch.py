@@ -1,20 +1,23 @@
 """A cooldown branch from a WSD run's checkpoint (`lab branch RUN --at STEP`), as one row of
-widgets: the run, the step, the fraction that decays, the button. The runs cell and the recipe
-lab cell show the same row."""
+widgets: the run, the step, the fraction that decays, the machine it runs on, the button. The
+runs cell and the recipe lab cell show the same row."""
 from __future__ import annotations
 
 import ipywidgets as widgets
 
+from lab.api import accounts
+from lab.api import machines as lab_machines
+from lab.api import runs as lab_runs
 from lab.config import UserError
-from lab.ui import backend
+from lab.kernel.checkpoint import checkpoint_step, list_checkpoints
+from lab.recipes.branch import BRANCHABLE, parent_decay_start
 from lab.ui.parts import button, html, note
-from lab.ui.text import error_text, esc, tr
+from lab.sizing.words import format_number
+from lab.ui.text import error_text, esc, lang, tr
 
 
 def branchable(runs: list) -> dict[str, list[int]]:
     """Run id -> the steps of its checkpoints in its constant phase, newest run first."""
-    from lab.kernel.checkpoint import checkpoint_step, list_checkpoints
-    from lab.recipes.branch import BRANCHABLE, parent_decay_start
     out: dict[str, list[int]] = {}
     for r in sorted(runs, key=lambda r: (r.created, r.id), reverse=True):
         cfg = r.cfg
@@ -29,7 +32,8 @@ def branchable(runs: list) -> dict[str, list[int]]:
 
 class BranchRow:
     """The branch's run and step (drop-downs that always show what they hold), the decaying
-    fraction, and the button; what happened under it."""
+    fraction, the machine (Auto, this computer, an account, a box: as "more steps" offers them),
+    and the button; what happened under it."""
 
     def __init__(self, on_started=None):
         self.on_started = on_started
@@ -39,21 +43,28 @@ class BranchRow:
         self.frac = widgets.BoundedFloatText(value=0.2, min=0.05, max=0.5, step=0.05, style={"description_width": "initial"},
                                              continuous_update=True,
                                              layout=widgets.Layout(width="10em"))
-        for w, cls in ((self.run, "lab-branch-run"), (self.step, "lab-branch-step"), (self.frac, "lab-branch-frac")):
+        self.machine = widgets.Dropdown(layout=widgets.Layout(width="16em"), style={"description_width": "initial"})
+        for w, cls in ((self.run, "lab-branch-run"), (self.step, "lab-branch-step"), (self.frac, "lab-branch-frac"),
+                       (self.machine, "lab-branch-machine")):
             w.add_class(cls)
         self.go = button("lab-branch", "code-fork")
         self.go.on_click(lambda _: self.branch())
         self.out = html("lab-recipes-branch")
         self.steps_of: dict[str, list[int]] = {}
         self.run.observe(lambda _: self._steps(), names="value")
-        self.box = widgets.VBox([self.title, widgets.HBox([self.run, self.step, self.frac, self.go],
+        self.box = widgets.VBox([self.title, widgets.HBox([self.run, self.step, self.frac, self.machine, self.go],
                                                           layout=widgets.Layout(align_items="center")), self.out])
 
     def relabel(self) -> None:
         self.title.value = (f"<h4 style='margin:8px 0 2px'>{esc(tr('A cooldown branch from a WSD run’s checkpoint', 'Ветка охлаждения из чекпоинта WSD-прогона'))}</h4>")
         self.run.description, self.step.description = tr("Run", "Прогон"), tr("step", "шаг")
         self.frac.description = tr("decays", "доля спада")
+        self.machine.description = tr("Machine", "Машина")
         self.go.description = tr("Cooldown branch", "Ветка охлаждения")
+        choices = lab_machines.machine_choices(accounts.names(), tr)
+        keep = self.machine.value if self.machine.value in [v for _, v in choices] else "auto"
+        self.machine.options = choices
+        self.machine.value = keep
 
     def refresh(self, runs: list) -> None:
         """The runs that can branch, the selection kept where it still can."""
@@ -68,14 +79,15 @@ class BranchRow:
 
     def _steps(self) -> None:
         steps = self.steps_of.get(self.run.value, [])
-        self.step.options = [(f"{s:,}", s) for s in steps]
+        self.step.options = [(format_number(s, lang()), s) for s in steps]
         self.step.value = steps[-1] if steps else None
 
     def branch(self) -> None:
         if self.run.value not in self.steps_of or self.step.value is None:
             return
         try:
-            run_id = backend.branch(self.run.value, int(self.step.value), float(self.frac.value))
+            run_id = lab_runs.branch(self.run.value, int(self.step.value), float(self.frac.value),
+                                     self.machine.value or "auto").id
         except UserError as e:
             self.out.value = note(error_text(e), "error")
             return

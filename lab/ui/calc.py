@@ -7,7 +7,8 @@ from dataclasses import replace
 
 from lab import sizing
 from lab.config import Problem, RunConfig
-from lab.ui.text import SIZE_HELP, esc, hours, kind_badge, lang, tr
+from lab.recipes.predict import predicted_text
+from lab.ui.text import SIZE_HELP, clock, esc, hours, kind_badge, lang, tr
 
 RED, ORANGE = "#d32f2f", "#ef6c00"
 TD = "padding:2px 8px 2px 0;vertical-align:top;white-space:nowrap"
@@ -15,19 +16,19 @@ SMALL = "color:#666;font-size:80%"
 
 
 def calculator_html(est: sizing.Estimate | None, cfg: RunConfig, choice, choice_error: str | None,
-                    loose: list[Problem], general: list[str]) -> str:
-    """The calculator: each figure with its kind, Auto's pick, the problems, the hints."""
+                    loose: list[Problem], general: list[str], read_at: float | None = None) -> str:
+    """The calculator: each figure with its kind, Auto's pick (over the machines as read at
+    `read_at`), the problems, the hints."""
     if est is None:
         return ""
     rows = _size_rows(est) + _time_rows(est, choice) + [_memory_row(est, cfg)]
     if est.predicted_val_loss is not None:  # the recipe lab's fit for this data
-        from lab.recipes.predict import predicted_text
         rows.append(_row("predicted_val_loss", tr("Predicted val loss", "Ожидаемый val loss"), est.predicted_val_loss,
                          predicted_text(est.predicted_val_loss, lang())))
     rows.append(_quota_row(est, cfg, choice))
     card = f"{est.gpu} · {est.precision}" + (tr(" (auto)", " (авто)") if est.gpu_auto else "")
     head = f"<div style='color:#666;font-size:85%'>{esc(tr('Sized for', 'Расчёт для'))} {esc(card)}</div>"
-    auto = _auto_row(choice, choice_error) if cfg.machine == "auto" else ""
+    auto = _auto_row(choice, choice_error, read_at) if cfg.machine == "auto" else ""
     return (f"<div class='lab-calculator'><h4 style='margin:4px 0'>{esc(tr('Calculator', 'Калькулятор'))}</h4>{head}"
             f"<table style='border-collapse:collapse;line-height:1.3'>{''.join(rows)}{auto}</table>"
             f"{_issues(loose, general)}<div style='color:#777;font-size:80%;line-height:1.3'>{_hints(est)}</div></div>")
@@ -66,18 +67,22 @@ def _size_rows(est: sizing.Estimate) -> list[str]:
 
 
 def _interval(f: sizing.Figure, fmt) -> str:
+    """"likely 9 min–14 min"; nothing where both ends read the same ("11 min–11 min" says no more
+    than the figure)."""
     lo_hi = f.extra.get("interval")
-    return f"{tr('likely', 'вероятно')} {fmt(lo_hi[0])}–{fmt(lo_hi[1])}" if lo_hi and f.kind != "exact" else ""
+    if not lo_hi or f.kind == "exact" or fmt(lo_hi[0]) == fmt(lo_hi[1]):
+        return ""
+    return f"{tr('likely', 'вероятно')} {fmt(lo_hi[0])}–{fmt(lo_hi[1])}"
 
 
 def _time_rows(est: sizing.Estimate, choice) -> list[str]:
     """Speed (with its interval and sources) and the whole run's time, its sessions labelled."""
     s, t = est.tok_s, est.run_hours
-    speed_extra = esc(f"; {_interval(s, _fmt)}") if s.extra.get("interval") else ""
+    speed_extra = esc(f"; {_interval(s, _fmt)}") if _interval(s, _fmt) else ""
     sessions = t.extra.get("sessions") or 0
     per = tr(f"; {sessions} sessions of up to {hours(t.extra.get('session_hours'))} each (the limit)",
              f"; сессий {sessions}, каждая до {hours(t.extra.get('session_hours'))} (лимит)") if sessions > 1 else ""
-    time_extra = esc(per + (f"; {_interval(t, hours)}" if t.extra.get("interval") else ""))
+    time_extra = esc(per + (f"; {_interval(t, hours)}" if _interval(t, hours) else ""))
     return [_row("tok_s", tr("Speed", "Скорость"), s, f"{_fmt(s.value)} {tr('tok/s', 'ток/с')}" if s.value else "",
                  speed_extra),
             _row("run_hours", tr("Time, whole run", "Время всего прогона"), t,
@@ -113,11 +118,11 @@ def _quota_row(est: sizing.Estimate, cfg: RunConfig, choice) -> str:
         return _row("quota", title, zero, hours(0.0))
     picked = (cfg.machine == "auto" and choice is not None and choice.machine)
     note = tr(f"on {choice.machine}: ", f"на {choice.machine}: ") + _note(q) if picked else None
-    extra = esc(f"; {_interval(q, hours)}") if q.extra.get("interval") else ""
+    extra = esc(f"; {_interval(q, hours)}") if _interval(q, hours) else ""
     return _row("quota", title, q, hours(q.value) if q.value is not None else "", extra, note)
 
 
-def _auto_row(choice, choice_error: str | None) -> str:
+def _auto_row(choice, choice_error: str | None, read_at: float | None = None) -> str:
     if choice_error:
         text = f"<span style='color:{RED}'>{esc(choice_error)}</span>"
     elif choice is None:
@@ -128,6 +133,9 @@ def _auto_row(choice, choice_error: str | None) -> str:
                 f"{esc(choice.reason_ru if lang() == 'ru' else choice.reason_en)}</div>")
         if choice.continues:
             text += f"<div style='color:{ORANGE};font-size:85%'>⚠ {esc(tr('the quota will not cover the whole run: the lab continues on another machine', 'квоты не хватит на весь прогон: лаба продолжит на другой машине'))}</div>"
+        if read_at is not None:  # the pick is as good as the machines' figures: when they were read
+            text += (f"<div class='lab-auto-read' style='{SMALL}'>"
+                     f"{esc(tr(f'machines as read at {clock(read_at)}', f'машины по данным на {clock(read_at)}'))}</div>")
     return (f"<tr class='lab-calc-row-auto'><td style='{TD}'>{esc(tr('Auto picks', 'Авто выберет'))}</td>"
             f"<td style='padding:2px 6px'>{text}</td></tr>")
 

@@ -8,13 +8,15 @@ hand shows here at the next Refresh.
 """
 from __future__ import annotations
 
+import re
 import time
 
 import ipywidgets as widgets
 
 from lab import sizing
 from lab.config import UserError
-from lab.ui import backend
+from lab.api import data as lab_data
+from lab.ui.threads import in_background
 from lab.ui.parts import button, html, note, table, tell
 from lab.ui.text import Panel, error_text, esc, lang, on_language, tr
 
@@ -35,14 +37,14 @@ class DataPanel(Panel):
         self.box = widgets.VBox([self.refresh_button, self.table, self.rows, self.message, self.form.box,
                                  self.preparing.box])
         self.box.add_class("lab-data")
-        self.known: list[dict] = []
+        self.known: list[lab_data.Constellation] = []
         self.asking: str | None = None  # the constellation whose removal waits for a yes
         on_language(self.render)
         self.refresh()
 
     def refresh(self) -> None:
         try:
-            self.known, self.message.value = backend.constellations(), ""
+            self.known, self.message.value = lab_data.constellations(), ""
         except UserError as e:
             self.known, self.message.value = [], note(error_text(e), "error")
         self.render()
@@ -55,19 +57,19 @@ class DataPanel(Panel):
         self.refresh_button.description = tr("Refresh", "Обновить")
         head = [esc(tr(*h)) for h in (("constellation", "созвездие"), ("sources", "источники"), ("licence", "лицензия"),
                                        ("prepared", "подготовлено"))]
-        lines = [[f"<b>{esc(c['name'])}</b><div style='color:#666;font-size:85%'>{esc(c['description'])}</div>",
-                  "<br>".join(f"<code>{esc(s)}</code>" for s in c["sources"]), esc(c["licence"] or "—"),
-                  _prepared(c["tokens"])] for c in self.known]
+        lines = [[f"<b>{esc(c.name)}</b><div style='color:#666;font-size:85%'>{esc(c.description)}</div>",
+                  "<br>".join(f"<code>{esc(s)}</code>" for s in c.sources), esc(c.licence or "—"),
+                  _prepared(c.tokens) + _splits(c.splits)] for c in self.known]
         self.table.value = table(head, lines, "lab-constellations-table") if lines else \
             note(tr("No constellations: declare one below.", "Созвездий нет: объявите ниже."))
-        self.rows.children = [self._actions(c["name"]) for c in self.known]
+        self.rows.children = [self._actions(c.name) for c in self.known]
         self.form.relabel()
-        self.preparing.relabel([c["name"] for c in self.known])
+        self.preparing.relabel([c.name for c in self.known])
 
     def _actions(self, name: str) -> widgets.Widget:
         edit, remove = button(f"lab-edit-{name}", "pencil"), button(f"lab-remove-constellation-{name}", "trash")
         edit.description, remove.description = tr(f"Edit {name}", f"Изменить {name}"), tr("Remove", "Удалить")
-        edit.on_click(lambda _: self.form.edit(next(c for c in self.known if c["name"] == name)))
+        edit.on_click(lambda _: self.form.edit(next(c for c in self.known if c.name == name)))
         remove.on_click(lambda _: self._ask(name))
         parts: list[widgets.Widget] = [edit, remove]
         if self.asking == name:
@@ -88,13 +90,22 @@ class DataPanel(Panel):
     def _remove(self, name: str) -> None:
         self.asking = None
         try:
-            backend.remove_constellation(name)
+            lab_data.remove(name)
         except UserError as e:
             self.message.value = note(error_text(e), "error")
             self.render()
             return
         self._changed()
         self.message.value = note(tr(f"Removed {name}.", f"{name} убран."), "ok")
+
+
+def _splits(splits: list) -> str:
+    """Where each source's text went: its train and val share, so a person sees that no source is
+    held out whole while the rest trains."""
+    if not splits:
+        return ""
+    lines = "".join(f"<div class='lab-source-split'>{esc(s.words(lang()))}</div>" for s in splits)
+    return f"<div style='color:#666;font-size:85%;margin-top:2px'>{lines}</div>"
 
 
 def _prepared(tokens: int | None) -> str:
@@ -151,13 +162,13 @@ class ConstellationForm:
         self.cancel.layout.display = None if self.editing else "none"
         self.inputs["name"].disabled = bool(self.editing)
 
-    def edit(self, c: dict | None) -> None:
+    def edit(self, c: "lab_data.Constellation | None") -> None:
         """Fills the form with a constellation to edit (None: back to declaring a new one)."""
-        self.editing = c["name"] if c else None
+        self.editing = c.name if c else None
         values = {"name": "", "sources": "", "description": "", "licence": "", "source": ""}
         if c:
-            values.update(name=c["name"], sources="\n".join(c["sources"]), description=c["description"],
-                          licence=c["licence"], source=c["source"])
+            values.update(name=c.name, sources="\n".join(c.sources), description=c.description,
+                          licence=c.licence, source=c.source)
         for k, v in values.items():
             self.inputs[k].value = v
         for m in self.messages.values():
@@ -190,7 +201,7 @@ class ConstellationForm:
         if not files:
             return []
         self.inputs["files"].value = ()
-        folder, skipped = backend.save_uploads(name, files)
+        folder, skipped = lab_data.save_uploads(name, files)
         self.skipped = skipped
         if skipped:
             self.messages["files"].value = self._skipped_note()
@@ -201,7 +212,7 @@ class ConstellationForm:
                        f"Пропущены, не текстовые файлы: {', '.join(self.skipped)}"), "warning")
 
     def _write(self, name: str, sources: list[str], v: dict) -> None:
-        change = backend.update_constellation if self.editing else backend.add_constellation
+        change = lab_data.update if self.editing else lab_data.add
         try:
             change(name, sources, v["description"], v["licence"], v["source"])
         except UserError as e:
@@ -220,23 +231,47 @@ def _field_of(message: str) -> str:
     return "name" if "already exists" in message or "constellation name" in message else "sources"
 
 
+AUTO_VOCAB = "auto"
+VOCAB_CHOICES = (AUTO_VOCAB, "1000", "2000", "4000", "8000", "16000")
+
+
+def vocab_value(text: str) -> int | None:
+    """The vocabulary field's size: None for auto (the kit picks one that fits the text), else a
+    whole number the tokenizer can have; a UserError (in both languages) for anything else."""
+    text = (text or "").strip().lower().replace(" ", "")
+    if text in ("", AUTO_VOCAB, "авто"):
+        return None
+    if not text.isdigit():
+        raise UserError(f"vocabulary {text!r}: give a whole number (e.g. 4000) or auto",
+                        ru=f"словарь {text!r}: укажите целое число (например, 4000) или auto")
+    vocab = int(text)
+    lab_data.check_vocab(vocab)
+    return vocab
+
+
 class Preparing:
-    """Prepare: the constellations picked, tokenized into one data folder (`lab prepare`), with a
-    bar that moves stage by stage (reading, the tokenizer, the shards)."""
+    """Prepare: the constellations picked, tokenized into one data folder (`lab prepare`) with the
+    vocabulary asked (auto: the kit's pick), with a bar that moves stage by stage (reading, the
+    tokenizer, the shards)."""
 
     def __init__(self, on_prepared):
         self.on_prepared = on_prepared
         self.title = html()
         self.pick = widgets.SelectMultiple(rows=3, layout=widgets.Layout(width="22em"))
         self.pick.add_class("lab-prepare-pick")
+        self.vocab = widgets.Combobox(value=AUTO_VOCAB, options=list(VOCAB_CHOICES), ensure_option=False,
+                                      layout=widgets.Layout(width="16em"), style={"description_width": "initial"})
+        self.vocab.add_class("lab-prepare-vocab")
         self.go = button("lab-prepare", "cogs", "primary")
         self.go.on_click(lambda _: self.start())
         self.bar = widgets.FloatProgress(value=0.0, min=0.0, max=1.0, layout=widgets.Layout(width="24em"))
         self.bar.add_class("lab-prepare-bar")
         self.stage = html("lab-prepare-stage")
+        self.vocab_help = html("lab-prepare-vocab-help")
         self.bar.layout.display = "none"
-        self.box = widgets.VBox([self.title, widgets.HBox([self.pick, self.go], layout=widgets.Layout(align_items="center")),
-                                 self.bar, self.stage])
+        self.box = widgets.VBox([self.title, widgets.HBox([self.pick, widgets.VBox([self.vocab, self.go])],
+                                                          layout=widgets.Layout(align_items="center")),
+                                 self.vocab_help, self.bar, self.stage])
 
     def relabel(self, names: list[str]) -> None:
         self.title.value = f"<h4 style='margin:10px 0 4px'>{esc(tr('Prepare', 'Подготовить'))}</h4>"
@@ -244,6 +279,11 @@ class Preparing:
         self.pick.options = names
         self.pick.value = chosen
         self.go.description = tr("Prepare", "Подготовить")
+        self.vocab.description = tr("Vocabulary", "Словарь")
+        self.vocab_help.value = note(tr(
+            "Tokens the tokenizer knows. auto: the kit picks one that fits the text; a small text holds a small "
+            "vocabulary only.", "Сколько токенов знает токенизатор. auto — кит подберёт размер под текст; в маленьком "
+            "тексте помещается только маленький словарь."))
 
     def start(self) -> None:
         names = list(self.pick.value)
@@ -251,10 +291,15 @@ class Preparing:
             self.stage.value = note(tr("Pick the constellations to prepare.", "Выберите созвездия для подготовки."),
                                     "error")
             return
+        try:
+            vocab = vocab_value(self.vocab.value)
+        except UserError as e:
+            self.stage.value = note(error_text(e), "error")
+            return
         self.go.disabled, self.bar.value, self.bar.layout.display = True, 0.0, None
         self._last = ("", 0.0)
         self.stage.value = note(tr("Starting…", "Начинаю…"))
-        backend.in_background(backend.prepare, names, self._progress, on_done=self._done, on_error=self._failed)
+        in_background(lab_data.prepare, names, self._progress, vocab, on_done=self._done, on_error=self._failed)
 
     def _progress(self, stage: str, done: int, total: int | None) -> None:
         now = time.monotonic()
@@ -267,12 +312,28 @@ class Preparing:
     def _done(self, folder) -> None:
         self.go.disabled, self.bar.value = False, 1.0
         self.on_prepared()  # the lists that show token counts first, then the word that it is done
-        self.stage.value = note(tr(f"Prepared: {folder}", f"Подготовлено: {folder}"), "ok")
+        said = note(tr(f"Prepared: {folder}", f"Подготовлено: {folder}"), "ok")
+        chose = lab_data.prepared_note(folder)
+        self.stage.value = said + (f"<div>{note(tr(*chose))}</div>" if chose else "")
 
     def _failed(self, e: Exception) -> None:
         self.go.disabled = False
         self.bar.layout.display = "none"
+        fits = _TOO_LARGE.search(str(e))
+        if fits:  # the panel's own words: its field, not the command's flag, and the size that fits in it
+            asked, most = fits.groups()
+            self.vocab.value = most
+            self.stage.value = note(tr(
+                f"A vocabulary of {asked} is too large for this text: it holds at most {most}. The field now says "
+                f"{most}: press Prepare again (or add text).",
+                f"Словарь {asked} слишком велик для этого текста: в нём помещается не больше {most}. В поле теперь "
+                f"{most}: нажмите «Подготовить» ещё раз (или добавьте текста)."), "error")
+            return
         self.stage.value = note(error_text(e), "error")
+
+
+# lab.corpus.tokenizer's words for a vocabulary the text cannot fill.
+_TOO_LARGE = re.compile(r"vocab (\d+) is too large for this text: it allows at most (\d+)")
 
 
 # `lab prepare`'s stages in their order, each a third of the bar: reading the sources (their size is
@@ -290,8 +351,10 @@ def _overall(stage: str, done: int, total: int | None) -> float:
 _STAGES_RU = (("reading for the tokenizer", "читаю текст для токенизатора"), ("reading ", "читаю "),
               ("tokenizing ", "разбиваю на токены "), (" into shards", " в шарды"),
               ("tokenizer: training a BPE tokenizer", "токенизатор: учу BPE-токенизатор"),
-              ("tokenizer: reusing", "токенизатор: беру готовый"), ("already prepared", "уже подготовлено"),
-              ("prepared", "подготовлено"), ("trained on", "обучен на"), ("vocab", "словарь"), (" on ", " на "))
+              ("tokenizer: reusing", "токенизатор: беру готовый"), ("training vocab", "учу словарь"), ("already prepared", "уже подготовлено"),
+              ("prepared", "подготовлено"), ("trained on", "обучен на"), ("is too large for", "слишком велик для"),
+              ("bytes of text", "байт текста"), ("at most", "не больше"), ("takes", "берёт"), ("vocab", "словарь"),
+              (" on ", " на "))
 
 
 def _stage_words(stage: str) -> str:

@@ -10,20 +10,24 @@ widget state is saved into the notebook.
 from __future__ import annotations
 
 import threading
-from dataclasses import replace
 from pathlib import Path
 
 import ipywidgets as widgets
 import traitlets
 
 from lab import sizing
-from lab.ui import backend
+from lab.api import accounts
+from lab.api import data as lab_data
+from lab.api import machines as lab_machines
+from lab.api import runs as lab_runs
+from lab.ui import console
+from lab.ui.threads import Latest, in_background
 from lab.config import MODEL_FIELDS, Problem, RunConfig, UserError, field_choices, field_kind
 from lab.ui.calc import ORANGE, RED, calculator_html
-from lab.ui.parts import hear, tell
+from lab.ui.parts import GREY, hear, tell
 from lab.ui.start import Launch
 from lab.ui.text import (GPU_NAMES, MODES, SECTIONS, TITLE, Panel, error_text, esc, help_text, label, lang, language_switch,
-                         on_language, pair, tr)
+                         num, on_language, pair, tr)
 
 # The guide's sections and order. Every name but "mode" is a RunConfig field: its widget
 # follows from the field's kind and choices, its words from its metadata (`lab.config`).
@@ -47,19 +51,23 @@ class _Row:
         self.message.layout.margin = "0 0 0 12.5em"
         self.box = widgets.VBox([widgets.HBox([self.label, widget]), self.message, self.help])
 
-    def relabel(self, show_help: bool) -> None:
+    def relabel(self, show_help: bool, **values) -> None:
+        """Its words in the view's language; `values` (width, heads) fill the help's example."""
+        text = help_text(self.name, **values)
         self.label.value = f"<b>{esc(label(self.name))}</b>"
-        self.label.tooltip = help_text(self.name)
-        self.help.value = f'<div style="color:#666;font-size:85%;line-height:1.3">{esc(help_text(self.name))}</div>'
+        self.label.tooltip = text
+        self.help.value = f'<div style="color:#666;font-size:85%;line-height:1.3">{esc(text)}</div>'
         self.help.layout.display = None if show_help else "none"
 
     def show(self, problems: list[Problem]) -> None:
         errors = [p for p in problems if p.severity == "error"]
-        color = RED if errors else ORANGE if problems else None
+        warned = [p for p in problems if p.severity == "warning"]
+        color = RED if errors else ORANGE if warned else None
         self.input.layout.border = f"2px solid {color}" if color else None
+        look = {"error": (RED, "✖"), "warning": (ORANGE, "⚠")}  # a note (what the lab does) reads grey
         self.message.value = "".join(
-            f'<div style="color:{RED if p.severity == "error" else ORANGE};font-size:90%;line-height:1.35">'
-            f'{"✖" if p.severity == "error" else "⚠"} {esc(p.message(lang()))}</div>' for p in problems)
+            f'<div style="color:{look.get(p.severity, (GREY, "ℹ"))[0]};font-size:90%;line-height:1.35">'
+            f'{look.get(p.severity, (GREY, "ℹ"))[1]} {esc(p.message(lang()))}</div>' for p in problems)
         self.message.layout.display = None if problems else "none"
 
 
@@ -112,14 +120,16 @@ class NewRunForm(Panel):
         """What the form knows besides its widgets: the calculator's figures, Auto's pick, the start."""
         self._checkpoints: dict[str, dict] = {}
         self.estimate: sizing.Estimate | None = None
+        self.settled = None  # the previewed run (lab.api.runs.preview): what Start registers
         self.choice = None
         self.choice_error: str | None = None
+        self.choice_read_at: float | None = None  # when the machines Auto picked among were read
         self.run_id: str | None = None
         self.start_error: str | None = None
         self._starting = False
         self._start_thread: threading.Thread | None = None
         self._listeners: list = []
-        self._auto = backend.Latest(self._choose, self._chosen)
+        self._auto = Latest(self._choose, self._chosen)
         self._general: list[str] = []
         self._render_lock = threading.RLock()
 
@@ -177,8 +187,9 @@ class NewRunForm(Panel):
         self.inputs["resume_from"].observe(self._checkpoint_changed, names="value")
         self.hints.observe(lambda _: self._relabel(), names="value")
         on_language(self._relabel)
-        for topic in ("constellations", "machines", "runs"):  # what another cell changed: listed anew, no re-run
-            hear(topic, "NewRunForm", self.lab_changed)
+        hear("constellations", "NewRunForm", self.lab_changed)  # what another cell changed: listed anew, no re-run
+        for topic in ("machines", "runs"):  # an account, a probe, a run started or ended: Auto picks anew too
+            hear(topic, "NewRunForm", self._machines_changed)
 
     # -- the widget -------------------------------------------------------------------------
 
@@ -190,11 +201,20 @@ class NewRunForm(Panel):
         """Constellations, accounts or runs changed elsewhere: the lists and token counts anew."""
         if self._starting:
             return
-        overview_gone = backend.account_names() != self._accounts
+        overview_gone = accounts.names() != self._accounts
         self._fill_choices()
         self._relabel()
         if overview_gone and self.inputs["machine"].value == "auto":
             self.update()  # Auto's pick over the machines as they are now
+
+    def _machines_changed(self, *_) -> None:
+        """The machines changed (the kept view is stale by now): the lists, and Auto's pick over
+        the machines as they are now."""
+        if self._starting:
+            return
+        self.lab_changed()
+        if self.inputs["machine"].value == "auto":
+            self.update()
 
     def keep(self, values: dict) -> None:
         """Fills what still fits of an earlier form's `values` (a constellation or account since
@@ -219,19 +239,18 @@ class NewRunForm(Panel):
     # -- choices and labels -----------------------------------------------------------------
 
     def _fill_choices(self) -> None:
-        self._constellation_tokens = backend.constellation_tokens()
+        self._constellation_tokens = lab_data.tokens()
         try:
-            from lab import corpus
-            self._constellation_names = list(corpus.load_constellations())
+            self._constellation_names = [c.name for c in lab_data.constellations()]
         except UserError as e:
             self._constellation_names, self._general = [], [str(e)]
-        self._accounts = backend.account_names()
-        self._checkpoints = backend.checkpoints()
+        self._accounts = accounts.names()
+        self._checkpoints = lab_runs.checkpoints()
 
     def _relabel(self) -> None:
         quiet, self._quiet = self._quiet, True
         try:
-            self._constellation_tokens = backend.constellation_tokens()  # data prepared since
+            self._constellation_tokens = lab_data.tokens()  # data prepared since
             self.title.value = f"<h3 style='margin:4px 0'>{esc(pair(TITLE))}</h3>"
             self.hints.description = tr("hints", "подсказки")
             for key, header in self.headers.items():
@@ -241,7 +260,7 @@ class NewRunForm(Panel):
                 row.relabel(self.hints.value)
             relabel(self.inputs["mode"], [(pair(MODES[m]), m) for m in MODES])
             relabel(self.inputs["gpu"], [(pair(GPU_NAMES[g]), g) for g in GPU_NAMES])
-            relabel(self.inputs["machine"], backend.machine_choices(self._accounts))
+            relabel(self.inputs["machine"], lab_machines.machine_choices(self._accounts, tr))
             relabel(self.inputs["constellations"], [(self._constellation_label(n), n) for n in self._constellation_names])
             self.inputs["constellations"].rows = max(2, min(6, len(self._constellation_names)))
             relabel(self.inputs["resume_from"], self._checkpoint_options())
@@ -264,7 +283,7 @@ class NewRunForm(Panel):
         out = [(tr("— pick a checkpoint —", "— выберите чекпоинт —"), "")]
         for path, info in self._checkpoints.items():
             c = info.get("config") or {}
-            out.append((f"{info['run']} · {tr('step', 'шаг')} {info['step']} · {c.get('layers', '?')}×{c.get('width', '?')}"
+            out.append((f"{info['run']} · {tr('step', 'шаг')} {num(info['step'])} · {c.get('layers', '?')}×{c.get('width', '?')}"
                         f", n {c.get('context', '?')}", path))
         return out
 
@@ -280,13 +299,13 @@ class NewRunForm(Panel):
             mode = values.get("mode", "resume" if values.get("resume_from") else None)
             if mode is not None:
                 self.inputs["mode"].value = mode
-            if self.inputs["mode"].value == "resume":
+            if self.inputs["mode"].value == "resume" and (mode == "resume" or "resume_from" in values):
                 if mode == "resume":
-                    self._checkpoints = backend.checkpoints()
+                    self._checkpoints = lab_runs.checkpoints()
                 if values.get("resume_from"):
                     self._add_checkpoint(str(values["resume_from"]))
                 relabel(self.inputs["resume_from"], self._checkpoint_options())
-                self._apply_checkpoint()
+                self._apply_checkpoint()  # a checkpoint picked: its run's fields, then the values given
             for name, value in values.items():
                 if name in ("mode", "resume_from") or self.inputs[name].disabled:
                     continue  # a locked model field keeps the checkpoint's value
@@ -315,13 +334,23 @@ class NewRunForm(Panel):
         relabel(self.inputs["resume_from"], self._checkpoint_options())
         self.inputs["resume_from"].value = info["path"]
 
-    def config(self) -> RunConfig:
-        """The run the form describes (whatever its validity)."""
+    def given(self) -> dict:
+        """The fields the form gives, each as it shows it: every one counts as given, so Start
+        registers exactly what the person sees (a default shown is a default chosen)."""
         v = {n: self.inputs[n].value for n in CONFIG_FIELDS}
         v["constellations"] = list(v["constellations"])
-        if self.inputs["mode"].value == "resume":
-            v["resume_from"] = self.inputs["resume_from"].value
-        return RunConfig.from_dict(v)
+        return v
+
+    def resume(self) -> str | None:
+        """The checkpoint the run continues from, in the "from a checkpoint" mode."""
+        return (self.inputs["resume_from"].value or None) if self.inputs["mode"].value == "resume" else None
+
+    def config(self) -> RunConfig:
+        """The run the form describes, as it would be registered (whatever its validity): the
+        previewed run's settled config, a continued run's every field as it will train."""
+        if self.settled is not None:
+            return self.settled.cfg
+        return RunConfig.from_dict(self.given())
 
     def _checkpoint(self) -> dict | None:
         return self._checkpoints.get(self.inputs["resume_from"].value)
@@ -332,7 +361,7 @@ class NewRunForm(Panel):
         if change["new"] == "resume":
             self._quiet = True
             try:
-                self._checkpoints = backend.checkpoints()
+                self._checkpoints = lab_runs.checkpoints()
                 relabel(self.inputs["resume_from"], self._checkpoint_options())
                 self._apply_checkpoint()
             finally:
@@ -352,7 +381,9 @@ class NewRunForm(Panel):
         self.update()
 
     def _apply_checkpoint(self) -> None:
-        """Model fields filled from the checkpoint and locked; "Steps until" moved past its step."""
+        """Every field the form shows filled from the checkpoint's run as it was (the model fields
+        locked), so what the form shows is what will run; "Steps until" moved past its step. The
+        machine stays the person's: where a run goes is not the checkpoint's."""
         info = self._checkpoint()
         self.rows["resume_from"].box.layout.display = None
         for name in MODEL_FIELDS:
@@ -360,11 +391,29 @@ class NewRunForm(Panel):
         if info is None:
             return
         theirs = info.get("config") or {}
-        for name in MODEL_FIELDS:
-            if isinstance(theirs.get(name), int):
-                self.inputs[name].value = theirs[name]
+        for name in CONFIG_FIELDS:
+            if name in theirs and name != "machine":
+                self._show_value(name, theirs[name])
         if self.inputs["steps_until"].value <= info["step"] and int(theirs.get("steps_until", 0)) > info["step"]:
             self.inputs["steps_until"].value = int(theirs["steps_until"])
+
+    def _show_value(self, name: str, value) -> None:
+        """A checkpoint's value in its widget, where the widget can hold it (a constellation the
+        lab no longer declares, a choice the form does not offer, stay as they are)."""
+        widget = self.inputs[name]
+        if name == "constellations":
+            value = tuple(v for v in value if v in self._constellation_names)
+            if not value:
+                return
+        options = getattr(widget, "options", None)
+        if options is not None and name != "constellations":
+            values = [o[1] if isinstance(o, tuple) else o for o in options]
+            if value not in values:
+                return
+        try:
+            widget.value = value
+        except traitlets.TraitError:
+            pass
 
     def _unlock(self) -> None:
         for name in MODEL_FIELDS:
@@ -383,33 +432,43 @@ class NewRunForm(Panel):
             self._update()
 
     def _update(self) -> None:
+        self.estimate = self._estimate()
         cfg = self.config()
-        self.estimate = self._estimate(cfg)
         if cfg.machine == "auto":
             self._auto.submit(cfg, self.estimate.hours_to_finish or 0.0)
             if self.choice is not None and self.choice.machine == "local":  # most likely still: no flicker
-                self.estimate = self._estimate(cfg, picked="local")
+                self.estimate = self._estimate(picked="local")
         else:
             self.choice, self.choice_error = None, None
         self._render()
 
-    def _estimate(self, cfg: RunConfig, picked: str | None = None) -> sizing.Estimate:
-        """Figures for the card the run will get: GPU "auto" on this computer or a box means its
-        own measured cards."""
-        machine = picked or cfg.machine
-        own = backend.machine_cards(machine)
-        return sizing.estimate(cfg, machine_cards=own if sizing.card_for(own) is not None else None)
+    def _estimate(self, picked: str | None = None) -> sizing.Estimate:
+        """The run Start would register (`lab.api.runs.preview`, as `lab size` sizes it), with
+        figures for the card it will get: GPU "auto" on this computer or a box means its own
+        measured cards. The previewed run is kept: `config()` is its config."""
+        given = self.given()
+        own = lab_machines.machine_cards(picked or given["machine"])
+        cards = own if sizing.card_for(own) is not None else None
+        try:
+            sized = lab_runs.preview(given, self.resume(), machine_cards=cards)
+        except UserError as e:  # the checkpoint is gone: said at its field, the rest sized from scratch
+            sized = lab_runs.preview(given, machine_cards=cards)
+            sized.estimate.problems.insert(0, Problem("resume_from", str(e), e.ru or str(e)))
+        self.settled = sized.settled
+        return sized.estimate
 
     def _choose(self, cfg: RunConfig, need_h: float):
-        return backend.choose(cfg, need_h)
+        """Auto's pick, and when the machines it picked among were read."""
+        return console.machines.choose(cfg, need_h), console.machines.read_at
 
-    def _chosen(self, args, choice, error) -> None:
-        cfg = args[0]
+    def _chosen(self, args, picked, error) -> None:
+        choice, read_at = picked if picked is not None else (None, None)
         with self._render_lock:
             if self.config().machine != "auto":  # the person picked a machine meanwhile: Auto's answer is stale
                 return
-            self.choice, self.choice_error = choice, (str(error) if error else None)
-            self.estimate = self._estimate(cfg, picked=choice.machine if choice is not None else None)
+            self.choice, self.choice_error = choice, (error_text(error) if error else None)
+            self.choice_read_at = read_at
+            self.estimate = self._estimate(picked=choice.machine if choice is not None else None)
             self._render()
 
     def settle(self, timeout_s: float = 30.0) -> None:
@@ -427,12 +486,13 @@ class NewRunForm(Panel):
         return [p for p in self.problems() if p.severity == "error"]
 
     def _render(self) -> None:
+        self.rows["heads"].relabel(self.hints.value, width=self.inputs["width"].value, heads=self.inputs["heads"].value)
         probs = self.problems()
         for name, row in self.rows.items():
             row.show([p for p in probs if p.field == name])
         loose = [p for p in probs if p.field not in self.rows]
         self.calc.value = calculator_html(self.estimate, self.config(), self.choice, self.choice_error, loose,
-                                          self._general)
+                                          self._general, self.choice_read_at)
         blocked = bool([p for p in probs if p.severity == "error"])
         self.start_button.disabled = blocked or self._starting
         self.start_button.tooltip = tr("Fix the fields marked in red", "Исправьте поля, отмеченные красным") \
@@ -445,17 +505,22 @@ class NewRunForm(Panel):
         really started (`lab.ui.start`); `wait` returns its id once registered."""
         if self.start_button.disabled:
             return None
-        cfg = self.config()
-        resume = cfg.resume_from or None
-        cfg = replace(cfg, resume_from="")
+        given, resume = self.given(), self.resume()
         self._starting, self.start_error, self.run_id = True, None, None
         self.start_button.disabled = True
         self.launch.registering()
-        self._start_thread = backend.in_background(backend.start, cfg, cfg.machine, resume,
-                                                   on_done=self._started, on_error=self._start_failed)
+        self._start_thread = in_background(self._register, given, resume, on_done=self._started,
+                                           on_error=self._start_failed)
         if wait:
             self._start_thread.join()
         return self.run_id
+
+    @staticmethod
+    def _register(given: dict, resume: str | None) -> str:
+        """The run the form shows, registered and driven in the background (lab.api.runs.start)."""
+        run_id = lab_runs.start(given, resume, given["machine"])
+        console.machines.forget()  # the kept overview no longer says who is busy
+        return run_id
 
     def _started(self, run_id: str) -> None:
         self._starting, self.run_id = False, run_id

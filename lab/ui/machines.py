@@ -9,12 +9,16 @@ add` does and then empties the widgets that held it: no credential stays in widg
 """
 from __future__ import annotations
 
+import re
+
 import ipywidgets as widgets
 
 from lab.config import UserError
-from lab.ui import backend
+from lab.api import accounts, machines
+from lab.ui import console
+from lab.ui.threads import in_background
 from lab.ui.parts import GREY, RED, button, html, note, table, tell
-from lab.ui.text import Panel, error_text, esc, hours, lang, on_language, status_word, tr
+from lab.ui.text import Panel, clock, error_text, esc, fixed, hours, lang, on_language, said, status_word, tr
 
 NAME_W = "22em"
 
@@ -24,29 +28,47 @@ class MachinesPanel(Panel):
 
     def __init__(self):
         self.refresh_button = button("lab-machines-refresh", "refresh")
-        self.refresh_button.on_click(lambda _: self.refresh())
+        self.refresh_button.on_click(lambda _: self.refresh(tell_others=True))
+        self.read = html("lab-machines-read")
         self.list = widgets.VBox()
         self.adding = AddAccount(on_added=self._added)
         self.storage = CheckpointDatasets()
-        self.box = widgets.VBox([self.refresh_button, self.list, self.adding.box, self.storage.box])
+        self.box = widgets.VBox([widgets.HBox([self.refresh_button, self.read], layout=widgets.Layout(
+            align_items="center")), self.list, self.adding.box, self.storage.box])
         self.box.add_class("lab-machines")
         self.machines: list = []
         self.error: str | None = None
-        self.probing: dict[str, list[str]] = {}  # account -> what its running probe said so far
+        self.probing: dict[str, list[str]] = {}  # account -> what its running probe said so far (its English lines)
         self.asking: dict[str, str] = {}  # machine -> the action waiting for its confirmation ("probe", "remove")
         self.results: dict[str, str] = {}  # machine -> the last answer of an action, as HTML
+        self._asking_anew = False  # a background look at stale figures is on its way
+        self._anew_failed = False  # it failed: no other look until Refresh (no loop against a dead service)
         on_language(self.render)
         self.refresh()
 
-    def refresh(self) -> None:
+    def refresh(self, tell_others: bool = False) -> None:
+        self._anew_failed = False
         try:
-            self.machines, self.error = backend.overview(refresh=True), None
+            self.machines, self.error = console.machines.machines(refresh=True), None
         except UserError as e:
             self.machines, self.error = [], error_text(e)
         self.render()
+        if tell_others:
+            tell("machines")  # the form's Auto picks over these figures too
 
     def render(self) -> None:
+        """The rows as last read — the console's one view, which the form may have read since —
+        with when that was; figures gone stale (a run started, five minutes) are asked again in
+        the background and drawn when they come."""
         self.refresh_button.description = tr("Refresh", "Обновить")
+        view = console.machines
+        if view.kept() is not None and not self.error:
+            self.machines = view.kept()
+        if view.stale and not self._asking_anew and not self._anew_failed and self.machines:
+            self._asking_anew = True
+            in_background(view.machines, on_done=lambda _: self._asked_anew(), on_error=lambda e: self._asked_anew(e))
+        when = tr(f"quota and sessions as read at {clock(view.read_at)}", f"квота и сессии — по данным на {clock(view.read_at)}")
+        self.read.value = note(when + (tr(" · asking again…", " · спрашиваю заново…") if self._asking_anew else ""))
         rows = [self._row(m) for m in self.machines]
         if not any(m.kind == "kaggle" for m in self.machines):
             rows.append(html(value=note(tr("No Kaggle accounts yet: add one below.",
@@ -57,17 +79,26 @@ class MachinesPanel(Panel):
         self.adding.relabel()
         self.storage.render()
 
+    def _asked_anew(self, error: Exception | None = None) -> None:
+        self._asking_anew = False
+        if error is not None:
+            self.error, self._anew_failed = error_text(error), True
+        self.render()
+
     def _added(self) -> None:
-        self.refresh()
-        tell("machines")
+        self.refresh(tell_others=True)
 
     # -- one machine ------------------------------------------------------------------------
 
     def _row(self, m) -> widgets.Widget:
-        busy = ", ".join(m.running) if m.running else tr("free", "свободна") if m.free else \
+        busy = ", ".join(m.running) if m.running else tr("probing", "идёт проба") if m.name in self.probing else \
+            tr("free", "свободна") if m.free else \
             tr("cannot be used now", "сейчас недоступна") if m.error else tr("busy", "занята")  # the error says why
+        if m.busy_until and not m.error:  # a busy spell: Kaggle asked the lab to wait until then
+            busy = tr(f"Kaggle asks to wait until {m.busy_until[11:16]} UTC",
+                      f"Kaggle просит подождать до {m.busy_until[11:16]} UTC")
         if m.kind == "local":
-            name = f"<b>{esc(tr('This computer', 'Этот компьютер'))}</b> · {esc(backend.local_gpu()[1])}"
+            name = f"<b>{esc(tr('This computer', 'Этот компьютер'))}</b> · {esc(machines.local_gpu()[1])}"
             state: widgets.Widget = html(value=f"<span style='color:{GREY}'>{esc(tr('no quota', 'без квоты'))}</span>")
         elif m.kind == "kaggle":
             name, state = f"<b>{esc(m.name)}</b> · Kaggle {esc(m.gpu)}", self._quota(m)
@@ -79,7 +110,7 @@ class MachinesPanel(Panel):
         if m.kind == "local":
             return line
         line.children += tuple(self._actions(m))
-        parts = [line] + ([_probe_line(m.name)] if m.kind == "kaggle" else []) + self._pending(m)
+        parts = [line] + ([_probe_line(m.name)] if m.kind == "kaggle" else []) + _first_run(m) + self._pending(m)
         return widgets.VBox(parts)
 
     def _quota(self, m) -> widgets.Widget:
@@ -91,7 +122,9 @@ class MachinesPanel(Panel):
                                     layout=widgets.Layout(width="12em"))
         bar.add_class(f"lab-quota-{m.name}")
         reset = f" · {tr('resets', 'сброс')} {m.refresh[:16].replace('T', ' ')} UTC" if m.refresh else ""
-        return widgets.HBox([bar, html(value=f"{esc(hours(left))} {esc(tr('of', 'из'))} {esc(hours(total))}{esc(reset)}")])
+        text = f"{hours(left)} {tr('of', 'из')} {hours(total)} {tr('for a new session', 'на новую сессию')}" \
+               + _said_left(m) + reset
+        return widgets.HBox([bar, html(value=esc(text))])
 
     def _actions(self, m) -> list[widgets.Button]:
         """The row's buttons: Probe and Remove for an account, Check for any other machine."""
@@ -119,7 +152,7 @@ class MachinesPanel(Panel):
         if action:
             out.append(self._question(m.name, action))
         if m.name in self.probing:
-            said = self.probing[m.name][-1] if self.probing[m.name] else ""
+            said = probe_words(self.probing[m.name][-1]) if self.probing[m.name] else ""
             out.append(html(f"lab-probing-{m.name}", note(tr("Probing… ", "Проба идёт… ") + said), margin="0 0 0 2em"))
         if m.name in self.results:
             out.append(html(f"lab-answer-{m.name}", self.results[m.name], margin="0 0 0 2em"))
@@ -127,7 +160,7 @@ class MachinesPanel(Panel):
 
     def _question(self, name: str, action: str) -> widgets.Widget:
         if action == "probe":
-            en, ru = backend.probe_cost()
+            en, ru = accounts.probe_cost()
             text = tr(f"{en} Kaggle also keeps a private kernel lab-probe and a tiny dataset on the account.",
                       f"{ru} На аккаунте останутся приватное ядро lab-probe и крошечный датасет.")
             yes = tr("Probe, spend the quota", "Пробовать, потратить квоту")
@@ -157,17 +190,17 @@ class MachinesPanel(Panel):
         self.asking.pop(name, None)
         if action == "remove":
             try:
-                backend.remove_account(name)
+                accounts.remove(name)
+                console.machines.forget()
             except UserError as e:
                 self.results[name] = note(error_text(e), "error")
                 self.render()
                 return
-            self.refresh()
-            tell("machines")
+            self.refresh(tell_others=True)
             return
         self.probing[name] = []
         self.render()
-        backend.in_background(backend.probe, name, lambda text: self._probe_said(name, text),
+        in_background(accounts.probe, name, lambda text: self._probe_said(name, text),
                               on_done=lambda record: self._probed(name, None),
                               on_error=lambda e: self._probed(name, e))
 
@@ -179,7 +212,7 @@ class MachinesPanel(Panel):
         self.probing.pop(name, None)
         self.results[name] = note(error_text(error), "error") if error else \
             note(tr("Probe done: its result is in the row.", "Проба готова: её итог — в строке."), "ok")
-        self.refresh()  # a probe that found the account cannot run bars it from Auto: the states anew
+        self.refresh(tell_others=True)  # a probe that found the account cannot run bars it from Auto: the states anew
 
     def _checking(self, name: str, text: str) -> None:
         """A box's first check takes a while (a training burst): what it is doing, in its row."""
@@ -188,7 +221,7 @@ class MachinesPanel(Panel):
 
     def _check(self, name: str) -> None:
         try:
-            backend.check_machine(name, say=lambda text: self._checking(name, text))
+            machines.check(name, say=lambda text: self._checking(name, text))
         except UserError as e:
             self.results[name] = note(error_text(e), "error")
         else:
@@ -196,15 +229,62 @@ class MachinesPanel(Panel):
         self.render()
 
 
+# `lab probe`'s progress lines (lab.probe.account: "NAME: " is cut off before), said in Russian.
+_PROBE_RU = ((re.compile(r"^The probe uses about "), lambda m, text: accounts.probe_cost()[1]
+              if text == accounts.probe_cost()[0] else None),
+             (re.compile(r"^uploaded the probe's input (\S+); waiting until Kaggle has it ready$"),
+              lambda m, text: f"вход пробы {m[1]} загружен; жду, пока Kaggle его подготовит"),
+             (re.compile(r"^pushed (\S+) version (\S+); waiting for it to end$"),
+              lambda m, text: f"отправлена {m[1]}, версия {m[2]}; жду, пока она кончится"),
+             (re.compile(r"^(\S+) ([A-Z_]+)(?:: (.*))?$"),
+              lambda m, text: f"{m[1]}: {_SESSION_RU.get(m[2], m[2])}" + (f" ({m[3]})" if m[3] else "")))
+_SESSION_RU = {"QUEUED": "в очереди Kaggle", "RUNNING": "идёт", "COMPLETE": "закончилась",
+               "ERROR": "кончилась ошибкой", "CANCEL_ACKNOWLEDGED": "отменена"}
+
+
+def probe_words(text: str) -> str:
+    """A progress line of a running probe in the view's language."""
+    if lang() == "en":
+        return text
+    for pattern, words in _PROBE_RU:
+        m = pattern.search(text)
+        ru = words(m, text) if m else None
+        if ru:
+            return ru
+    return said(text, None)
+
+
+def _said_left(m) -> str:
+    """What `kaggle quota` says is left (the total less what is used), and how far past the total the
+    account's sessions ran where they did."""
+    if m.quota_used_h is None or m.quota_total_h is None:
+        return ""
+    over = m.quota_used_h - m.quota_total_h
+    if over > 0:
+        return tr(f" · used {hours(m.quota_used_h)}: {hours(over)} past the total",
+                  f" · израсходовано {hours(m.quota_used_h)}: на {hours(over)} больше всей квоты")
+    said_left = m.quota_total_h - m.quota_used_h
+    return tr(f" · kaggle quota: {hours(said_left)} left", f" · kaggle quota: осталось {hours(said_left)}")
+
+
+def _first_run(m) -> list[widgets.Widget]:
+    """A word under an account Kaggle says never started a GPU session, before the lab ran one there."""
+    hint = accounts.first_run_hint(m.name, m.has_ever_run) if m.kind == "kaggle" else None
+    if hint is None:
+        return []
+    return [html(f"lab-first-run-{m.name}", f"<span style='color:{GREY};font-size:90%;margin-left:2em'>"
+                                            f"{esc(tr(*hint))}</span>")]
+
+
 def _probe_line(account: str) -> widgets.HTML:
     """The account's last probe (`lab probe NAME`): its verdict and figures, and how old it is."""
-    from lab.probe.record import age, read_probe, summary
-    record = read_probe(account)
-    ru = lang() == "ru"
+    probed = accounts.probe_record(account)
+    record, ru = probed.record, lang() == "ru"
     if record is None:  # "the account was not probed", as a sentence with its own subject (Russian genders)
         text = tr("probe: not yet — press Probe", "пробы ещё не было — нажмите «Проба»")
     else:
-        text = f"{tr('probe', 'проба')}: {summary(record, ru=ru)} · {age(record, ru=ru)} {tr('ago', 'назад')}"
+        text = f"{tr('probe', 'проба')}: {probed.summary_ru if ru else probed.summary} · {probed.age_ru if ru else probed.age} " \
+               f"{tr('ago', 'назад')}"
     color = GREY if record is None or record.get("can_run", True) is True else RED
     line = html(f"lab-probe-{account}", f"<span style='color:{color};font-size:90%;margin-left:2em'>{esc(text)}</span>")
     return line
@@ -272,7 +352,7 @@ class AddAccount:
                                                "error")
             return
         try:
-            backend.check_account_name(name)
+            accounts.check_name(name)
         except UserError as e:
             self.messages["name"].value = note(error_text(e), "error")
             return  # the upload waits for a name that fits
@@ -291,22 +371,24 @@ class AddAccount:
 
     def _store(self, name: str, data: bytes | None, token: str | None, username: str) -> None:
         try:
-            added, user, left, total, unchecked = backend.add_account(name, kaggle_json=data, token=token,
-                                                                      username=username, filename=self.filename)
+            got = accounts.add(name, kaggle_json=data, token=token, username=username, filename=self.filename)
         except UserError as e:
             self.messages["file" if data is not None else "token"].value = note(error_text(e), "error")
             return
+        added, user, left, total, unchecked = got.name, got.username, got.quota_left_h, got.quota_total_h, got.unchecked
+        console.machines.forget()
         self.name.value, self.username.value = "", ""
         self.on_added()  # its row first, then the word that it is added
+        stored = " " + tr(f"Stored {got.stored_as}.", f"Сохранён {got.stored_as_ru}.")
         if unchecked is not None:
             text = tr(f"Added {added} (Kaggle user {user}), but Kaggle could not be asked: ",
                       f"Аккаунт {added} (пользователь Kaggle {user}) добавлен, но спросить Kaggle не удалось: ")
-            self.messages["done"].value = note(text + error_text(unchecked), "warning")
+            self.messages["done"].value = note(text + error_text(unchecked) + stored, "warning")
         else:
             self.messages["done"].value = note(tr(f"Added {added} (Kaggle user {user}): {hours(left)} of {hours(total)} "
                                                   f"of GPU quota left.",
                                                   f"Аккаунт {added} (пользователь Kaggle {user}) добавлен: квоты GPU "
-                                                  f"осталось {hours(left)} из {hours(total)}."), "ok")
+                                                  f"осталось {hours(left)} из {hours(total)}.") + stored, "ok")
 
 
 # ---------------------------------------------------------------------------------------
@@ -327,7 +409,7 @@ class CheckpointDatasets:
 
     def load(self) -> None:
         self.message.value = note(tr("Asking Kaggle…", "Спрашиваю Kaggle…"))
-        backend.in_background(backend.checkpoint_datasets, on_done=self._loaded,
+        in_background(_dataset_rows, on_done=self._loaded,
                               on_error=lambda e: setattr(self.message, "value", note(error_text(e), "error")))
 
     def _loaded(self, rows: list[dict]) -> None:
@@ -341,7 +423,7 @@ class CheckpointDatasets:
         if self.rows is None:
             return
         found = [r for r in self.rows if "error" not in r]
-        lines = [[esc(r["account"]), f"<code>{esc(r['slug'])}</code>", esc(f"{r['bytes'] / 1e6:.1f} MB"),
+        lines = [[esc(r["account"]), f"<code>{esc(r['slug'])}</code>", esc(_megabytes(r["bytes"])),
                   esc(r["run"] or "—"), esc(status_word(r["status"]))] for r in found]
         lines += [[esc(r["account"]), note(error_text(r["error"]), "error"), "", "", ""] for r in self.rows if "error" in r]
         head = [esc(tr(*h)) for h in (("account", "аккаунт"), ("dataset", "датасет"), ("size", "размер"),
@@ -352,15 +434,29 @@ class CheckpointDatasets:
 
     def _remove_button(self, r: dict) -> widgets.Button:
         b = button(f"lab-ckpt-remove-{r['slug'].split('/')[-1]}", "trash")
-        b.description = tr(f"Remove {r['slug']} ({r['bytes'] / 1e6:.1f} MB)", f"Удалить {r['slug']} ({r['bytes'] / 1e6:.1f} МБ)")
+        b.description = tr(f"Remove {r['slug']} ({_megabytes(r['bytes'])})", f"Удалить {r['slug']} ({_megabytes(r['bytes'])})")
         b.on_click(lambda _: self._remove(r))
         return b
 
     def _remove(self, r: dict) -> None:
         try:
-            backend.remove_checkpoint_dataset(r["account"], r["slug"])
+            accounts.remove_checkpoint_datasets(r["account"], [r["slug"]])
         except UserError as e:
             self.message.value = note(error_text(e), "error")
             return
         self.message.value = note(tr(f"Removed {r['slug']}.", f"{r['slug']} удалён."), "ok")
         self.load()
+
+
+def _megabytes(n: int) -> str:
+    return f"{fixed(n / 1e6, 1)} {tr('MB', 'МБ')}"
+
+
+def _dataset_rows() -> list[dict]:
+    """One row per checkpoint dataset ({"account", "slug", "bytes", "run", "status", "finished"}),
+    and {"account", "error"} for an account that could not be asked."""
+    out: list[dict] = []
+    for held in accounts.checkpoint_datasets():
+        out += [{"account": held.account, "error": held.error}] if held.error else \
+            [{"account": held.account, **d} for d in held.datasets]
+    return out

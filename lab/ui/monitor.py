@@ -13,13 +13,17 @@ import threading
 import time
 
 import ipywidgets as widgets
+from IPython.display import HTML, Image, display
 
+from lab.api import runs as lab_runs
+from lab.api.runs import RunStatus, curve_rows
 from lab.config import UserError
-from lab.machines.live import curve_rows
-from lab.ui import backend
-from lab.ui.parts import button, hear, html, note, png, table, tell, x_labels, x_toggle, newest_first
+from lab.runs import list_runs
 from lab.sizing.words import format_number
-from lab.ui.text import Panel, error_text, esc, lang, on_language, said, status_word, stop_reason, tr
+from lab.ui.doing import now_doing, with_continue_button
+from lab.ui.parts import GREY, button, hear, html, newest_first, note, png, table, tell, x_labels, x_toggle
+from lab.ui.text import (Panel, ago, error_text, esc, lang, num, on_language, said, status_word, stop_reason, tr,
+                         until_words)
 
 LIVE = ("new", "starting", "running", "waiting")
 STOPPED = ("stopped", "cancelled", "failed")
@@ -38,7 +42,7 @@ class Monitor(Panel):
         self._stop = threading.Event()
         self._lock = threading.RLock()
         self.every_s, self.run_id = every_s, run_id
-        self.status: dict = {}
+        self.status: RunStatus | None = None
         self._plotted: tuple | None = None
         self._filling = False
         self._seen_status: str | None = None
@@ -88,7 +92,6 @@ class Monitor(Panel):
         self.refresh()
 
     def _fill_picker(self, selected: str | None) -> None:
-        from lab.runs import list_runs
         ids = [r.id for r in newest_first(list_runs())]
         if selected and selected not in ids:
             ids.insert(0, selected)
@@ -101,20 +104,28 @@ class Monitor(Panel):
     def _picked(self, change) -> None:
         if not self._filling:
             self.run_id, self.answer, self._continued = change["new"] or None, "", None
-            self._plotted = None
+            self._forget_plot()
             self.refresh()
 
     def follow(self, run_id: str) -> None:
         """Shows this run from now on (a form tells it when Start has registered a run)."""
         if self._stop.is_set():
             return
-        self._fill_picker(run_id)
-        self._plotted, self.answer, self._continued = None, "", None
+        with self._lock:
+            self._fill_picker(run_id)
+            self.answer, self._continued = "", None
+            self._forget_plot()
         self.refresh()
+
+    def _forget_plot(self) -> None:
+        """Another run is followed: the previous run's plot goes, never shown under its header."""
+        self._plotted = None
+        self.plot.layout.display = "none"
+        self.plot.value = b""
 
     def _tick(self) -> None:
         while not self._stop.wait(self.every_s):
-            if self.auto.value and self.run_id and self.status.get("status", "new") in LIVE:
+            if self.auto.value and self.run_id and (self.status.status if self.status else "new") in LIVE:
                 try:
                     self.refresh()
                 except Exception:  # noqa: BLE001 - a half-written file: the next tick reads it whole
@@ -128,7 +139,7 @@ class Monitor(Panel):
             return
         link = _active_link(self.status)
         try:
-            answer = backend.cancel(self.run_id)
+            answer = lab_runs.cancel(self.run_id)
         except UserError as e:
             self.answer = note(error_text(e), "error")
         else:
@@ -140,7 +151,7 @@ class Monitor(Panel):
         if not self.run_id:
             return
         try:
-            backend.continue_run(self.run_id)
+            lab_runs.continue_run(self.run_id)
         except UserError as e:
             self.answer = note(error_text(e), "error")
         else:
@@ -162,28 +173,27 @@ class Monitor(Panel):
             self.stop_button.layout.display = self.continue_button.layout.display = "none"
             return
         try:
-            self.status = backend.status(self.run_id)
+            self.status = lab_runs.status(self.run_id)
         except UserError as e:
             self.state.value = note(error_text(e), "error")
             return
-        from lab.runs import load_run
-        run = load_run(self.run_id)
-        rows = curve_rows(run, self.status.get("live") or None)
+        run = lab_runs.get(self.run_id)
+        rows = curve_rows(run, self.status.live or None)
         self._draw(run, rows)  # the plot first: when the header says a run ended, its curve is the final one
         self._header(run, rows)
-        self.links.value = _links_table(self.status.get("links", []))
-        tail = "\n".join((self.status.get("log_tail") or "").splitlines()[-LOG_LINES:])
+        self.links.value = _links_table(self.status.links)
+        tail = "\n".join((self.status.log_tail or "").splitlines()[-LOG_LINES:])
         self.log.value = (f"<pre class='lab-log' style='overflow-x:auto;white-space:pre-wrap;font-size:80%;background:#f7f7f7;"
                           f"padding:4px'>{esc(tail)}</pre>") if tail else ""
-        if self._seen_status not in (None, self.status["status"]):
+        if self._seen_status not in (None, self.status.status):
             tell("runs")  # the runs cell and the form's checkpoints see it too
-        self._seen_status = self.status["status"]
+        self._seen_status = self.status.status
         self._forget_continued()
 
     def _forget_continued(self) -> None:
         """Continue's answer stands while the run goes on; once it has run and ended, the header
         says how it ended and the answer is old news."""
-        running = self.status["status"] in ("running", "waiting")
+        running = self.status.status in ("running", "waiting")
         if self._continued == "asked" and running:
             self._continued = "running"
         elif self._continued == "running" and not running:
@@ -193,19 +203,38 @@ class Monitor(Panel):
     def _header(self, run, rows: list[dict]) -> None:
         """"run: status · step N / M" — N the newest step the monitor has (live or downloaded),
         the control side's message under it."""
-        st = self.status["status"]
+        st = self.status.status
         step = max([run.step] + [r["step"] for r in rows if isinstance(r.get("step"), int)])
-        message = said(self.status.get("message"), self.status.get("message_ru"))
-        live = self.status.get("live") or {}
+        message = said(self.status.message, self.status.message_ru)
+        can_continue = st in STOPPED and self.status.driver is False
+        if can_continue:  # the button beside it is the way on, not the command
+            message = with_continue_button(message)
+        live = self.status.live or {}
         if live.get("note_en"):  # Kaggle keeps this session's log until it ends: no curve moves meanwhile
             message = f"{message} {tr(live['note_en'], live['note_ru'])}".strip()
+        waits = (f" <span class='lab-run-until'>{esc(until_words(self.status.waiting_until))}</span>"
+                 if st == "waiting" else "")
+        waiting_for = said(self.status.waiting_for, self.status.waiting_for_ru) if st == "waiting" else ""
         self.state.value = (f"<b>{esc(self.run_id)}</b>: <span class='lab-run-status'>{esc(status_word(st))}</span>"
-                            f" · {esc(tr('step', 'шаг'))} <span class='lab-run-step'>{format_number(step, lang())} / "
-                            f"{format_number(run.cfg.steps_until, lang())}</span>"
-                            + (f"<div class='lab-run-message'>{esc(message)}</div>" if message else ""))
-        live_run = st in LIVE and not self.status.get("cancel_requested")
+                            f"{waits} · {esc(tr('step', 'шаг'))} <span class='lab-run-step'>"
+                            f"{format_number(step, lang())} / {format_number(run.cfg.steps_until, lang())}</span>"
+                            + (f"<div class='lab-run-waiting'>{esc(tr('Waiting for', 'Ждёт'))} {esc(waiting_for)}</div>"
+                               if waiting_for else "")
+                            + (f"<div class='lab-run-message'>{esc(message)}</div>" if message else "")
+                            + self._doing(st) + _slow_words(self.status))
+        live_run = st in LIVE and not self.status.cancel_requested
         self.stop_button.layout.display = None if live_run else "none"
-        self.continue_button.layout.display = None if st in STOPPED and self.status.get("driver") is False else "none"
+        self.continue_button.layout.display = None if can_continue else "none"
+
+    def _doing(self, st: str) -> str:
+        """While the run goes on: what the lab does for it now, and since when (a hand-off between
+        links takes a minute or more on Kaggle, and the step stands still meanwhile)."""
+        now = now_doing(self.status.control_tail) if st in ("new", "starting", "running") else None
+        if now is None:
+            return ""
+        en, ru, age_s = now
+        return (f"<div class='lab-run-doing' style='color:{GREY};font-size:90%'>⏳ {esc(tr(en, ru))} "
+                f"<span style='font-size:85%'>({esc(ago(age_s))})</span></div>")
 
     def _draw(self, run, rows: list[dict]) -> None:
         metrics = run.folder / "metrics.jsonl"
@@ -213,10 +242,12 @@ class Monitor(Panel):
             st = metrics.stat()
         except OSError:
             st = None
-        live = self.status.get("live") or {}  # a session elsewhere: the rows its log showed so far
+        live = self.status.live or {}  # a session elsewhere: the rows its log showed so far
         key = (st and st.st_mtime_ns, st and st.st_size, live.get("last_step"), self.x.value, self.run_id,
                lang())
         if key == self._plotted or sum("loss" in r for r in rows) < 2:  # one point draws an empty frame
+            if self._plotted is not None and self._plotted[4] != self.run_id:
+                self._forget_plot()  # the plot shown is another run's
             return
         self.plot.value = png({run.id: rows}, self.x.value, title=run.id)
         self.plot.layout.display = None
@@ -228,60 +259,56 @@ class Monitor(Panel):
         deadline = time.monotonic() + minutes * 60
         while self.run_id and time.monotonic() < deadline:
             self.refresh()
-            if self.status.get("status") not in LIVE:
+            if self.status is None or self.status.status not in LIVE:
                 break
             time.sleep(1.0)
         self.refresh()
-        from IPython.display import HTML, Image, display
         display(HTML(self.state.value + self.links.value))
         if self.plot.value:
             display(Image(data=bytes(self.plot.value)))
 
 
-def _active_link(status: dict) -> dict | None:
-    links = status.get("links") or []
-    return links[-1] if links and links[-1].get("status") in ("starting", "running") else None
+def _active_link(status: RunStatus | None):
+    link = status.link if status is not None else None
+    return link if link is not None and link.status in ("starting", "running") else None
 
 
-def kernel_page(link: dict | None) -> str | None:
-    """The page of a Kaggle link's kernel, where its session is stopped by hand."""
-    if not link or link.get("kind") != "kaggle":
-        return None
-    kernel = (link.get("detail") or {}).get("kernel") or {}
-    return kernel.get("url") or (f"https://www.kaggle.com/code/{kernel['slug']}" if kernel.get("slug") else None)
+def _slow_words(status: RunStatus) -> str:
+    """A warning for each Kaggle session far slower than the run's others: it spends quota for little."""
+    return "".join(f"<div class='lab-run-slow'>{note(s.words(ru=lang() == 'ru'), 'warning')}</div>"
+                   for s in status.slow)
 
 
-def _stop_words(link: dict | None, answer: str) -> str:
+def _stop_words(link, answer: str) -> str:
     """What Stop did, in the view's language: on Kaggle, where to stop the session that still runs."""
-    url = kernel_page(link)
+    url = lab_runs.session_page(link) if link is not None and link.kind == "kaggle" else None
     if url:
-        account = link.get("machine")
+        account = link.machine
         text = tr(f"No further link will start. Kaggle's public API cannot stop a running session: open its page "
                   f"signed in as {account} and press Stop session; the lab then downloads what it saved.",
                   f"Следующее звено не начнётся. Публичный API Kaggle не умеет останавливать идущую сессию: откройте "
                   f"её страницу под аккаунтом {account} и нажмите Stop session; лаба затем скачает, что она сохранила.")
         return (note(text, "warning") + f" <a class='lab-kernel-page' href='{esc(url)}' target='_blank' "
                 f"rel='noopener'>{esc(tr('the kernel page', 'страница ядра'))} ↗</a>")
-    if link and link.get("kind") == "local":
+    if link is not None and link.kind == "local":
         return note(tr("Stopping: the session saves a checkpoint at the next step and stops.",
                        "Останавливаю: сессия сохранит чекпоинт на ближайшем шаге и остановится."), "ok")
     return note(said(answer, None) if link else tr("Cancelled: no further link will start.",
                                                    "Отменено: следующее звено не начнётся."), "ok")
 
 
-def _links_table(links: list[dict]) -> str:
+def _links_table(links: list) -> str:
     """Each link: its machine, status, steps, start, why its machine was picked and how it ended."""
     rows = []
     for link in links:
-        picked = link.get("picked") or {}
-        why = said(picked.get("en") or (link.get("detail") or {}).get("why"), picked.get("ru"))
-        outcome = link.get("outcome") or {}
-        ended = stop_reason(link.get("reason"), outcome.get("reason_ru"))
-        rows.append([esc(link["n"]), esc(tr("this computer", "этот компьютер") if link["machine"] == "local"
-                                         else link["machine"]),
-                     esc(status_word(link["status"])),
-                     esc(f"{link['from_step']} → {link['to_step'] if link['to_step'] is not None else '…'}"),
-                     esc((link.get("started") or "")[:19].replace("T", " ")),
+        picked = link.picked or {}
+        why = said(picked.get("en"), picked.get("ru"))
+        ended = stop_reason(link.reason, link.outcome.reason_ru if link.outcome else None)
+        rows.append([esc(link.n), esc(tr("this computer", "этот компьютер") if link.machine == "local"
+                                      else link.machine),
+                     esc(status_word(link.status)),
+                     esc(f"{num(link.from_step)} → {num(link.to_step) if link.to_step is not None else '…'}"),
+                     esc((link.started or "")[:19].replace("T", " ")),
                      f"<span class='lab-link-why'>{esc(why)}</span>", esc(ended)])
     head = [esc(tr(*h)) for h in (("link", "звено"), ("machine", "машина"), ("status", "статус"), ("steps", "шаги"),
                                    ("started", "начато"), ("why there", "почему там"), ("how it ended", "чем кончилось"))]

@@ -7,7 +7,7 @@ import ipywidgets as widgets
 
 from lab import __version__
 from lab.home import lab_home
-from lab.ui import backend
+from lab.api.machines import local_gpu
 from lab.ui.parts import hear, table
 from lab.ui.text import Panel, esc, language_switch, on_language, tr
 
@@ -23,7 +23,7 @@ class SetupPanel(Panel):
         self.render()
 
     def render(self) -> None:
-        _, gpu = backend.local_gpu()
+        _, gpu = local_gpu()
         rows = [[esc(tr("Version", "Версия")), f"lab {esc(__version__)}"],
                 [esc(tr("Lab home", "Дом лабы")), f"<code>{esc(lab_home())}</code>"],
                 [esc(tr("This computer's GPU", "Видеокарта этого компьютера")), esc(gpu)]]

@@ -11,6 +11,11 @@ from __future__ import annotations
 import ipywidgets as widgets
 
 from lab.config import UserError
+from lab.kernel.plots import figure_png
+from lab.recipes import plots
+from lab.recipes.fit import fit_law, load_fit, save_fit
+from lab.recipes.points import groups, lab_points
+from lab.runs import list_runs
 from lab.ui.branch import BranchRow
 from lab.ui.parts import tell
 from lab.ui.text import Panel, error_text, esc, on_language, tr
@@ -46,8 +51,6 @@ class RecipePanel(Panel):
 
     # --- points and the fit -----------------------------------------------------------
     def refresh(self) -> None:
-        from lab.recipes.points import groups, lab_points
-        from lab.runs import list_runs
         self.runs = list_runs()
         # Keyed by "val_set|tokenizer": a dropdown's values are plain strings.
         self.groups = {f"{k[0] or ''}|{k[1] or ''}": v for k, v in groups(lab_points(self.runs)).items()}
@@ -60,7 +63,6 @@ class RecipePanel(Panel):
         self.branching.refresh(self.runs)
 
     def show_fit(self) -> None:
-        from lab.recipes.fit import load_fit
         key = self.data.value
         if not key:
             self.summary.value = esc(tr("Points come from finished runs and branches whose learning rate ended small "
@@ -74,7 +76,6 @@ class RecipePanel(Panel):
         self.plots.children = self._figures(key, fit) if fit else []
 
     def fit(self) -> None:
-        from lab.recipes.fit import fit_law, save_fit
         key = self.data.value
         if not key:
             return
@@ -86,13 +87,11 @@ class RecipePanel(Panel):
         self.show_fit()
 
     def _figures(self, key, fit) -> list:
-        from lab.kernel.plots import figure_png
-        from lab.recipes import plots
         points = self.groups[key]
         figs = [plots.loss_vs_tokens(points, fit), plots.isoloss(fit, points), plots.residuals(points, fit),
                 plots.loss_vs_lr(points), plots.schedules(self.runs)]
         out = []
-        import matplotlib.pyplot as plt
+        import matplotlib.pyplot as plt  # matplotlib: only when a plot is drawn
         for fig in figs:
             if fig is not None:
                 out.append(widgets.Image(value=figure_png(fig), format="png", layout=widgets.Layout(max_width="760px")))

@@ -6,12 +6,18 @@ from __future__ import annotations
 import ipywidgets as widgets
 
 from lab import sizing
-from lab.config import RunConfig, UserError
+from lab.api import accounts
+from lab.api import machines as lab_machines
+from lab.api import runs as lab_runs
+from lab.config import Problem, UserError
 from lab.kernel.metrics import read_metrics
-from lab.ui import backend
+from lab.models.bpb import last_val, val_bpb
+from lab.runs import lineage, list_runs, load_run
+from lab.sizing.calibration import check
 from lab.ui.branch import BranchRow
 from lab.ui.parts import RED, button, hear, html, newest_first, note, png, table, tell, x_labels, x_toggle
-from lab.ui.text import Panel, error_text, esc, lang, on_language, status_word, tr
+from lab.sizing.words import format_number
+from lab.ui.text import Panel, error_text, esc, fixed, lang, num, on_language, status_word, tr
 
 
 def one_curve(rows: list[dict]) -> list[dict]:
@@ -30,7 +36,6 @@ def lineage_rows(run) -> list[dict]:
     from, then the next one's after that step, so the parts join at the checkpoint step. A
     child's own copy of its parent's curve (a branch or a run started from another's checkpoint
     keeps one) is that parent's part: it is not drawn twice."""
-    from lab.runs import lineage, load_run
     chain = [load_run(r) for r in lineage(run)]
     rows: list[dict] = []
     after = None
@@ -44,7 +49,6 @@ def lineage_rows(run) -> list[dict]:
 
 def speed_cell(folder) -> str:
     """The run's measured tokens/s beside the calculator's prediction for it (lab.sizing.calibration), or "-"."""
-    from lab.sizing.calibration import check
     c = check(folder)
     if c is None:
         return "-"
@@ -95,7 +99,6 @@ class RunsPanel(Panel):
         self.refresh()
 
     def refresh(self) -> None:
-        from lab.runs import list_runs
         self.runs = {r.id: r for r in newest_first(list_runs())}
         rows = [self._row(r) for r in self.runs.values()]
         head = [tr(*h) for h in (("run", "прогон"), ("status", "статус"), ("step", "шаг"), ("size", "размер"),
@@ -115,16 +118,14 @@ class RunsPanel(Panel):
         self.draw()
 
     def _row(self, r) -> list[str]:
-        from lab.models.bpb import last_val, val_bpb
-        from lab.runs import lineage
         m = read_metrics(r.folder)
         loss = next((x["loss"] for x in reversed(m) if "loss" in x), None)
         val = last_val(m)
         bpb = val_bpb(val, r.cfg)  # bits per byte: runs of any tokenizer on one scale
         c = r.cfg
-        return [f"<code>{esc(r.id)}</code>", esc(status_word(r.status)), esc(f"{r.step:,} / {c.steps_until:,}"),
-                esc(f"{c.layers}×{c.width}, n {c.context}"), "-" if loss is None else f"{loss:.3f}",
-                "-" if val is None else f"{val['val_loss']:.3f}", "-" if bpb is None else f"{bpb:.3f}",
+        return [f"<code>{esc(r.id)}</code>", esc(status_word(r.status)), esc(f"{num(r.step)} / {num(c.steps_until)}"),
+                esc(f"{c.layers}×{c.width}, n {c.context}"), "-" if loss is None else fixed(loss),
+                "-" if val is None else fixed(val["val_loss"]), "-" if bpb is None else fixed(bpb),
                 speed_cell(r.folder), esc(", ".join(dict.fromkeys(link.machine for link in r.links)) or "-"),
                 esc(" ← ".join(reversed(lineage(r)[:-1])) or "-")]
 
@@ -192,7 +193,7 @@ class MoreSteps:
         keep = self.run.value if self.run.value in self.runs else next(iter(self.runs), "")
         self.run.options = [(i, i) for i in self.runs] or [(tr("no finished runs", "законченных прогонов нет"), "")]
         self.run.value = keep
-        machines = backend.machine_choices()
+        machines = lab_machines.machine_choices(accounts.names(), tr)
         self.machine.options = machines
         self.machine.value = self.machine.value if self.machine.value in [v for _, v in machines] else "auto"
         self.go.disabled = not self.runs
@@ -207,30 +208,30 @@ class MoreSteps:
         c = run.cfg
         self.info.value = note(tr(f"From its checkpoint at step {run.step:,}; the model ({c.layers}×{c.width}, n {c.context}, "
                                   f"{c.heads} heads) and every other field as the run had them.",
-                                  f"С его чекпоинта на шаге {run.step}; модель ({c.layers}×{c.width}, n {c.context}, "
+                                  f"С его чекпоинта на шаге {format_number(run.step, 'ru')}; модель ({c.layers}×{c.width}, n {c.context}, "
                                   f"голов {c.heads}) и остальные поля — как были у прогона."))
         self.check()
 
     def problems(self) -> list:
         """What is wrong with the new Steps until: not past the run's step, or more steps than
         its data holds tokens for (a warning: it reads the data again)."""
-        from lab.config import Problem
         run = self.runs.get(self.run.value)
         if run is None:
             return []
-        cfg = RunConfig.from_dict({**run.config, "steps_until": int(self.steps.value or 0), "resume_from": ""})
-        est = sizing.estimate(cfg, checkpoint={"step": run.step, "config": run.config}, given={"steps_until"})
+        sized = lab_runs.preview({"steps_until": int(self.steps.value or 0)}, run.id)  # the run as it would go on
+        cfg, est = sized.settled.cfg, sized.estimate
         out = [p for p in est.problems if p.field == "steps_until"]
         if cfg.steps_until <= run.step and not out:
-            out.append(Problem("steps_until", f"steps_until {cfg.steps_until} is not above the run's step {run.step}: "
-                                              "raise it", f"«Шагов до» {cfg.steps_until} не больше шага прогона "
-                                                          f"{run.step}: увеличьте"))
+            out.append(Problem("steps_until", f"steps_until {cfg.steps_until:,} is not above the run's step {run.step:,}: "
+                                              "raise it", f"«Шагов до» {format_number(cfg.steps_until, 'ru')} не больше "
+                                                          f"шага прогона {format_number(run.step, 'ru')}: увеличьте"))
         per_step, have = est.tokens_per_step.value, est.tokens_available.value
         if per_step and have and cfg.steps_until * per_step > have:
             times = cfg.steps_until * per_step / have
             out.append(Problem("steps_until", f"{cfg.steps_until:,} steps read the data {times:.1f} times: add data "
-                                              "or take fewer steps", f"{cfg.steps_until} шагов прочтут данные "
-                                              f"{times:.1f} раза: добавьте данных или возьмите меньше шагов".replace(".", ","),
+                                              "or take fewer steps", f"{format_number(cfg.steps_until, 'ru')} шагов "
+                                              f"прочтут данные {times:.1f} раза: добавьте данных или возьмите меньше "
+                                              "шагов".replace(".", ","),
                                "warning"))
         return out
 
@@ -247,11 +248,17 @@ class MoreSteps:
         if not self.check():
             return
         try:
-            run_id = backend.continue_run(self.run.value, {"steps_until": int(self.steps.value)}, self.machine.value)
+            run_id = lab_runs.continue_run(self.run.value, {"steps_until": int(self.steps.value)}, self.machine.value)
         except UserError as e:
             self.message.value = note(error_text(e), "error")
             return
-        self.done.value = note(tr(f"Run {run_id} goes on to step {self.steps.value:,}; the monitor shows it.",
-                                  f"Прогон {run_id} идёт дальше, до шага {self.steps.value}; его показывает монитор."),
-                               "ok")
+        steps = format_number(self.steps.value, lang())
+        if run_id == self.run.value:
+            said = tr(f"Run {run_id} goes on to step {steps}; the monitor shows it.",
+                      f"Прогон {run_id} идёт дальше, до шага {steps}; его показывает монитор.")
+        else:  # grown from its stable phase: a run of its own from the checkpoint before the decay
+            said = tr(f"Run {run_id} grows {self.run.value} from before its decay to step {steps}; the monitor shows it.",
+                      f"Прогон {run_id} продолжает {self.run.value} с шага до его спада, до шага {steps}; его "
+                      "показывает монитор.")
+        self.done.value = note(said, "ok")
         self.on_started(run_id)

@@ -1,7 +1,8 @@
 """What Start says under its button, and when: a run is registered (in the background), then
 watched until it has really started — its first session runs — or failed before that. Only then
 the green ✔ (with where it went) or the red ✖ (with why, in the view's language, the same words
-the monitor shows)."""
+the monitor shows). Meanwhile "getting ready" — until the run waits for a machine: then what it
+waits for and until when, as the driver says it (its message and `waiting_until`)."""
 from __future__ import annotations
 
 import threading
@@ -9,9 +10,9 @@ import time
 
 from lab.config import UserError
 from lab.home import runs_dir
-from lab.ui import backend
+from lab.api import runs as lab_runs
 from lab.ui.parts import GREY, RED
-from lab.ui.text import error_text, esc, said, tr
+from lab.ui.text import error_text, esc, said, tr, until_words
 
 HALTED = ("done", "failed", "cancelled", "stopped")
 WATCH_S = 0.5  # how often a run that was just started is looked at
@@ -19,11 +20,12 @@ GIVE_UP_S = 6 * 3600  # a run that prepares data or waits for a machine this lon
 
 
 class Launch:
-    """The line under Start: `phase` is "", "registering", "preparing", "started" or "failed"."""
+    """The line under Start: `phase` is "", "registering", "preparing", "waiting", "started" or "failed"."""
 
     def __init__(self, where, on_change=None):
         self.where, self.on_change = where, on_change
         self.phase, self.run_id, self.machine, self.message = "", None, None, ""
+        self.waits: tuple[str | None, str | None, str | None] = (None, None, None)  # the driver's (en, ru, until)
         self._watching: threading.Thread | None = None
         self._epoch = 0  # a newer Start makes older watches stop
 
@@ -48,27 +50,41 @@ class Launch:
         deadline = time.monotonic() + GIVE_UP_S
         while epoch == self._epoch and time.monotonic() < deadline:
             try:
-                status = backend.status(run_id)
+                status = lab_runs.status(run_id)
             except UserError:
                 time.sleep(WATCH_S)
                 continue
             phase = started(status, links_before)
-            if phase is not None:
-                if epoch == self._epoch:
-                    link = (status.get("links") or [{}])[-1]
-                    self.machine = (link.get("kind"), link.get("machine"))
-                    self.message = said(status.get("message"), status.get("message_ru")) if phase == "failed" else ""
-                    self.phase = phase
-                    self.render()
-                    if self.on_change:
-                        self.on_change(phase)
+            if epoch != self._epoch:
                 return
+            if phase is not None:
+                link = status.link
+                self.machine = (link.kind, link.machine) if link is not None else None
+                self.message = said(status.message, status.message_ru) if phase == "failed" else ""
+                self.phase = phase
+                self.render()
+                if self.on_change:
+                    self.on_change(phase)
+                return
+            self._waiting(status)
             time.sleep(WATCH_S)
 
-    def wait(self, timeout_s: float = 60.0) -> str:
-        """Waits until the run has started or failed (tests and headless runs); the phase."""
-        if self._watching is not None:
-            self._watching.join(timeout_s)
+    def _waiting(self, status) -> None:
+        """While the run waits for a machine, what for and until when; getting ready again once
+        the driver looks anew (a machine came free, a refresh came)."""
+        if status.status == "waiting":
+            self.phase, self.waits = "waiting", (status.message, status.message_ru, status.waiting_until)
+            self.render()  # each look: "in 2 h 10 min" counts down
+        elif self.phase == "waiting":
+            self.phase = "preparing"
+            self.render()
+
+    def wait(self, timeout_s: float = 60.0, until: tuple[str, ...] = ("started", "failed")) -> str:
+        """Waits until the run's phase is one of `until` (tests and headless runs); the phase."""
+        deadline = time.monotonic() + timeout_s
+        while (self.phase not in until and self._watching is not None and self._watching.is_alive()
+               and time.monotonic() < deadline):
+            time.sleep(0.05)
         return self.phase
 
     def render(self) -> None:
@@ -78,6 +94,12 @@ class Launch:
         elif self.phase == "preparing":
             self.where.value = (f"<div class='lab-start-pending' style='color:{GREY}'>⏳ {esc(tr('Run', 'Прогон'))} {run}: "
                                 f"{esc(tr('getting ready (its data, a machine)…', 'готовится (данные, машина)…'))}</div>")
+        elif self.phase == "waiting":
+            en, ru, until = self.waits
+            self.where.value = (f"<div class='lab-start-waiting' style='color:{GREY};line-height:1.4'>⏳ "
+                                f"{esc(tr('Run', 'Прогон'))} {run} {esc(tr('waits for a machine', 'ждёт машину'))} "
+                                f"<b class='lab-start-until'>{esc(until_words(until))}</b><br>"
+                                f"<span style='font-size:85%'>{esc(said(en, ru))}</span></div>")
         elif self.phase == "started":
             self.where.value = (f"<div class='lab-start-ok' style='line-height:1.4'>✔ {esc(tr('Run', 'Прогон'))} {run} → "
                                 f"{esc(_where(self.machine))}<br><span style='color:{GREY};font-size:85%'>"
@@ -89,13 +111,13 @@ class Launch:
             self.where.value = ""
 
 
-def started(status: dict, links_before: int = 0) -> str | None:
+def started(status, links_before: int = 0) -> str | None:
     """"started" once a link after the first `links_before` runs (or the run is done), "failed"
     when the run halted before that, None while it is still getting ready."""
-    new = (status.get("links") or [])[links_before:]
-    if any(link.get("status") in ("running", "done", "stopped") for link in new) or status.get("status") == "done":
+    new = status.links[links_before:]
+    if any(link.status in ("running", "done", "stopped") for link in new) or status.status == "done":
         return "started"
-    if status.get("status") in HALTED:
+    if status.status in HALTED:
         return "failed"
     return None
 
@@ -108,4 +130,6 @@ def _where(machine: tuple | None) -> str:
         return tr("the lab picks the machine", "машину выберет лаба")
     if kind == "kaggle":
         return f"Kaggle: {name}"
+    if kind == "slurm":
+        return f"{tr('Cluster', 'Кластер')}: {name}"
     return f"{tr('Box', 'Машина')}: {name}" if kind == "ssh" else name

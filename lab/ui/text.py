@@ -7,12 +7,15 @@ words); here are the form's other words. `tr(en, ru)` picks by the current langu
 from __future__ import annotations
 
 import html
+from datetime import datetime, timezone
 
 import ipywidgets as widgets
 import traitlets
+from IPython import get_ipython
+from IPython.display import display
 
-from lab.config import field_help, field_label
-from lab.sizing.words import KIND_RU, format_hours
+from lab.fields import field_help, field_label
+from lab.sizing.words import KIND_RU, format_hours, format_number
 
 
 class _Language(traitlets.HasTraits):
@@ -64,8 +67,6 @@ class Panel:
     _skip_display = False
 
     def show(self) -> "Panel":
-        from IPython import get_ipython
-        from IPython.display import display
         display(self.box)
         shell = get_ipython()
         if shell is not None:  # skip Jupyter's display of this cell's value only
@@ -81,7 +82,6 @@ class Panel:
         if self._skip_display:
             self._skip_display = False
             return
-        from IPython.display import display
         display(self.box)
 
 
@@ -127,9 +127,10 @@ SIZE_HELP = {
         "{layers}. Скорость для нового размера форма пересчитывает от {source} — {kind}."),
     "grow": (
         "When val on the current size has reached a plateau and there is enough data for a bigger model. "
-        "If val still falls, training longer is cheaper.",
+        "If val still falls, training longer is cheaper; if it rises, the model memorises its data: add data, "
+        "do not grow.",
         "Когда val на текущем размере вышел на плато, а данных хватает на модель побольше. Если val ещё "
-        "падает — дешевле учить дольше."),
+        "падает — дешевле учить дольше; если растёт — модель заучивает данные: добавьте данных, а не растите."),
 }
 
 MODES = {"scratch": ("From scratch", "С нуля"), "resume": ("From a checkpoint", "С чекпоинта")}
@@ -153,9 +154,27 @@ def label(name: str) -> str:
     return pair(MODE_FIELD[0]) if name == "mode" else field_label(name, lang())
 
 
-def help_text(name: str) -> str:
-    """A form field's help, the guide's words: the run field's own, or the mode's."""
-    return pair(MODE_FIELD[1]) if name == "mode" else field_help(name, lang())
+def help_text(name: str, width: int | None = None, heads: int | None = None) -> str:
+    """A form field's help, the guide's words: the run field's own, or the mode's. The heads'
+    example is the form's own width and heads where they are given."""
+    text = pair(MODE_FIELD[1]) if name == "mode" else field_help(name, lang())
+    if name == "heads" and width and heads and heads > 0 and (width, heads) != (512, 8):
+        text = text.replace(*_heads_example(width, heads))
+    return text
+
+
+def _heads_example(width: int, heads: int) -> tuple[str, str]:
+    """(the guide's "512 / 8" example, the same sentence for this width and these heads)."""
+    per, rest = divmod(width, heads)
+    if lang() == "en":
+        guide = "512 / 8 makes 64 per head, the usual size."
+        if rest:
+            return guide, f"{width} / {heads} leaves {rest} over: pick heads that divide {width} (64 per head is usual)."
+        return guide, f"{width} / {heads} makes {per} per head (64 is the usual size)."
+    guide = "512 / 8 = 64 на голову, это обычная величина."
+    if rest:
+        return guide, f"{width} / {heads} даёт остаток {rest}: возьмите число голов, на которое {width} делится (обычно 64 на голову)."
+    return guide, f"{width} / {heads} = {per} на голову (обычная величина — 64)."
 
 
 def kind_badge(kind: str) -> str:
@@ -168,8 +187,58 @@ def status_word(status: str) -> str:
     return tr(*STATUS.get(status, (status, status)))
 
 
+def num(x: float) -> str:
+    """A number as the view's language writes it: "1,500" / "1 500", "3.5" / "3,5"."""
+    return format_number(x, lang())
+
+
+def fixed(x: float, digits: int = 3) -> str:
+    """A measured value with `digits` decimals in the view's language: "3.885" / "3,885"."""
+    text = f"{x:.{digits}f}"
+    return text.replace(".", ",") if lang() == "ru" else text
+
+
 def hours(h: float | None) -> str:
     return "—" if h is None else format_hours(h, lang())
+
+
+def span(seconds: float) -> str:
+    """A stretch of time as a person says it: "40 s", "12 min", "3 h 20 min", "2 d 5 h"."""
+    s = max(0, round(seconds))
+    if s < 60:
+        return tr(f"{s} s", f"{s} с")
+    m = s // 60
+    if m < 60:
+        return tr(f"{m} min", f"{m} мин")
+    h, m = divmod(m, 60)
+    if h < 48:
+        return tr(f"{h} h {m} min", f"{h} ч {m} мин") if m else tr(f"{h} h", f"{h} ч")
+    d, h = divmod(h, 24)
+    return tr(f"{d} d {h} h", f"{d} дн {h} ч") if h else tr(f"{d} d", f"{d} дн")
+
+
+def until_words(iso: str | None) -> str:
+    """"until 2026-05-04 09:00 UTC (in 2 d 5 h)", or "until a machine is free" when no time is known."""
+    try:
+        when = datetime.fromisoformat(iso).astimezone(timezone.utc) if iso else None
+    except ValueError:
+        when = None
+    if when is None:
+        return tr("until a machine is free", "пока не освободится машина")
+    left = (when - datetime.now(timezone.utc)).total_seconds()
+    at = when.strftime("%Y-%m-%d %H:%M UTC")
+    return tr(f"until {at} (in {span(left)})", f"до {at} (через {span(left)})") if left > 0 else \
+        tr(f"until {at} (due now: it looks again)", f"до {at} (срок настал: лаба смотрит снова)")
+
+
+def clock(ts: float | None) -> str:
+    """A moment as this computer's clock shows it: "14:03:10" ("—" when it never was)."""
+    return "—" if ts is None else datetime.fromtimestamp(ts).strftime("%H:%M:%S")
+
+
+def ago(seconds: float) -> str:
+    """"just now", "40 s ago", "12 min ago"."""
+    return tr("just now", "только что") if seconds < 5 else tr(f"{span(seconds)} ago", f"{span(seconds)} назад")
 
 
 def said(en: str | None, ru: str | None) -> str:

@@ -1,5 +1,6 @@
 """"Try the model": pick a run and one of its checkpoints, write a prompt, set the sampling,
 press Generate, and the text streams into the cell as the model writes it (`lab.models`).
+Export writes the checkpoint as `lab export` does, and shows the lines that load it in transformers.
 
 The model is loaded once per checkpoint and kept; generation runs in a background thread,
 so the notebook stays responsive and Stop ends it between two tokens. Wrong settings are
@@ -14,15 +15,19 @@ from pathlib import Path
 import ipywidgets as widgets
 
 from lab.config import Problem, UserError
+from lab.kernel.checkpoint import checkpoint_step, list_checkpoints
+from lab.runs import list_runs, load_run
 from lab.ui.calc import ORANGE, RED
-from lab.ui.text import Panel, esc, lang, on_language, tr
+from lab.ui.parts import newest_first
+from lab.ui.text import Panel, esc, lang, num, on_language, tr
 
 REDRAW_S = 0.1  # the streamed text is redrawn at most this often: a widget message per token is too many
 SETTINGS = {  # field -> (label EN, RU), (help EN, RU)
     "tokens": (("New tokens", "Новых токенов"), ("At most; a sample also ends where the model ends its text.",
                                                   "Не больше; образец кончается и там, где модель закончила текст.")),
-    "temperature": (("Temperature", "Температура"), ("Above 0. Lower: more predictable; higher: more varied.",
-                                                     "Больше 0. Ниже — предсказуемее, выше — разнообразнее.")),
+    "temperature": (("Temperature", "Температура"), ("Lower: more predictable; higher: more varied; 0: always the "
+                                                     "likeliest token.", "Ниже — предсказуемее, выше — разнообразнее; "
+                                                     "0 — всегда самый вероятный токен.")),
     "top_k": (("Top-k", "Top-k"), ("Choose among the k likeliest tokens; 0: among all.",
                                    "Выбирать из k самых вероятных токенов; 0 — из всех.")),
     "top_p": (("Top-p", "Top-p"), ("... and among the fewest whose probability reaches p; 1: no cut.",
@@ -32,18 +37,19 @@ SETTINGS = {  # field -> (label EN, RU), (help EN, RU)
 }
 
 
+def _step_label(path: Path) -> str:
+    return f"{tr('step', 'шаг')} {num(checkpoint_step(path))}"
+
+
 def runs_with_checkpoints() -> list:
     """The lab's runs that have a checkpoint to sample from, newest first."""
-    from lab.kernel.checkpoint import list_checkpoints
-    from lab.runs import list_runs
-    from lab.ui.parts import newest_first
     return [r for r in newest_first(list_runs()) if list_checkpoints(r.folder / "checkpoints")]
 
 
 class TryModel(Panel):
     def __init__(self, run_id: str | None = None):
-        from lab.models.sampling import Settings
-        defaults = Settings()
+        from lab.api import models  # torch: only once a model is tried (the cell shows without it)
+        defaults = models.Settings()
         self.run = widgets.Dropdown(layout=widgets.Layout(width="30em"))
         self.checkpoint = widgets.Dropdown(layout=widgets.Layout(width="14em"))
         self.run_message = widgets.HTML()
@@ -56,6 +62,8 @@ class TryModel(Panel):
         self.refresh_button = widgets.Button(icon="refresh", layout=widgets.Layout(width="auto"))
         self.generate_button = widgets.Button(button_style="primary", icon="play")
         self.stop_button = widgets.Button(icon="stop", disabled=True)
+        self.export_button = widgets.Button(icon="download")
+        self.export_message = widgets.HTML()
         self.output = widgets.HTML()
         self.output.add_class("lab-try-output")
         for name, w in self.inputs.items():
@@ -63,7 +71,8 @@ class TryModel(Panel):
             w.add_class(f"lab-try-{name}")
         rows = [widgets.HBox([self.labels[n], self.inputs[n], self.messages[n]]) for n in SETTINGS]
         self.box = widgets.VBox([widgets.HBox([self.run, self.checkpoint, self.refresh_button]), self.run_message, self.prompt,
-                                 *rows, widgets.HBox([self.generate_button, self.stop_button]), self.output])
+                                 *rows, widgets.HBox([self.generate_button, self.stop_button, self.export_button]),
+                                 self.export_message, self.output])
         self.box.add_class("lab-try-model")
         self._models: dict[tuple, object] = {}
         self._stop = threading.Event()
@@ -75,6 +84,7 @@ class TryModel(Panel):
         self.refresh_button.on_click(lambda _: self._fill_runs(self.run.value))
         self.generate_button.on_click(lambda _: self.generate())
         self.stop_button.on_click(lambda _: self._stop.set())
+        self.export_button.on_click(lambda _: self.export())
         self._fill_runs(run_id)
         on_language(self._relabel)
         self._relabel()
@@ -87,12 +97,10 @@ class TryModel(Panel):
         self._fill_checkpoints()
 
     def _fill_checkpoints(self) -> None:
-        from lab.kernel.checkpoint import checkpoint_step, list_checkpoints
-        from lab.runs import load_run
         paths = list(reversed(list_checkpoints(load_run(self.run.value).folder / "checkpoints"))) if self.run.value else []
-        self.checkpoint.options = [(f"{tr('step', 'шаг')} {checkpoint_step(p):,}", str(p)) for p in paths] or [("—", "")]
+        self.checkpoint.options = [(_step_label(p), str(p)) for p in paths] or [("—", "")]
         self.checkpoint.value = str(paths[0]) if paths else ""
-        self.generate_button.disabled = not paths
+        self.generate_button.disabled = self.export_button.disabled = not paths
 
     def _relabel(self) -> None:
         for name, ((en, ru), (help_en, help_ru)) in SETTINGS.items():
@@ -102,14 +110,23 @@ class TryModel(Panel):
         self.refresh_button.description = tr("Refresh", "Обновить")
         self.generate_button.description = tr("Generate", "Сгенерировать")
         self.stop_button.description = tr("Stop", "Стоп")
+        self.export_button.description = tr("Export", "Экспорт")
+        self.export_button.tooltip = tr("Write this checkpoint as lab export does: safetensors, a model card, a "
+                                        "folder Hugging Face transformers loads", "Записать этот чекпоинт, как "
+                                        "lab export: safetensors, карточка модели, папка для Hugging Face transformers")
         if not self.run.value:
             self._fill_runs(None)  # the "no run" line in the new language
+        else:  # the same checkpoints, "step 1,500" / "шаг 1 500" in the new language, the one picked kept
+            picked = self.checkpoint.value
+            self.checkpoint.options = [(_step_label(Path(p)), p) if p else (label, p)
+                                       for label, p in self.checkpoint.options]
+            self.checkpoint.value = picked
         self._show_problems(self.settings().problems())
 
     # --- settings ------------------------------------------------------------------------
     def settings(self):
-        from lab.models.sampling import Settings
-        return Settings(**{name: w.value for name, w in self.inputs.items()})
+        from lab.api import models  # torch: only once a model is tried (the cell shows without it)
+        return models.Settings(**{name: w.value for name, w in self.inputs.items()})
 
     def _show_problems(self, problems: list[Problem]) -> None:
         for name, message in self.messages.items():
@@ -130,7 +147,7 @@ class TryModel(Panel):
         except UserError as e:
             self.run_message.value = f"<span style='color:{RED}'>✖ {esc(e)}</span>"
             return None
-        self.run_message.value = (f"<span style='color:#666'>{esc(tr('step', 'шаг'))} {loaded.meta['step']:,} · "
+        self.run_message.value = (f"<span style='color:#666'>{esc(tr('step', 'шаг'))} {num(loaded.meta['step'])} · "
                                   f"{esc(loaded.device.type)} {esc(loaded.precision)}</span>")
         self._stop.clear()
         self.text = ""
@@ -146,23 +163,23 @@ class TryModel(Panel):
     def _model(self, checkpoint: str):
         if not checkpoint:
             raise UserError(tr("pick a run with a checkpoint", "выберите прогон с чекпоинтом"))
-        from lab.models.loading import load_model
+        from lab.api import models  # torch: only once a model is tried (the cell shows without it)
         path = Path(checkpoint)
         if not path.is_file():  # a run that trains on keeps its newest two
             raise UserError(tr(f"checkpoint {path.name} is gone (the run saved newer ones): press Refresh",
                                f"чекпоинта {path.name} уже нет (прогон сохранил новые): нажмите «Обновить»"))
         key = (str(path), path.stat().st_mtime_ns)
         if key not in self._models:
-            self._models = {key: load_model(path)}  # one model held at a time: memory
+            self._models = {key: models.load(path)}  # one model held at a time: memory
         return self._models[key]
 
     def _write(self, loaded, prompt: str, settings) -> None:
-        from lab.models.sampling import generate
+        from lab.api import models  # torch: only once a model is tried (the cell shows without it)
         drawn = 0.0
         try:
             for i in range(settings.samples):
                 self.text += ("\n\n———\n\n" if i else "") + prompt
-                for piece in generate(loaded, prompt, settings, index=i):
+                for piece in models.sample(loaded, prompt, settings, index=i):
                     self.text += piece
                     if time.monotonic() - drawn >= REDRAW_S:
                         self._draw(streaming=True)
@@ -174,6 +191,33 @@ class TryModel(Panel):
         finally:
             self._draw(streaming=False)
             self.generate_button.disabled, self.stop_button.disabled = False, True
+
+    # --- exporting -----------------------------------------------------------------------
+    def export(self, wait: bool = False) -> None:
+        """Presses Export: the checkpoint into $LAB_HOME/exports/RUN-stepN, in a background
+        thread (a large model takes a while to write); `wait` returns when it is written."""
+        if not self.checkpoint.value or self.export_button.disabled:
+            return
+        self.export_button.disabled = True
+        self.export_message.value = f"<span style='color:#666'>{esc(tr('exporting…', 'экспорт…'))}</span>"
+        thread = threading.Thread(target=self._export, args=(self.checkpoint.value,), daemon=True)
+        thread.start()
+        if wait:
+            thread.join()
+
+    def _export(self, checkpoint: str) -> None:
+        from lab.api import models  # torch: only once a model is exported (the cell shows without it)
+        try:
+            out = models.export(checkpoint)
+        except UserError as e:
+            self.export_message.value = f"<span style='color:{RED}'>✖ {esc(tr(str(e), e.ru or str(e)))}</span>"
+        else:
+            self.export_message.value = (
+                f"<div>{esc(tr('exported to', 'записано в'))} <code>{esc(out)}</code> · "
+                f"{esc(tr('in Hugging Face transformers', 'в Hugging Face transformers'))} ({esc(models.INSTALL)}):</div>"
+                f"<pre style='font-size:90%'>{esc(models.LOAD_LINES.format(out=out))}</pre>")
+        finally:
+            self.export_button.disabled = False
 
     def _draw(self, streaming: bool) -> None:
         cursor = "▍" if streaming else ""

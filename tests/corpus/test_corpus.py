@@ -11,6 +11,7 @@ import sentencepiece as spm
 from pydoc_data.topics import topics
 
 from conftest import lab
+from splits import split_parts
 from lab import cli
 from lab import corpus
 from lab.corpus import prepared, shards
@@ -129,16 +130,22 @@ def test_prepare_pydoc_from_a_fresh_home_writes_a_consistent_manifest(lab_home):
     assert 0.03 < m["val_tokens"] / (m["train_tokens"] + m["val_tokens"]) < 0.2
     assert m["val_tokens"] > 4000
 
-    # The shards are memmap-able, hold every document once, each followed by EOS, and
-    # the val documents are whole documents.
+    # The shards are memmap-able and hold every document once, each part followed by EOS: whole
+    # on one side, or its head in train and its tail, from a line's start, in val.
     sp = corpus.load_tokenizer(folder)
-    docs = []
-    for e in m["train"] + m["val"]:
-        ids = np.memmap(folder / e["path"], dtype="<u2", mode="r")
-        assert ids[-1] == tok["eos_id"] and ids.max() < tok["vocab"]
-        cuts = np.flatnonzero(ids == tok["eos_id"])
-        docs += [sp.decode(ids[a + 1:b].tolist()) for a, b in zip(np.r_[-1, cuts[:-1]], cuts)]
-    assert sorted(docs) == sorted(topics.values())
+    written = {}
+    for kind in ("train", "val"):
+        written[kind] = []
+        for e in m[kind]:
+            ids = np.memmap(folder / e["path"], dtype="<u2", mode="r")
+            assert ids[-1] == tok["eos_id"] and ids.max() < tok["vocab"]
+            cuts = np.flatnonzero(ids == tok["eos_id"])
+            written[kind] += [sp.decode(ids[a + 1:b].tolist()) for a, b in zip(np.r_[-1, cuts[:-1]], cuts)]
+    train, val = split_parts("pydoc")
+    assert (written["train"], written["val"]) == (train, val)
+    assert sum(len(t.encode()) for t in train + val) == c["bytes"]
+    ends = {t: [d for d in topics.values() if d.endswith(t) and d != t] for t in val}
+    assert all(any(d[-len(t) - 1] in "\n " for d in ends[t]) or t in topics.values() for t in val)  # at a line or word
 
 
 def test_rerunning_prepare_on_unchanged_data_is_a_no_op(lab_home, monkeypatch):

@@ -13,6 +13,7 @@ from lab import corpus
 from lab.config import UserError
 from lab.corpus import shards
 from lab.corpus.valtext import val_bytes, val_documents
+from splits import split_parts
 
 SMALL_VOCAB = 512
 
@@ -25,14 +26,11 @@ def lab_home(tmp_path, monkeypatch) -> Path:
 
 
 def held_out_texts(name: str) -> list[str]:
-    """The documents `choose_val` holds out, read from the constellation's sources."""
-    c = corpus.get_constellations([name])[name]
-    s = corpus.scan(c)
-    split = corpus.choose_val(s.doc_hashes, s.doc_bytes)
-    return [d.text for i, d in enumerate(c.documents()) if i in split.val_docs]
+    """The texts the split rule holds out, read from the constellation's sources."""
+    return split_parts(name)[1]
 
 
-def test_prepare_records_the_bytes_of_the_held_out_documents(lab_home):
+def test_prepare_records_the_bytes_of_the_held_out_text(lab_home):
     folder = corpus.prepare(["pydoc"], vocab=SMALL_VOCAB, progress=False)
     m = corpus.read_manifest(folder)
     held_out = held_out_texts("pydoc")

@@ -441,10 +441,10 @@ def test_pushes_kaggle_would_refuse_are_refused_before_sending(kaggle_lab):
 
 def test_checkpoint_datasets_of_finished_runs_are_listed_with_size_and_removed_on_request(kaggle_lab, tmp_path,
                                                                                         capsys):
-    from lab.machines.kaggle_names import ckpt_slug
-    from lab.runs import create_run, updating
+    from lab.machines.kaggle.names import ckpt_slug
+    from lab.runs import Settled, create_run, updating
     from lab.config import RunConfig
-    done, going = create_run(RunConfig(steps_until=5)), create_run(RunConfig(steps_until=5))
+    done, going = create_run(Settled.whole(RunConfig(steps_until=5))), create_run(Settled.whole(RunConfig(steps_until=5)))
     with updating(done.id) as r:
         r.status = "done"
     with updating(going.id) as r:

@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--log-at-end", action="store_true",
                    help="a running session's log is readable only once it ends (Kaggle's cadence is unknown)")
     p.add_argument("--no-gpu", action="append", default=[], metavar="NAME",
-                   help="an account Kaggle offers no GPU (not phone-verified); repeatable")
+                   help="an account not verified (phone, identity): its GPU pushes run without a GPU; repeatable")
     args = p.parse_args(argv)
     accounts = [_parse_account(s, False) for s in args.account] + [_parse_account(s, True) for s in args.token_account]
     if not accounts:
@@ -60,7 +60,8 @@ def main(argv: list[str] | None = None) -> int:
     emu.log_while_running = not args.log_at_end
     emu.start()
     print(f"Kaggle emulator at {emu.url} (state in {state})", flush=True)
-    print(f"  export LAB_KAGGLE_API_URL={emu.url}")
+    # Its sessions have no GPU: a session without cards trains on the CPU only with this setting.
+    print(f"  export LAB_KAGGLE_API_URL={emu.url} LAB_KAGGLE_ALLOW_CPU=1")
     for a in accounts:
         folder = state / "credentials" / a.username
         if a.token:

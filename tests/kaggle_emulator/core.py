@@ -36,6 +36,7 @@ from kaggle_emulator.datasets import DATASET_BEHAVIOURS, Datasets
 from kaggle_emulator.kernels import Kernels
 from kaggle_emulator.logs import Logs
 from kaggle_emulator.pages import Pages
+from kaggle_emulator.quirks import Quirks
 from kaggle_emulator.files import _kill_tree
 from kaggle_emulator.model import (ACTIVE, TERMINAL, EmulatedAccount, SessionInfo, _Blob, _Dataset, _Fault,
                                    _HttpError, _Kernel, _KillPlan, _Session, _duration, _timestamp)
@@ -43,7 +44,7 @@ from kaggle_emulator.server import _Handler
 from kaggle_emulator.sessions import Sessions
 
 
-class KaggleEmulator(Datasets, Kernels, Sessions, Logs, Pages):
+class KaggleEmulator(Datasets, Kernels, Sessions, Logs, Pages, Quirks):
     """The emulated Kaggle: `start()`, `url`, `stop()`; a context manager.
 
     time_scale: emulated seconds per wall second (quota use, session timeouts, and the pushed
@@ -66,6 +67,10 @@ class KaggleEmulator(Datasets, Kernels, Sessions, Logs, Pages):
     quota_at_push: False accepts a push with no quota left and refuses the session at its start.
     input_layout: "new" mounts inputs at input/datasets/<owner>/<slug> and
         input/notebooks/<owner>/<slug>; "old" at input/<slug>.
+
+    The quirks a second reading of other sources found (a busy spell, empty drafts after a refusal,
+    401 for a missing kernel, sessions past their quota, ...) are switched on one by one:
+    kaggle_emulator.quirks.
     """
 
     def __init__(self, state_dir: str | Path | None = None, *, accounts: list[EmulatedAccount] = (),
@@ -117,6 +122,7 @@ class KaggleEmulator(Datasets, Kernels, Sessions, Logs, Pages):
         self._drop_sources: dict[str, int] = {}
         self._kill_plans: dict[str, list[_KillPlan]] = {}
         self._holds: dict[str, list[str]] = {}
+        self._spells: dict[str, tuple] = {}  # busy spells: user -> (until, Retry-After s, methods, length)
         self._recorded: list[dict] = []
         self._ids = itertools.count(1)
         self._server: ThreadingHTTPServer | None = None
@@ -367,6 +373,10 @@ class KaggleEmulator(Datasets, Kernels, Sessions, Logs, Pages):
         entry = {"service": service, "method": method, "user": user.username if user else None, "body": body}
         if fault is not None and not fault.after:
             return self._fault_reply(entry, fault)
+        busy = self._busy_reply(user, method)
+        if busy is not None:
+            self._record({**entry, "status": 429, "busy": True})
+            return busy
         try:
             if method != "IntrospectToken" and user is None:
                 raise _HttpError(401, "Unauthenticated: unknown username/key or token")
@@ -394,8 +404,10 @@ class KaggleEmulator(Datasets, Kernels, Sessions, Logs, Pages):
     # -- quota ----------------------------------------------------------------------------
 
     def _get_quota(self, user: EmulatedAccount, body: dict) -> dict:
-        gpu = {"timeUsed": _duration(user.gpu_used_s), "timeReserved": _duration(user.gpu_reserved_s),
+        gpu = {"timeUsed": _duration(user.gpu_used_s), "timeReserved": _duration(self._reserved_s(user)),
                "totalTimeAllowed": _duration(user.gpu_total_s)}
+        if user.has_ever_run:  # a protobuf field at its default (false) is left out of the JSON
+            gpu["hasEverRun"] = True
         tpu = {"timeUsed": "0s", "timeReserved": "0s", "totalTimeAllowed": _duration(20 * 3600)}
         return {"quotaRefreshTime": _timestamp(user.refresh_time), "gpuQuota": gpu, "tpuQuota": tpu}
 
@@ -414,6 +426,8 @@ _RPCS: dict[tuple[str, str], Callable[..., dict]] = {
     ("kernels.KernelsApiService", "ListKernelSessionOutput"): KaggleEmulator._list_session_output,
     ("kernels.KernelsApiService", "GetAcceleratorQuotaStatistics"): KaggleEmulator._get_quota,
     ("kernels.KernelsApiService", "CancelKernelSession"): KaggleEmulator._cancel_session,
+    ("kernels.KernelsApiService", "ListKernels"): KaggleEmulator._list_kernels,
+    ("kernels.KernelsApiService", "DeleteKernel"): KaggleEmulator._delete_kernel,
     ("blobs.BlobApiService", "StartBlobUpload"): KaggleEmulator._start_blob_upload,
     ("datasets.DatasetApiService", "CreateDataset"): KaggleEmulator._create_dataset,
     ("datasets.DatasetApiService", "CreateDatasetVersion"): KaggleEmulator._create_dataset_version,

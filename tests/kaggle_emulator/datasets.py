@@ -9,6 +9,7 @@ from typing import BinaryIO
 
 from kaggle_emulator.files import _drain, _write_at
 from kaggle_emulator.model import EmulatedAccount, _Blob, _Dataset, _DatasetVersion, _HttpError
+from kaggle_emulator.quirks import MAX_DATASET_FILES
 
 
 # Kaggle's documented dataset licence names (kaggle-cli docs/datasets_metadata.md, "Licenses"); the
@@ -18,7 +19,7 @@ KNOWN_LICENCES = {"CC0-1.0", "CC-BY-SA-3.0", "CC-BY-SA-4.0", "CC-BY-NC-SA-4.0", 
                   "CC-BY-3.0-IGO", "US-Government-Works", "CC-BY-NC-SA-3.0-IGO", "CDLA-Permissive-1.0",
                   "CDLA-Sharing-1.0", "CC-BY-ND-4.0", "CC-BY-NC-ND-4.0", "ODC-BY-1.0", "LGPL-3.0", "AGPL-3.0",
                   "FDL-1.3", "EU-ODP-Legal-Notice", "apache-2.0", "GPL-3.0"}
-DATASET_BEHAVIOURS = (None, "stuck", "failed", "deleted", "reprocessing", "drop-file", "mount-lag")
+DATASET_BEHAVIOURS = (None, "stuck", "failed", "deleted", "reprocessing", "drop-file", "mount-lag", "listing-lag")
 
 
 class Datasets:
@@ -106,6 +107,8 @@ class Datasets:
             if any(d.owner == owner and d.title == title for d in self._datasets.values()):
                 return {"status": "error",
                         "error": f'The requested title "{title}" is already in use by a dataset. Please choose another title.'}
+            if len(body.get("files") or []) > MAX_DATASET_FILES:
+                return _too_many_files()
             blobs = self._take_blobs(user, body.get("files"))
             if self._over_storage(owner, blobs):  # *(reported)* "being created", then never there
                 return {"ref": f"{owner}/{slug}", "url": f"{self.url}/datasets/{owner}/{slug}", "status": "ok"}
@@ -122,6 +125,8 @@ class Datasets:
             if ds.owner != user.username:
                 raise _HttpError(403, "You may only version datasets you own")
             inner = body.get("body") or {}
+            if len(inner.get("files") or []) > MAX_DATASET_FILES:
+                return _too_many_files()
             blobs = self._take_blobs(user, inner.get("files"))
             if not self._over_storage(owner, blobs):
                 self._add_dataset_version(ds, blobs, inner.get("versionNotes") or "")
@@ -157,7 +162,7 @@ class Datasets:
             v.status = "REPROCESSING"  # then READY after another `dataset_ready_s`
             v.ready_at = time.monotonic() + self.dataset_ready_s
         elif v.status in ("BLOBS_RECEIVED", "REPROCESSING") and behaviour in (None, "mount-lag", "drop-file",
-                                                                              "reprocessing") and due:
+                                                                              "reprocessing", "listing-lag") and due:
             v.status = "READY"
         elif v.status == "BLOBS_RECEIVED" and behaviour in ("failed", "deleted"):
             v.status = behaviour.upper()
@@ -214,7 +219,8 @@ class Datasets:
             found = [v for v in ds.versions if number in (None, "", 0) or v.number == int(number)]
             if not found:
                 return {"errorMessage": f"Dataset version {number} not found"}
-            files = sorted((f.name, f.stat().st_size) for f in found[-1].folder.iterdir() if f.is_file())
+            files = self._listed_files(ds, found[-1], sorted((f.name, f.stat().st_size)
+                                                               for f in found[-1].folder.iterdir() if f.is_file()))
         start = int(token)
         reply: dict = {"datasetFiles": [{"name": n, "totalBytes": b, "ref": n} for n, b in files[start:start + size]]}
         if start + size < len(files):
@@ -229,3 +235,8 @@ class Datasets:
                 raise _HttpError(403, "You may only delete datasets you own")
             del self._datasets[(owner, slug)]
         return {}
+
+
+def _too_many_files() -> dict:
+    """A version over the file limit, refused as reported (2020); the reply's shape is *(assumed)*."""
+    return {"status": "error", "error": f"The file count exceeds the maximum of {MAX_DATASET_FILES}"}

@@ -8,7 +8,10 @@ from pathlib import Path
 from typing import Any
 
 from kaggle_emulator.files import _list_files
-from kaggle_emulator.model import ACTIVE, EmulatedAccount, GPU_SHAPES, KAGGLE_SESSION_LIMIT_S, MAX_PAGE_SIZE, NOTEBOOK_LIMIT_BYTES, SIGNED_URL_TTL_S, TERMINAL, _HttpError, _Kernel, _KernelVersion, _Session, _timestamp
+from kaggle_emulator.model import (ACTIVE, GPU_SHAPES, KAGGLE_SESSION_LIMIT_S, MAX_PAGE_SIZE, NOTEBOOK_LIMIT_BYTES,
+                                   SIGNED_URL_TTL_S, TERMINAL, EmulatedAccount, _HttpError, _Kernel, _KernelVersion,
+                                   _Session, _utcnow)
+from kaggle_emulator.quirks import NOT_FOUND
 
 
 class Kernels:
@@ -20,20 +23,23 @@ class Kernels:
         if owner != user.username:
             raise _HttpError(403, "You may only push kernels you own")
         text = str(body.get("text") or "")
-        error = self._push_refusal(user, body, slug, text)
+        with self._lock:
+            if self._is_shell(owner, slug):  # an empty draft a refusal left: until it is deleted
+                return {"error": NOT_FOUND, "ref": "", "versionNumber": 0}
+            forced = self._push_errors.get(user.username)
+            if forced:
+                return self._refused_push(owner, slug, forced.pop(0))
+        error = self._push_refusal(body, slug, text)
         if error:
             return {"error": error}
-        gpu = bool(body.get("enableGpu")) or body.get("machineShape") in GPU_SHAPES
-        if gpu and not user.gpu_allowed:  # *(assumed)* wording: Kaggle's own is not documented
-            return {"error": "Accelerators are available only to phone-verified accounts: verify your phone "
-                             "number in your Kaggle settings."}
+        # An account not verified gets its push taken and its session run with no GPU (reported, 2026).
+        gpu = (bool(body.get("enableGpu")) or body.get("machineShape") in GPU_SHAPES) and user.gpu_allowed
         with self._lock:
             if gpu and self._active_gpu_sessions(user.username) >= self.max_gpu_sessions:
-                return {"error": f"Maximum batch GPU session count of {self.max_gpu_sessions} reached."}
+                return self._refused_push(owner, slug, f"Maximum batch GPU session count of {self.max_gpu_sessions} "
+                                                       "reached.")
             if gpu and self.quota_at_push and self._gpu_left(user) <= 0:
-                # *(assumed)* wording: Kaggle's own message for this case is not documented.
-                return {"error": "You have used up your weekly GPU quota; it refreshes at "
-                                 f"{_timestamp(user.refresh_time)}."}
+                return self._refused_push(owner, slug, self._quota_refusal(user))
             mounts, bad_datasets, bad_kernels = self._plan_mounts(user, body)
             if self._drop_sources.get(user.username):
                 self._drop_sources[user.username] -= 1
@@ -44,6 +50,7 @@ class Kernels:
                 kernel = _Kernel(next(self._ids), owner, slug, body.get("newTitle") or slug,
                                  bool(body.get("isPrivate", True)))
                 self._kernels[(owner, slug)] = kernel
+            kernel.last_run = _utcnow()
             number = len(kernel.versions) + 1
             timeout = min(float(body.get("sessionTimeoutSeconds") or KAGGLE_SESSION_LIMIT_S), KAGGLE_SESSION_LIMIT_S)
             sid = next(self._ids)
@@ -70,11 +77,7 @@ class Kernels:
             reply["invalidKernelSources"] = bad_kernels
         return reply
 
-    def _push_refusal(self, user: EmulatedAccount, body: dict, slug: str, text: str) -> str:
-        with self._lock:
-            forced = self._push_errors.get(user.username)
-            if forced:
-                return forced.pop(0)
+    def _push_refusal(self, body: dict, slug: str, text: str) -> str:
         if len(slug) < 5:
             return "The kernel slug must be at least 5 characters."
         if len(text.encode("utf-8")) > NOTEBOOK_LIMIT_BYTES:
@@ -159,9 +162,9 @@ class Kernels:
     def _visible_session(self, user: EmulatedAccount, body: dict) -> _Session:
         owner, slug = body.get("userName") or user.username, body.get("kernelSlug") or ""
         kernel = self._kernels.get((owner, slug))
-        # Kaggle answers 403 for a kernel that is missing as for one that is private.
+        # Kaggle answers alike for a kernel that is missing and one that is private: 403, or 401 (quirks).
         if kernel is None or (kernel.private and owner != user.username):
-            raise _HttpError(403, "Permission 'kernels.get' was denied")
+            raise self._missing_kernel()
         try:
             return self._kernel_version(owner, slug, body.get("versionLabel")).session
         except (KeyError, ValueError):

@@ -49,7 +49,10 @@ class EmulatedAccount:
     gpu_used_s: float = 0.0
     gpu_reserved_s: float = 0.0
     refresh_time: datetime = field(default_factory=lambda: _utcnow() + timedelta(days=7))
-    gpu_allowed: bool = True  # False: not phone-verified, Kaggle offers it no GPU
+    # False: not verified (its phone; for accounts made after December 2025 its identity too): a GPU push
+    # is accepted and its session runs with no GPU (notes from 2026; lab.kaggle's advice names both checks).
+    gpu_allowed: bool = True
+    has_ever_run: bool = False  # the quota's `hasEverRun`: set once a GPU session of the account started
     nccl_p2p_broken: bool = False  # its sessions' all-reduce fails unless NCCL_P2P_DISABLE=1 *(assumed)*
 
 
@@ -138,6 +141,9 @@ class _Kernel:
     title: str
     private: bool
     versions: list[_KernelVersion] = field(default_factory=list)
+    shell: bool = False  # an empty draft a refused push left (quirks: `shells_after_refusal`)
+    hidden: bool = False  # an interactive session's: it holds a GPU slot but is listed nowhere
+    last_run: datetime | None = None  # when its newest version was pushed (ListKernels' lastRunTime)
 
 
 @dataclass

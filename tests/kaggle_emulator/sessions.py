@@ -137,6 +137,7 @@ class Sessions:
             s.proc, s.launched_at, s.launching = proc, time.monotonic(), False
             if s.status == "QUEUED":
                 s.status = "RUNNING"
+                self._accounts[s.owner].has_ever_run |= s.gpu
             if s.stop_reason is not None:  # cancelled while the sandbox was being built
                 self._stop_session(s, s.stop_reason)
         threading.Thread(target=self._read_log, args=(s, proc), name=f"kaggle-emulator-log-{s.id}",
@@ -206,7 +207,8 @@ class Sessions:
                         _kill_tree(s.proc, getattr(signal, "SIGKILL", signal.SIGTERM))
                 else:
                     self._stop_session(s, "timeout")
-            elif s.stop_reason is None and s.gpu and account.gpu_used_s >= account.gpu_total_s:
+            elif s.stop_reason is None and s.gpu and account.gpu_used_s >= account.gpu_total_s \
+                    and not self.quota_overrun:  # with it, a session runs on past the quota (two records)
                 self._stop_session(s, "quota")
 
     def _stop_session(self, s: _Session, reason: str) -> None:

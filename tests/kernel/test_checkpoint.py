@@ -23,6 +23,16 @@ def test_saves_atomically_and_keeps_the_newest_two(tmp_path):
     assert checkpoint.load_checkpoint(checkpoint.resolve_checkpoint(tmp_path))["step"] == 30
 
 
+@pytest.mark.parametrize("schedule,kept", [("wsd", [80, 95, 100]), ("inv_sqrt", [80, 95, 100]), ("cosine", [95, 100])])
+def test_pruning_keeps_the_newest_checkpoint_before_the_decay_where_the_schedule_has_one(tmp_path, schedule, kept):
+    # 100 steps decaying over the last 20%: a finished run grows from step 80 (lab.settle.grow).
+    config = {"schedule": schedule, "steps_until": 100, "decay_frac": 0.2, "decay_start": 0}
+    for step in (50, 70, 80, 90, 95, 100):
+        checkpoint.save_checkpoint({**_state(step), "config": config}, tmp_path)
+    assert [checkpoint.checkpoint_step(p) for p in checkpoint.list_checkpoints(tmp_path)] == kept
+    assert checkpoint.pre_decay_checkpoint(checkpoint.list_checkpoints(tmp_path)) == (tmp_path / "ckpt_00000080.pt" if schedule != "cosine" else None)
+
+
 def test_a_truncated_newest_checkpoint_is_detected_and_not_silently_skipped(tmp_path):
     checkpoint.save_checkpoint(_state(10), tmp_path)
     newest = checkpoint.save_checkpoint(_state(20), tmp_path)

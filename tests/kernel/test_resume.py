@@ -9,8 +9,9 @@ import time
 import pytest
 
 from conftest import ROOT, TINY, lab_here
-from lab.config import ConfigError, RunConfig, resumed_config
+from lab.config import ConfigError, RunConfig
 from lab.kernel.train import Trainer
+from lab.settle import preview
 
 # A run whose fields are off the defaults, so a resume that fell back to them would show.
 # Saves (and so sync points, where a signal is acted on) every ~10 ms: the stop lands mid-run.
@@ -18,29 +19,43 @@ RUN = [*TINY, "--batch-per-card", "8", "--seed", "3", "--grad-clip", "0.5", "--e
        "--checkpoint-every-min", "0.0002"]
 
 
-def test_fields_not_given_come_from_the_checkpoint_and_given_ones_override():
-    ckpt = RunConfig(batch_per_card=8, seed=3, width=32, heads=2, lr=3e-3, steps_until=300,
-                     data_dir="/elsewhere/data", machine="alice", resume_from="x").to_dict()
-    cfg = resumed_config(ckpt, {"steps_until": 500, "lr": 1e-3, "resume_from": "run"})
+def _checkpoint(folder, cfg: dict, step: int = 100):
+    """A checkpoint's sidecar as a save writes it (the preview reads only the sidecar)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"ckpt_{step:08d}.pt").write_bytes(b"weights")
+    (folder / f"ckpt_{step:08d}.json").write_text(json.dumps({"step": step, "config": cfg, "sha256": "x"}))
+    return folder / f"ckpt_{step:08d}.pt"
+
+
+def test_fields_not_given_come_from_the_checkpoint_and_given_ones_override(tmp_path):
+    ckpt = _checkpoint(tmp_path, RunConfig(batch_per_card=8, seed=3, width=32, heads=2, lr=3e-3, steps_until=300,
+                                           data_dir="/elsewhere/data", machine="alice", resume_from="x").to_dict())
+    pv = preview({"steps_until": 500, "lr": 1e-3}, str(ckpt))
+    cfg = pv.cfg
     assert (cfg.batch_per_card, cfg.seed, cfg.width, cfg.heads) == (8, 3, 32, 2)
-    assert (cfg.steps_until, cfg.lr, cfg.resume_from) == (500, 1e-3, "run")
-    assert (cfg.data_dir, cfg.machine) == ("", "auto"), "where a session runs is never carried over"
+    assert (cfg.steps_until, cfg.lr) == (500, 1e-3)
+    assert (cfg.machine, cfg.resume_from) == ("auto", ""), "where a session runs is never carried over"
+    assert cfg.data_dir != "/elsewhere/data"
+    assert pv.settled.start.checkpoint == str(ckpt) and pv.settled.start.step == 100
+    assert pv.settled.given == {"steps_until", "lr"}
 
 
-def test_a_given_field_equal_to_its_default_still_overrides_the_checkpoint():
-    cfg = resumed_config(RunConfig(batch_per_card=8).to_dict(), {"batch_per_card": 6})
-    assert cfg.batch_per_card == 6
+def test_a_given_field_equal_to_its_default_still_overrides_the_checkpoint(tmp_path):
+    ckpt = _checkpoint(tmp_path, RunConfig(batch_per_card=8).to_dict())
+    assert preview({"batch_per_card": 6}, str(ckpt)).cfg.batch_per_card == 6
+    assert preview({}, str(ckpt)).cfg.batch_per_card == 8
 
 
-def test_model_fields_stay_locked():
-    ckpt = RunConfig(width=32, heads=2).to_dict()
-    assert resumed_config(ckpt, {"width": 32}).width == 32
-    with pytest.raises(ConfigError, match="width is locked when continuing: the checkpoint has width=32"):
-        resumed_config(ckpt, {"width": 64})
+def test_model_fields_stay_locked(tmp_path):
+    ckpt = _checkpoint(tmp_path, RunConfig(width=32, heads=2).to_dict())
+    assert preview({"width": 32}, str(ckpt)).cfg.width == 32
+    [locked] = preview({"width": 64}, str(ckpt)).problems
+    assert locked.field == "width" and "width is locked when continuing: the checkpoint has width=32" in locked.en
 
 
-def test_a_checkpoint_config_from_another_version_keeps_what_it_knows():
-    cfg = resumed_config({"seed": 3, "a_field_since_removed": 1}, {})
+def test_a_checkpoint_config_from_another_version_keeps_what_it_knows(tmp_path):
+    ckpt = _checkpoint(tmp_path, {"seed": 3, "a_field_since_removed": 1})
+    cfg = preview({}, str(ckpt)).cfg
     assert cfg.seed == 3 and cfg.batch_per_card == RunConfig().batch_per_card
 
 

@@ -1,6 +1,7 @@
 import pytest
 
-from lab.kernel.schedule import lr_at, warmup_for
+from lab.config import RunConfig
+from lab.kernel.schedule import decay_start_for_config, lr_at, lr_for_config, warmup_for
 
 KW = dict(lr=1e-3, warmup_steps=100, decay_frac=0.2, min_lr_frac=0.1)
 
@@ -52,3 +53,22 @@ def test_inv_sqrt_falls_as_one_over_root_t():
 
 def test_short_runs_get_a_short_warmup():
     assert warmup_for(20, 200) == 2
+
+
+def test_a_rewarm_rises_in_a_straight_line_from_the_rate_reached_to_the_schedules():
+    # A WSD run that ended at 1000 (rate 1e-4) grown to 2000, re-warmed over 50 steps from step 1000.
+    grown = RunConfig(schedule="wsd", steps_until=2000, **KW, rewarm_at=1000, rewarm_steps=50, rewarm_from_frac=0.1)
+    rates = [lr_for_config(s, grown) for s in range(2001)]
+    plain = [lr_at(s, schedule="wsd", steps_until=2000, **KW) for s in range(2001)]
+    assert rates[:1000] == plain[:1000] and rates[1050:] == plain[1050:]
+    assert rates[1000] == pytest.approx(1e-4)  # the rate the run had reached, once more
+    assert rates[1025] == pytest.approx(5.5e-4)
+    rise = rates[1000:1051]
+    assert all(b > a for a, b in zip(rise, rise[1:])) and rise[-1] == 1e-3
+
+
+def test_the_decay_start_is_where_a_stable_phase_ends():
+    def start(schedule: str, decay_start: int = 0) -> int | None:
+        return decay_start_for_config(RunConfig(schedule=schedule, steps_until=1000, decay_start=decay_start))
+    assert start("wsd") == 800 and start("inv_sqrt", 500) == 500
+    assert start("cosine") is None and start("linear") is None

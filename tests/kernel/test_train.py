@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from conftest import FP32, TINY, lab, lab_here
-from lab.config import cpu_precision
+from lab.kernel.cpu import cpu_precision
 from lab.kernel.step import pick_precision
 
 # Its module-scoped fixture is made once: every test of the file on one xdist worker.
@@ -30,7 +30,8 @@ def losses(run_dir):
 
 @pytest.fixture(scope="module")
 def trained(pydoc_data, tmp_path_factory):
-    """A finished 20-step run with a checkpoint every logged step (so two are kept)."""
+    """A finished 20-step run with a checkpoint every logged step (so the newest two are kept, and the
+    one at step 16, where its decay began)."""
     out = tmp_path_factory.mktemp("runs") / "base"
     code, stdout, err = lab_here("train", "-c", "pydoc", *TINY, "--steps-until", "20", "--checkpoint-every-min",
                                  "0.0001", "--out", str(out))
@@ -145,8 +146,8 @@ def test_model_fields_come_from_the_checkpoint_when_not_given(trained, tmp_path)
 def test_a_corrupt_checkpoint_is_refused_and_the_previous_used_only_when_asked(trained, tmp_path):
     run = tmp_path / "run"
     shutil.copytree(trained[0], run)
-    previous, newest = sorted((run / "checkpoints").glob("ckpt_*.pt"))
-    assert newest.name == "ckpt_00000020.pt"
+    pre_decay, previous, newest = sorted((run / "checkpoints").glob("ckpt_*.pt"))  # and where the decay began
+    assert (pre_decay.name, newest.name) == ("ckpt_00000016.pt", "ckpt_00000020.pt")
     newest.write_bytes(newest.read_bytes()[:1000])
     before = (run / "metrics.jsonl").read_text()
     err = _fails("train", "-c", "pydoc", *TINY, "--resume", str(run), "--steps-until", "25", "--out", str(run))

@@ -60,7 +60,8 @@ class Sshd:
                 self.proc.wait()
 
 
-def start_sshd(folder: Path, authorized: Path) -> Sshd:
+def start_sshd(folder: Path, authorized: Path, extra: tuple[str, ...] = ()) -> Sshd:
+    """sshd on a free loopback port; `extra`: more sshd_config lines (a `SetEnv` for its sessions)."""
     folder.mkdir(parents=True)
     host_key = _keygen(folder / "host_key")
     port = free_port()
@@ -69,7 +70,7 @@ def start_sshd(folder: Path, authorized: Path) -> Sshd:
         f"Port {port}", "ListenAddress 127.0.0.1", f"HostKey {folder / 'host_key'}",
         f"AuthorizedKeysFile {authorized}", "PidFile none", "StrictModes no", "UsePAM no",
         "PasswordAuthentication no", "KbdInteractiveAuthentication no", "PermitRootLogin prohibit-password",
-        "AcceptEnv OMP_NUM_THREADS", "Subsystem sftp internal-sftp", "LogLevel ERROR"]) + "\n")
+        "AcceptEnv OMP_NUM_THREADS", "Subsystem sftp internal-sftp", "LogLevel ERROR", *extra]) + "\n")
     log = open(folder / "sshd.log", "wb")
     proc = subprocess.Popen([str(SSHD), "-D", "-e", "-f", str(config)], stdout=log, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 20
@@ -154,4 +155,4 @@ def ssh_lab(tmp_path_factory) -> Iterator[SshLab]:
                 os.environ[k] = v
 
 
-__all__ = ["ssh_lab", "SshLab", "free_port", "PYTHON"]
+__all__ = ["ssh_lab", "SshLab", "free_port", "start_sshd", "PYTHON"]

@@ -106,11 +106,23 @@ def test_with_nothing_free_it_waits_for_the_earliest_refresh_and_names_each_reas
                  acct("carol", 20.0, running=["a", "b"]), acct("dave", None, error="wrong key")]
     choice = choose(CFG, 3.0, machines_)
     assert choice.machine is None and choice.wait_until == SOON
-    for part in ("alice: 0.0 h of quota left, refreshes at ", "bob: 0.1 h of quota left",
+    for part in ("alice: 0.0 h of quota left (0 min); the run's next link needs at least 15 min", "it refreshes at ",
+                 "bob: 0.1 h of quota left",
                  "carol: busy with 2 GPU session(s): a (`lab watch a` collects it), b (`lab watch b` collects it)",
                  "dave: wrong key", "waits for the earliest quota refresh"):
         assert part in choice.reason_en
     assert "ближайшего обновления квоты" in choice.reason_ru
+
+
+def test_an_account_short_of_quota_says_what_the_next_link_lacks():
+    choice = choose(CFG, 3.0, [acct("alice", 0.2, refresh=SOON), acct("bob", 12.0, running=["a", "b"])])
+    assert choice.machine is None
+    assert ("alice: 0.2 h of quota left (12 min); the run's next link needs at least 15 min (10 for its session's "
+            "start, 5 of training); it refreshes at ") in choice.reason_en
+    assert ("alice: осталось 0,2 ч квоты (12 мин); следующему звену прогона нужно не меньше 15 мин (10 на запуск "
+            "сессии, 5 на обучение); обновится ") in choice.reason_ru
+    unknown = choose(CFG, 3.0, [acct("carol", 0.0, refresh=None)])
+    assert "unknown time" in unknown.reason_en and "в неизвестное время" in unknown.reason_ru
 
 
 def test_when_every_account_is_broken_there_is_nothing_to_wait_for():

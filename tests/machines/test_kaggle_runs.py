@@ -23,22 +23,21 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
-
 from conftest import ROOT, wait_for
 from kaggle_fixtures import (kaggle_emulator, kaggle_lab, kaggle_settings, lab_env, make_kaggle_emulator,  # noqa: F401
                              make_notebook)
-from lab import faults
-from lab.corpus.manifests import data_id_of
-from lab.machines import control
-from lab import settle
-from lab.machines import driver as machines
-from lab.machines import kaggle as km
-from lab.kernel.checkpoint import sha256_file
+
+from lab import faults, settle
 from lab.config import RunConfig
-from lab.config import KAGGLE_MARGIN_FLOOR_MIN
-from lab.machines import kaggle_sessions
-from lab.machines.outcome import End
-from lab.runs import load_run
+from lab.kaggle.limits import KAGGLE_MARGIN_FLOOR_MIN
+from lab.corpus.manifests import data_id_of
+from lab.kaggle import sessions as kaggle_sessions
+from lab.kernel.checkpoint import sha256_file
+from lab.machines import control
+from lab.api import runs as api_runs
+from lab.machines import driver as machines
+from lab.machines.kaggle import host as km
+from lab.runs import End, load_run
 
 TINY = dict(context=32, width=32, heads=2, layers=2, batch_per_card=4, eval_every=200, eval_batches=2, lr=3e-3,
             warmup_steps=2)
@@ -138,6 +137,10 @@ def test_a_run_longer_than_alices_quota_continues_on_bob_as_one_curve(paced_lab,
     assert got == ref
     assert (final.folder / "loss.png").is_file() and (final.folder / "checkpoints" / "ckpt_00000400.pt").is_file()
     assert (final.folder / "links" / "001-alice" / "metrics.jsonl").is_file()
+    # Its sessions ran on the emulator's CPU: the calculator's prediction for those cards sits beside
+    # what they measured (the runs table's predicted column is no "-" for a Kaggle run).
+    from lab.sizing.calibration import check as calibration
+    assert calibration(final.folder) is not None and calibration(final.folder).gpu == "cpu"
 
     # The hand-off: the sha256 is the same at every hop, down to the file Kaggle stored for bob.
     out_ckpt = first.detail["output"]["checkpoint"]
@@ -170,10 +173,10 @@ def test_a_run_longer_than_alices_quota_continues_on_bob_as_one_curve(paced_lab,
     assert first_sent["sessionTimeoutSeconds"] == (16 + 10) * 60  # the link's limit fits alice's quota
     for key in secrets_of(emu):
         for text in (sent["text"], first_sent["text"], (final.folder / "run.json").read_text(),
-                     (final.folder / "control.log").read_text(), json.dumps(machines.status(run.id))):
+                     (final.folder / "control.log").read_text(), str(api_runs.status(run.id))):
             assert key not in text
-    state = machines.status(run.id)
-    assert state["status"] == "done" and "steps_until reached" in state["log_tail"]
+    state = api_runs.status(run.id)
+    assert state.status == "done" and "steps_until reached" in state.log_tail
 
     # Pushed on the image Kaggle runs now, told to check its cards (and, on the emulator, allowed the CPU).
     assert sent["dockerImagePinningType"] == "latest"
@@ -215,7 +218,7 @@ def test_killing_the_control_side_anywhere_neither_loses_nor_repeats_anything(pa
     driver = control.spawned[run_id]
     os.kill(driver.pid, signal.SIGKILL)  # the watcher killed right after the push
     driver.wait(timeout=30)
-    assert not machines.driver_alive(run_id) and "lab watch" in machines.status(run_id)["message"]
+    assert not machines.driver_alive(run_id) and "lab watch" in api_runs.status(run_id).message
 
     def crash(point: str) -> None:
         raise Crash(point)
@@ -253,7 +256,7 @@ def test_credentials_refused_mid_run_stop_it_before_any_push(lab_env):
     run = settle.register_run(tiny(lab_env.data, steps_until=5).to_dict(), machine="alice")
     emu.inject_faults("StartBlobUpload", 401, 1)  # the key was revoked after the run was checked
     final = drive(run.id)
-    message = machines.status(run.id)["message"]
+    message = api_runs.status(run.id).message
     assert final.status == "failed" and final.links[0].status == "failed"
     assert "Kaggle account 'alice'" in message and "lab accounts add alice" in message
     assert f"lab watch {run.id}" in message
@@ -292,7 +295,7 @@ def test_a_push_with_no_clear_answer_is_not_pushed_again_until_kaggle_is_asked(l
     run = settle.register_run(tiny(data, steps_until=5).to_dict(), machine="alice")
     slug = km.kernel_slug(run.id, 1)
     final = drive(run.id)
-    message = machines.status(run.id)["message"]
+    message = api_runs.status(run.id).message
     assert final.status == "failed" and "no clear answer" in message and f"lab watch {run.id}" in message
     assert final.links[0].status == "starting" and final.links[0].detail["kernel"]["pushing"]
     assert len(emu.recorded("SaveKernel")) == 1 and emu.kernel_versions("alice", slug) == [], "no second push at once"
@@ -327,12 +330,12 @@ def test_quota_exhausted_everywhere_waits_for_the_earliest_refresh_and_says_so(l
     result: dict = {}
     driver = threading.Thread(target=lambda: result.update(final=drive(run.id)))
     driver.start()
-    wait_for(lambda: machines.status(run.id)["status"] == "waiting", 30, "the waiting state")
-    state = machines.status(run.id)
-    assert "alice: 0.0 h of quota left" in state["message"] and "bob: 0.0 h of quota left" in state["message"]
-    assert "waits for the earliest quota refresh" in state["message"] and "обновления квоты" in state["message_ru"]
-    assert abs(datetime.fromisoformat(state["waiting_until"]) - refresh) < timedelta(seconds=1)
-    assert state["driver"] and pushes(emu) == []
+    wait_for(lambda: api_runs.status(run.id).status == "waiting", 30, "the waiting state")
+    state = api_runs.status(run.id)
+    assert "alice: 0.0 h of quota left" in state.message and "bob: 0.0 h of quota left" in state.message
+    assert "waits for the earliest quota refresh" in state.message and "обновления квоты" in state.message_ru
+    assert abs(datetime.fromisoformat(state.waiting_until) - refresh) < timedelta(seconds=1)
+    assert state.driver and pushes(emu) == []
     driver.join(timeout=120)
     assert result["final"].status == "done" and [link.machine for link in result["final"].links] == ["alice"]
 
@@ -344,7 +347,7 @@ def test_a_dataset_that_never_gets_ready_stops_the_run_and_the_retry_uploads_not
     run = settle.register_run(tiny(data, steps_until=5).to_dict(), machine="alice")
     kaggle_settings(monkeypatch, km.KaggleSettings(poll_s=0.2, retry_base_s=0.01, dataset_wait_s=1, allow_cpu=True))
     final = drive(run.id)
-    message = machines.status(run.id)["message"]
+    message = api_runs.status(run.id).message
     assert final.status == "failed" and pushes(emu) == []
     assert f"Kaggle account 'alice': dataset alice/{slug} is still" in message
     assert f"`lab watch {run.id}` waits for it again without uploading it twice" in message
@@ -362,13 +365,13 @@ def test_a_kernel_ending_in_error_twice_stops_the_run_with_its_log(lab_env, monk
     run = settle.register_run(tiny(lab_env.data, steps_until=5).to_dict(), machine="alice")
     lines: list[str] = []
     final = drive(run.id, lines)
-    message = machines.status(run.id)["message"]
+    message = api_runs.status(run.id).message
     assert final.status == "failed" and [link.status for link in final.links] == ["failed", "failed"]
     assert any("only that session is lost" in line for line in lines), "the first failure costs only its session"
     assert "Kaggle account 'alice': the session ended ERROR" in message and f"lab watch {run.id}" in message
     log = final.folder / "links" / "002-alice" / f"{km.kernel_slug(run.id, 2)}.log"
     assert log.is_file() and "CUDA out of memory" in log.read_text() and str(log.relative_to(final.folder)) in message
-    assert "CUDA out of memory" in machines.status(run.id)["log_tail"]
+    assert "CUDA out of memory" in api_runs.status(run.id).log_tail
     assert len(pushes(lab_env.emu)) == 2 and final.links[1].to_step is None
 
 
@@ -388,7 +391,7 @@ def test_cancel_starts_no_further_link_and_says_where_to_stop_the_session(lab_en
     final = load_run(run_id)
     assert final.status == "cancelled" and final.links[0].status == "cancelled"
     assert final.step > 0 and (final.folder / "checkpoints").is_dir(), "what the session saved is kept"
-    assert len(pushes(emu)) == 1 and machines.status(run_id)["cancel_requested"]
+    assert len(pushes(emu)) == 1 and api_runs.status(run_id).cancel_requested
 
 
 # ---------------------------------------------------------------------------------------------
@@ -422,7 +425,7 @@ def continues_on_bob(lab, steps_until: int = 200, links: int | None = 2, lines: 
     assert emu.dataset_versions("bob", km.ckpt_slug(run.id)) == [1], "the hand-off went up once"
     texts = [r["body"].get("text", "") for r in emu.recorded("SaveKernel")]
     texts += [(final.folder / "run.json").read_text(), (final.folder / "control.log").read_text(),
-              json.dumps(machines.status(run.id))]
+              str(api_runs.status(run.id))]
     for key in secrets_of(emu):
         assert not any(key in text for text in texts)
     return final
@@ -508,7 +511,7 @@ def test_a_kernel_still_running_long_past_its_timeout_is_given_up_on(make_kaggle
         r.links[0].detail["session_timeout_s"] = 1
     kaggle_settings(monkeypatch, km.KaggleSettings(poll_s=0.2, retry_base_s=0.01, overdue_s=2.0, allow_cpu=True))
     final = drive(run.id)
-    message = machines.status(run.id)["message"]
+    message = api_runs.status(run.id).message
     assert final.status == "failed" and "past its session timeout" in message and "Stop session" in message
     assert f"lab watch {run.id}" in message and lab.emu.session("alice", km.kernel_slug(run.id, 1)).status == "RUNNING"
 
@@ -537,7 +540,7 @@ def test_a_session_cut_off_after_a_save_is_a_link_that_ended_and_the_run_goes_on
 def test_a_session_without_its_cards_stops_before_training_and_the_account_is_marked(lab_env, monkeypatch):
     from dataclasses import replace
 
-    from lab.probe.record import cannot_run, read_probe
+    from lab.kaggle.probed import cannot_run, read_probe
     # The person's setting unset: a session without GPU T4 x2 must not train on its CPU. The
     # emulator's sessions have no GPU at all, so each account in turn is found unable.
     monkeypatch.delenv("LAB_KAGGLE_ALLOW_CPU", raising=False)
@@ -557,7 +560,7 @@ def test_a_session_without_its_cards_stops_before_training_and_the_account_is_ma
         record = read_probe(name)
         assert record["can_run"] is False and record["seen_in"].startswith(f"run {run.id} link")
         assert cannot_run(record) and f"lab probe {name}" in cannot_run(record)
-    message = machines.status(run.id)["message"]
+    message = api_runs.status(run.id).message
     assert "No Kaggle account can take the run" in message and "cannot run GPU sessions" in message
     assert pushes(lab_env.emu) and len(pushes(lab_env.emu)) == 2
 
@@ -568,7 +571,7 @@ def test_a_kernel_kaggle_never_starts_is_given_up_with_the_time_it_waited(lab_en
     kaggle_settings(monkeypatch, replace(SETTINGS, start_wait_s=1.0))
     run = settle.register_run(tiny(lab_env.data, steps_until=5).to_dict(), machine="alice")
     final = drive(run.id)
-    message = machines.status(run.id)["message"]
+    message = api_runs.status(run.id).message
     assert final.status == "failed" and final.links[0].detail["kaggle_status"] == "NEW_SCRIPT"
     assert "still reads NEW_SCRIPT 0 min after its push" in message and "has not started it" in message
     assert "Stop session" in message and f"lab watch {run.id}" in message and len(pushes(lab_env.emu)) == 1
@@ -580,38 +583,42 @@ def test_a_version_that_does_not_hold_the_files_sent_is_caught_before_any_push(l
     emu.set_dataset_behaviour("alice", slug, "drop-file")  # Kaggle keeps all but the largest file, silently
     run = settle.register_run(tiny(data, steps_until=5).to_dict(), machine="alice")
     final = drive(run.id)
-    message = machines.status(run.id)["message"]
+    message = api_runs.status(run.id).message
     assert final.status == "failed" and pushes(emu) == []
-    assert f"version 1 of dataset alice/{slug} does not hold what was sent (missing pydoc__" in message
-    assert "uploads it again" in message and "kaggle-cli#284" in message
+    # Listed again after waits, uploaded once more by itself, listed again: then the account is passed
+    # over for the run, and with alice picked and no session run yet, the run stops and says why.
+    assert final.links[0].outcome.kind is End.ELSEWHERE
+    assert f"version 2 of dataset alice/{slug} does not hold what was sent (missing pydoc__" in message
+    assert "uploaded twice" in message and "kaggle-cli#284" in message and "passed over for this run" in message
     assert km.held("alice", "data", data_id_of(data)) is None, "forgotten: the next try uploads it again"
     assert emu.recorded("ListDatasetFiles")[0]["body"]["datasetVersionNumber"] == 1
+    assert emu.dataset_versions("alice", slug) == [2] and len(emu.recorded("ListDatasetFiles")) == 8
 
 
 def test_the_next_push_sizes_its_margin_from_the_accounts_sessions_never_below_the_floor(kaggle_lab):
     from conftest import lab
-    from lab.config import KAGGLE_LIMIT_MAX_MIN, check
-    from lab.runs import create_run, Link
-    run = create_run(RunConfig(limit_min=630, constellations=["pydoc"]))
+
+    from lab.kaggle.limits import KAGGLE_LIMIT_MAX_MIN, limit_problems
+    from lab.runs import Settled, create_run
+    run = create_run(Settled.whole(RunConfig(limit_min=630, constellations=["pydoc"])))
     # Seconds-long sessions (the emulator's): the floor.
     km.plan_link(run.id, "alice", 30 * 3600, None)
     assert load_run(run.id).links[0].detail["session_timeout_s"] == (630 + KAGGLE_MARGIN_FLOOR_MIN) * 60
     # Sessions that took 14 min from push to first cell and 3 min to copy their outputs.
     for n in (1, 2, 3):
-        link = Link(n=n, machine="alice", ended="2026-12-01T10:00:00+00:00")
-        link.detail["measured"] = {"boot_s": 14 * 60 + n, "output_copy_s": 180.0, "overrun_s": 30.0,
-                                   "ended": {"status": "COMPLETE", "outputs": True, "cut_off": False}}
-        kaggle_sessions.record_session("alice", "earlier", link)
+        kaggle_sessions.record_session("alice", "earlier", n, "2026-12-01T10:00:00+00:00", {
+            "boot_s": 14 * 60 + n, "output_copy_s": 180.0, "overrun_s": 30.0,
+            "ended": {"status": "COMPLETE", "outputs": True, "cut_off": False}})
     seen = kaggle_sessions.session_overheads("alice")
     assert seen["sessions"] == 3 and seen["boot_s"] == 14 * 60 + 2 and seen["margin_min"] == 19.5
     planned = km.plan_link(run.id, "alice", 30 * 3600, None)
     assert planned.detail["session_timeout_s"] == int((630 + 19.5) * 60) and planned.limit_min == 630
     # A limit near the 12 hours: the timeout stays below Kaggle's maximum and the link's limit gives way.
-    run = create_run(RunConfig(limit_min=709, constellations=["pydoc"]))
+    run = create_run(Settled.whole(RunConfig(limit_min=709, constellations=["pydoc"])))
     planned = km.plan_link(run.id, "alice", 30 * 3600, None)
     assert planned.detail["session_timeout_s"] < 12 * 3600 and planned.limit_min == 719 - 19.5
     # A run whose limit leaves no room for the floor is refused, with what to use.
-    [problem] = [p for p in check(RunConfig(limit_min=KAGGLE_LIMIT_MAX_MIN + 1)) if p.field == "limit_min"]
+    [problem] = [p for p in limit_problems(RunConfig(limit_min=KAGGLE_LIMIT_MAX_MIN + 1)) if p.field == "limit_min"]
     assert problem.severity == "error" and "leaves no room" in problem.en and "709" in problem.en
     shown = lab("accounts", "--offline").stdout
     assert "Sessions seen" in shown and "alice: 3 session(s) measured" in shown and "19.5 min beyond its limit" in shown

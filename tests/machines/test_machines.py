@@ -3,24 +3,27 @@ the hand-off folder, one curve across links), the accounts and this computer as 
 the driver over the one interface every machine gives it."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 
 import pytest
-
 from kaggle_fixtures import kaggle_emulator, kaggle_lab, make_kaggle_emulator  # noqa: F401 (fixtures)
+
+from lab import settle
 from lab.config import RunConfig, UserError
 from lab.corpus.manifests import data_id_of
 from lab.kaggle import client as kc
-from lab.machines import control
-from lab import settle
+from lab.machines import control, handoff, registry
+from lab.api import runs as api_runs
 from lab.machines import driver as machines
-from lab.machines import kaggle as km
-from lab.machines import kaggle_data, kaggle_names, kaggle_outputs
-from lab.machines import registry
 from lab.machines.auto import choose
 from lab.machines.base import Follow, Host
-from lab.machines.outcome import End, Outcome
+from lab.machines.kaggle import data as kaggle_data
+from lab.machines.kaggle import host as km
+from lab.machines.kaggle import names as kaggle_names
+from lab.machines.kaggle import outputs as kaggle_outputs
+from lab.runs import End, Outcome
 
 CFG = RunConfig()
 
@@ -71,7 +74,7 @@ def test_the_hand_off_folder_holds_the_checkpoint_its_sidecar_and_the_curve_up_t
     run = tmp_path / "run"
     source = _fake_checkpoint(run, 20)
     (run / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "loss": 1.0 / s}) + "\n" for s in range(1, 26)))
-    digest = kaggle_data.stage_checkpoint(source, run, tmp_path / "up")
+    digest = handoff.stage_checkpoint(source, run, tmp_path / "up")
     assert digest == source["sha256"]
     assert sorted(p.name for p in (tmp_path / "up").iterdir()) == ["ckpt_00000020.json", "ckpt_00000020.pt",
                                                                    "metrics.jsonl"]
@@ -80,18 +83,18 @@ def test_the_hand_off_folder_holds_the_checkpoint_its_sidecar_and_the_curve_up_t
     # A checkpoint changed after its sidecar was written does not travel.
     (run / "checkpoints" / "ckpt_00000020.pt").write_bytes(b"weightz")
     with pytest.raises(UserError, match="changed or is corrupt"):
-        kaggle_data.stage_checkpoint(source, run, tmp_path / "up2")
+        handoff.stage_checkpoint(source, run, tmp_path / "up2")
 
 
 def test_the_run_folder_reads_as_one_curve_across_links(tmp_path):
     row = lambda s, link: json.dumps({"step": s, "loss": s + link / 10}) + "\n"  # noqa: E731
     (tmp_path / "a").mkdir()
     (tmp_path / "a" / "metrics.jsonl").write_text("".join(row(s, 1) for s in range(1, 13)))  # 11, 12 after its save
-    kaggle_outputs.merge_metrics(tmp_path, tmp_path / "a" / "metrics.jsonl", 0)
+    handoff.merge_metrics(tmp_path, tmp_path / "a" / "metrics.jsonl", 0)
     (tmp_path / "b").mkdir()  # the next link carries rows 1..10 from the checkpoint, then its own
     (tmp_path / "b" / "metrics.jsonl").write_text("".join(row(s, 1) for s in range(1, 11))
                                                   + "".join(row(s, 2) for s in range(11, 21)))
-    kaggle_outputs.merge_metrics(tmp_path, tmp_path / "b" / "metrics.jsonl", 10)
+    handoff.merge_metrics(tmp_path, tmp_path / "b" / "metrics.jsonl", 10)
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == list(range(1, 21))
     assert [r["loss"] for r in rows[9:11]] == [10.1, 11.2]
@@ -100,7 +103,7 @@ def test_the_run_folder_reads_as_one_curve_across_links(tmp_path):
 def test_merged_checkpoints_keep_the_newest_two(tmp_path):
     for step in (10, 20, 30):
         src = _fake_checkpoint(tmp_path / f"link{step}", step, payload=bytes([step]) * 10)
-        kaggle_outputs.merge_checkpoint(tmp_path / f"link{step}" / "checkpoints" / src["name"], tmp_path / "run")
+        handoff.merge_checkpoint(tmp_path / f"link{step}" / "checkpoints" / src["name"], tmp_path / "run")
     assert sorted(p.name for p in (tmp_path / "run" / "checkpoints").iterdir()) == [
         "ckpt_00000020.json", "ckpt_00000020.pt", "ckpt_00000030.json", "ckpt_00000030.pt"]
 
@@ -158,10 +161,10 @@ def test_lab_accounts_and_overview_show_what_runs_on_an_account(kaggle_lab, pydo
     km.plan_link(run.id, "alice", 3600, None, "test")
     assert control.active_runs_on("alice") == [run.id] and control.active_runs_on("bob") == []
     assert {m.name: m.running for m in machines.overview()}["alice"] == [run.id]
-    state = machines.status(run.id)
-    assert state["status"] == "running" and state["links"][0]["machine"] == "alice"
-    assert "lab watch" in state["message"], "no process drives it: the person is told how to resume"
-    json.dumps(state)
+    state = api_runs.status(run.id)
+    assert state.status == "running" and state.links[0].machine == "alice"
+    assert "lab watch" in state.message, "no process drives it: the person is told how to resume"
+    json.dumps(dataclasses.asdict(state))  # plain data the notebook can show and save
     # The account removed from the lab: its link still finds its host by the kind it carries.
     live = machines.load_run(run.id).folder / "links" / "001-alice" / "live.log"
     live.parent.mkdir(parents=True, exist_ok=True)
@@ -169,7 +172,7 @@ def test_lab_accounts_and_overview_show_what_runs_on_an_account(kaggle_lab, pydo
     kc.remove_account("alice")
     assert machines.machine_names() == ["local", "bob"]
     assert registry.host_of(machines.load_run(run.id).links[0]).kind == "kaggle"
-    assert "step 3/5 loss 4.2" in machines.status(run.id)["log_tail"]
+    assert "step 3/5 loss 4.2" in api_runs.status(run.id).log_tail
 
 
 def test_a_run_recorded_before_links_carried_their_outcome_reads_as_it_did(tmp_path, monkeypatch):
@@ -214,6 +217,7 @@ def test_a_fault_point_must_be_one_the_kit_names():
 def test_a_run_started_on_this_computer_goes_on_in_the_background_and_cancel_saves_it(pydoc_data, tmp_path,
                                                                                      monkeypatch):
     import time
+
     from lab.runs import load_run
     monkeypatch.setenv("LAB_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
@@ -226,10 +230,10 @@ def test_a_run_started_on_this_computer_goes_on_in_the_background_and_cancel_sav
         metrics = tmp_path / "home" / "runs" / run_id / "metrics.jsonl"
         deadline = time.monotonic() + 120
         while not (metrics.is_file() and metrics.read_text().count("\n") >= 3):
-            assert time.monotonic() < deadline and driver.poll() is None, machines.status(run_id)
+            assert time.monotonic() < deadline and driver.poll() is None, api_runs.status(run_id)
             time.sleep(0.1)
-        state = machines.status(run_id)
-        assert (state["status"], state["machine"], state["driver"]) == ("running", "local", True)
+        state = api_runs.status(run_id)
+        assert (state.status, state.machine, state.driver) == ("running", "local", True)
         assert machines.overview(only="local")[0].running == [run_id]
         assert "saves a checkpoint and stops" in machines.cancel(run_id)
         driver.wait(timeout=120)
@@ -255,9 +259,9 @@ def test_a_cancel_before_the_driver_holds_the_run_sticks_and_a_probe_does_not_tu
         pydoc_data, tmp_path, monkeypatch):
     import threading
     run = _local_run(pydoc_data, tmp_path, monkeypatch)
-    state = machines.status(run.id)
-    assert "has not started" in state["message"] and f"lab watch {run.id}" in state["message"]
-    assert "ещё не начался" in state["message_ru"]
+    state = api_runs.status(run.id)
+    assert "has not started" in state.message and f"lab watch {run.id}" in state.message
+    assert "ещё не начался" in state.message_ru
     machines.cancel(run.id)  # before the background driver took the run
     probe = control.DriverLock(run.id)
     assert probe.acquire()  # `driver_alive` holding the lock for an instant
@@ -280,6 +284,7 @@ def test_a_cancel_before_the_driver_holds_the_run_sticks_and_a_probe_does_not_tu
 
 def test_a_notebook_that_dies_unexpectedly_fails_its_link_and_says_lab_watch(pydoc_data, tmp_path, monkeypatch):
     import papermill
+
     from lab.machines import local as local_machine
     from lab.runs import load_run
     run = _local_run(pydoc_data, tmp_path, monkeypatch)
@@ -294,7 +299,7 @@ def test_a_notebook_that_dies_unexpectedly_fails_its_link_and_says_lab_watch(pyd
     link = load_run(run.id).links[-1]
     assert link.status == "failed" and "RuntimeError" in link.reason and link.outcome == ended.outcome
     final = machines.drive(run.id, say=lambda s: None, progress=False)  # the driver stops it with that reason
-    assert final.status == "failed" and "RuntimeError: Kernel died" in machines.status(run.id)["message"]
+    assert final.status == "failed" and "RuntimeError: Kernel died" in api_runs.status(run.id).message
 
 
 def test_one_accounts_surprise_shows_as_its_error_only(kaggle_lab, monkeypatch):
@@ -382,7 +387,7 @@ def test_the_driver_chains_links_on_any_machine_that_answers_the_interface(pydoc
     assert [(link.from_step, link.to_step) for link in final.links] == [(0, 40), (40, 80), (80, 100)]
     assert calls == ["check", "start 1", "follow 1 fresh", "start 2", "follow 2 fresh", "start 3", "follow 3 fresh"]
     assert any("card: you picked it" in line for line in lines)
-    assert machines.status(run.id)["log_tail"] == "card log of link 3"
+    assert api_runs.status(run.id).log_tail == "card log of link 3"
 
 
 def test_the_driver_decides_from_each_outcome_alone(pydoc_data, tmp_path, monkeypatch):
@@ -415,13 +420,13 @@ def test_the_driver_decides_from_each_outcome_alone(pydoc_data, tmp_path, monkey
     final, lines = run_with(lost, lost)
     assert final.status == "failed" and len(final.links) == 2
     assert any("only that session is lost" in line for line in lines)
-    assert "the session ended ERROR" in machines.status(final.id)["message"]
+    assert "the session ended ERROR" in api_runs.status(final.id).message
 
     busy, again = Outcome(End.BUSY, "card: busy.", session=False), Outcome(End.PUSH_AGAIN, "inputs not mounted")
     final, lines = run_with(busy, lost, again, again, again)
     assert final.status == "failed" and len(final.links) == 5
     assert any("card: busy. The lab waits for it and asks again." in line for line in lines)
-    assert "3 sessions in a row found their inputs not mounted" in machines.status(final.id)["message"]
+    assert "3 sessions in a row found their inputs not mounted" in api_runs.status(final.id).message
 
     # A session without its cards: the machine marked it so itself; the run goes on, and that session
     # counts as no loss (the next lost one is the first in a row).
@@ -433,14 +438,14 @@ def test_the_driver_decides_from_each_outcome_alone(pydoc_data, tmp_path, monkey
 
     failed = Outcome(End.FAILED, "card: the disk is full.", "card: диск заполнен.", session=False)
     final, _ = run_with(again, lost, failed)
-    state = machines.status(final.id)
-    assert final.status == "failed" and len(final.links) == 3 and state["message"].startswith("card: the disk is full.")
-    assert state["message_ru"].startswith("card: диск заполнен.") and f"lab watch {final.id}" in state["message_ru"]
+    state = api_runs.status(final.id)
+    assert final.status == "failed" and len(final.links) == 3 and state.message.startswith("card: the disk is full.")
+    assert state.message_ru.startswith("card: диск заполнен.") and f"lab watch {final.id}" in state.message_ru
 
 
 def test_a_datasets_licence_is_the_constellations_where_kaggle_knows_it():
     from lab.kaggle.datasets import DATASET_LICENCES
-    from lab.machines.kaggle_names import LICENCE_PATTERNS, kaggle_licence, licence_note
+    from lab.machines.kaggle.names import LICENCE_PATTERNS, kaggle_licence, licence_note
     # Only names Kaggle documents (kaggle-cli docs/datasets_metadata.md) are ever sent; MIT is not one.
     assert {name for _, name in LICENCE_PATTERNS} <= set(DATASET_LICENCES) and "mit" not in DATASET_LICENCES
     assert kaggle_licence(["MIT"]) == "other" and kaggle_licence(["Apache License 2.0"]) == "apache-2.0"
@@ -475,9 +480,9 @@ def test_an_unexpected_error_fails_the_run_with_its_traceback_and_lab_watch_goes
     monkeypatch.setattr(host, "follow", follow)
     run = settle.register_run(RunConfig(data_dir=str(pydoc_data), steps_until=40).to_dict(), machine="card")
     final = machines.drive(run.id, say=lambda s: None, progress=False)
-    state = machines.status(run.id)
-    assert final.status == "failed" and "unexpected KeyError" in state["message"]
-    assert f"lab watch {run.id}" in state["message"] and not state["driver"]
+    state = api_runs.status(run.id)
+    assert final.status == "failed" and "unexpected KeyError" in state.message
+    assert f"lab watch {run.id}" in state.message and not state.driver
     assert "a field the driver never saw coming" in (final.folder / "failure.txt").read_text()
     assert "Traceback" in (final.folder / "failure.txt").read_text()
     assert machines.drive(run.id, say=lambda s: None, progress=False).status == "done"

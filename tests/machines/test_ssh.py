@@ -13,7 +13,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import FP32, ROOT, TINY, lab, lab_here
 from ssh_fixtures import PYTHON, ssh_lab  # noqa: F401 (fixture)
 
@@ -64,7 +63,7 @@ def test_adding_a_box_checks_it_and_the_calculator_counts_its_burst_as_measured(
     listing = here("machines")
     assert any(line.split()[:3] == ["a", "ssh", "cpu"] and "min ago" in line for line in listing.splitlines())
     from lab.config import RunConfig
-    from lab.probe.account import CPU_SIZE
+    from lab.trial.sources import CPU_SIZE
     from lab.sizing import estimate
     from lab.sizing.speeds import measured_runs
     assert [m.gpu for m in measured_runs() if m.run == "check:a"] == ["cpu"]

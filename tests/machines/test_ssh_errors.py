@@ -7,7 +7,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from conftest import TINY, lab_here
 from ssh_fixtures import PYTHON, ssh_lab  # noqa: F401 (fixture)
 

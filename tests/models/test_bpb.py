@@ -10,7 +10,7 @@ import pytest
 from lab.config import RunConfig
 from lab.kernel.metrics import read_metrics
 from lab.models.bpb import bits_per_byte, last_val, val_bpb
-from lab.runs import create_run
+from lab.runs import Settled, create_run
 from tests.conftest import lab_here
 
 
@@ -32,7 +32,7 @@ def test_the_val_set_a_row_names_finds_its_data_without_the_runs_data_dir(traine
 
 
 def test_lab_runs_shows_val_bits_per_byte_beside_val_loss_or_a_dash(trained):
-    other = create_run(RunConfig(context=32, width=32, heads=2, layers=2))
+    other = create_run(Settled.whole(RunConfig(context=32, width=32, heads=2, layers=2)))
     (other.folder / "metrics.jsonl").write_text(json.dumps({"step": 10, "tokens": 10, "val_loss": 4.0,
                                                             "val_set": "0000000000000000"}) + "\n")
     code, out, _ = lab_here("runs")

@@ -9,6 +9,7 @@ import torch
 
 from lab.models.card import LOAD_BACK
 from lab.models.export import export
+from lab.models.hf import FILES
 from tests.conftest import lab_here
 
 # Its module-scoped fixture is made once: every test of the file on one xdist worker.
@@ -22,9 +23,9 @@ def exported(trained, tmp_path_factory):
         return export(trained.run.id, tmp_path_factory.mktemp("exports") / "tiny")
 
 
-def test_the_export_holds_the_four_files_and_no_pickle(exported):
-    assert sorted(p.name for p in exported.iterdir()) == ["README.md", "config.json", "model.safetensors",
-                                                          "tokenizer.model"]
+def test_the_export_holds_the_kits_files_and_transformers_and_no_pickle(exported):
+    assert sorted(p.name for p in exported.iterdir()) == sorted(["README.md", "model.safetensors", "tokenizer.model",
+                                                                 *FILES])
     for path in exported.iterdir():
         head = path.read_bytes()[:2]
         assert head != b"PK", f"{path.name} is a zip (torch.save's format)"
@@ -61,7 +62,9 @@ def test_the_config_and_card_say_sizes_data_licences_tokens_val_and_lineage(expo
     card = (exported / "README.md").read_text()
     for words in ["| 2 | 32 | 2 | 32 | 512 | 41,984 |", "Python Software Foundation License", "pydoc",
                   f"tokens seen: {loaded.meta['tokens']:,}", f"val loss: {config['val_loss']:.4f}",
-                  f"val bits per byte: {config['val_bpb']:.4f}", trained.run.id, "from scratch", "load_file"]:
+                  f"val bits per byte: {config['val_bpb']:.4f}", trained.run.id, "from scratch", "load_file",
+                  "AutoModelForCausalLM.from_pretrained(\"tiny\", trust_remote_code=True)",
+                  f"lab sample {trained.run.id} --prompt"]:
         assert words in card, words
     assert (exported / "tokenizer.model").read_bytes() == (trained.data / "tokenizer.model").read_bytes()
 
@@ -74,9 +77,9 @@ def test_export_will_not_write_over_a_folder(exported, trained):
 def test_the_card_of_a_continued_run_tells_its_lineage(trained, tmp_path):
     from lab.config import RunConfig
     from lab.kernel.checkpoint import list_checkpoints, place_checkpoint
-    from lab.runs import create_run
+    from lab.runs import Settled, create_run
     ckpt = list_checkpoints(trained.run.folder / "checkpoints")[-1]
-    child = create_run(RunConfig.from_dict(trained.run.config),
+    child = create_run(Settled.whole(RunConfig.from_dict(trained.run.config)),
                        parent={"run": trained.run.id, "checkpoint": str(ckpt), "step": 40})
     place_checkpoint(ckpt, child.folder / "checkpoints")  # as a continued run starts: the parent's checkpoint
     card = (export(child.id, tmp_path / "child") / "README.md").read_text()

@@ -12,15 +12,16 @@ import pytest
 from lab import ui
 from lab.config import RunConfig
 from lab.kaggle.logs import LIVE_ROWS, LIVE_STATE
-from lab.probe.record import store_probe as store
-from lab.runs import Link, create_run, updating
-from lab.ui import backend as ui_backend
+from lab.kaggle.probed import store_probe as store
+from lab.api import machines as api_machines
+from lab.runs import Link, Settled, create_run, updating
+from lab.ui import console
 
 
 @pytest.fixture(autouse=True)
 def home(tmp_path, monkeypatch):
     monkeypatch.setenv("LAB_HOME", str(tmp_path / "lab-home"))
-    monkeypatch.setattr(ui_backend, "_overview", None)
+    console.machines.forget()
     ui.set_language("ru")
     yield
     from lab.ui.monitor import _monitors
@@ -35,7 +36,7 @@ def text(html: str) -> str:
 
 def running_kaggle_run(mode: str, rows: list[dict]):
     """A run whose second link runs on a Kaggle account; the first link's curve is back."""
-    run = create_run(RunConfig(context=32, width=32, heads=2, layers=2, steps_until=100))
+    run = create_run(Settled.whole(RunConfig(context=32, width=32, heads=2, layers=2, steps_until=100)))
     (run.folder / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "loss": 9.0 - s / 10}) + "\n"
                                                       for s in range(1, 41)))
     folder = run.folder / "links" / "002-alice"
@@ -53,7 +54,7 @@ def running_kaggle_run(mode: str, rows: list[dict]):
 def test_the_monitor_draws_a_running_sessions_curve_from_its_log():
     run = running_kaggle_run("live", [{"step": s, "loss": 4.0 - s / 100} for s in (50, 60, 70)])
     monitor = ui.Monitor(run_id=run.id, every_s=3600)
-    assert monitor.status["live"]["rows"][-1]["step"] == 70
+    assert monitor.status.live["rows"][-1]["step"] == 70
     assert monitor.plot.layout.display is None and bytes(monitor.plot.value).startswith(b"\x89PNG")
     before = bytes(monitor.plot.value)
     with open(run.folder / "links" / "002-alice" / LIVE_ROWS, "a") as f:
@@ -73,7 +74,7 @@ def test_the_monitor_says_when_kaggle_shows_the_log_only_at_the_end():
 
 def test_the_machines_panel_shows_each_accounts_probe_and_its_age(monkeypatch):
     from lab.machines.auto import Machine
-    monkeypatch.setattr(ui_backend, "overview", lambda refresh=False: [
+    monkeypatch.setattr(console.machines, "machines", lambda refresh=False: [
         Machine("alice", "kaggle", "2xT4", quota_left_h=20, quota_total_h=30),
         Machine("bob", "kaggle", "2xT4", quota_left_h=30, quota_total_h=30),
         Machine("carol", "kaggle", "2xT4", quota_left_h=30, quota_total_h=30)])

@@ -4,6 +4,7 @@ back with the real `kaggle` client. The figures it stores say "cpu": the emulato
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -12,7 +13,7 @@ from kaggle_fixtures import kaggle_emulator, kaggle_lab, make_kaggle_emulator  #
 from lab.config import RunConfig
 from lab.machines import driver as machines
 from lab.probe.account import ProbePlan, cost_line, probe_account, probe_notebook
-from lab.probe.record import cannot_run, nccl_setting, probe_path, read_probe, summary
+from lab.kaggle.probed import cannot_run, nccl_setting, probe_path, read_probe, summary
 
 # The emulator runs 60 emulated seconds per wall second: a 2-hour timeout is 2 wall minutes.
 FAST = ProbePlan(hold_s=4.0, poll_s=0.2, log_grace_s=60.0, worker_timeout_s=120.0, session_timeout_s=7200, allow_cpu=True)
@@ -65,10 +66,13 @@ def test_a_probe_records_what_the_accounts_session_has_and_the_calculator_counts
 
 
 def test_an_account_kaggle_gives_no_gpu_is_recorded_and_auto_skips_it(probing):
-    probing.emu.account("bob").gpu_allowed = False  # not phone-verified
-    record = probe_account("bob", FAST, say=lambda s: None)
-    assert not record["can_run"] and record["status"] == "refused" and "phone" in record["why"]
-    assert not probing.emu.recorded("GetKernelSessionStatus")  # no session ran, no quota spent
+    # Not verified (its phone; for an account made after December 2025 its identity too): Kaggle takes the
+    # GPU push and runs it without a GPU, and its quota never says the account started a GPU session.
+    probing.emu.account("bob").gpu_allowed = False
+    record = probe_account("bob", replace(FAST, steps=5, hold_s=1.0), say=lambda s: None)  # even with ALLOW_CPU
+    assert not record["can_run"] and record["status"] == "COMPLETE" and record["facts"]["gpus"] == []
+    assert "phone" in record["why"] and "identity" in record["why"] and "личность" in record["why_ru"]
+    assert probing.emu.account("bob").gpu_used_s == 0, "no GPU ran, no quota spent"
     assert "cannot run" in summary(record) and "не может" in summary(record, ru=True)
     assert "lab probe bob" in cannot_run(record)
     found = {m.name: m for m in machines.overview()}
@@ -92,14 +96,14 @@ def test_a_probe_finds_out_when_kaggle_keeps_a_running_sessions_log_until_the_en
 def test_a_probe_that_saw_no_gpu_says_the_account_cannot_run():
     from datetime import datetime, timezone
 
-    from lab.probe.account import _verdict
+    from lab.probe.account import Seen, _verdict
     facts = {"gpus": [], "worker": {"all_reduce": {"ok": True}, "burst": {"tok_s": 10.0}}, "input_mount": "x",
              "input_marker": "n0nce", "nccl_env": {}}
-    record = _verdict("alice", "alice/lab-probe", 3, "COMPLETE", "", "live", "n0nce", datetime.now(timezone.utc), facts)
+    seen = Seen("COMPLETE", "", "live", "n0nce", datetime.now(timezone.utc), has_ever_run=True)
+    record = _verdict("alice", "alice/lab-probe", 3, seen, facts)
     assert record["can_run"] is False and "no GPU" in record["why"] and "phone" in record["why"]
     assert "lab probe alice" in cannot_run(record) and "телефон" in record["why_ru"]
-    allowed = _verdict("alice", "alice/lab-probe", 3, "COMPLETE", "", "live", "n0nce", datetime.now(timezone.utc),
-                       facts, allow_cpu=True)
+    allowed = _verdict("alice", "alice/lab-probe", 3, seen, facts, allow_cpu=True)
     assert allowed["can_run"] is True and "LAB_KAGGLE_ALLOW_CPU=1" in allowed["warning"]
 
 
@@ -127,9 +131,9 @@ def test_the_probe_notebook_fits_kaggle_and_needs_only_torch_and_the_stdlib():
 def test_a_probe_that_failed_on_its_own_does_not_bar_the_account():
     from datetime import datetime, timezone
 
-    from lab.probe.account import _verdict
-    record = _verdict("alice", "alice/lab-probe", 3, "ERROR", "The notebook failed", "waiting", "n0nce",
-                      datetime.now(timezone.utc), None)
+    from lab.probe.account import Seen, _verdict
+    record = _verdict("alice", "alice/lab-probe", 3, Seen("ERROR", "The notebook failed", "waiting", "n0nce",
+                                                          datetime.now(timezone.utc)), None)
     assert record["can_run"] is None and cannot_run(record) is None  # Auto still tries the account
     assert summary(record).startswith("the probe failed: ") and "ERROR" in summary(record)
     assert summary(record, ru=True).startswith("проба не удалась: ")
@@ -140,9 +144,9 @@ def test_the_pasted_worker_has_every_kernel_module_it_imports():
     import ast
     from pathlib import Path
 
-    import lab.probe.worker
-    from lab.probe.account import WORKER_USES
-    tree = ast.parse(Path(lab.probe.worker.__file__).read_text(encoding="utf-8"))
+    import lab.trial.worker
+    from lab.trial.sources import WORKER_USES
+    tree = ast.parse(Path(lab.trial.worker.__file__).read_text(encoding="utf-8"))
     used = {node.module.rpartition(".")[2] for node in ast.walk(tree)
             if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("lab.")}
     assert used and used <= set(WORKER_USES)
@@ -157,12 +161,12 @@ def test_a_probes_speed_is_grouped_as_its_language_writes_numbers():
     assert "31 802 ток/с" in summary(record, ru=True)  # "31,802" reads as thirty-one point eight in Russian
 
 
-def test_the_probe_the_control_notebook_pushes_follows_the_persons_settings(monkeypatch):
+def test_the_probe_the_control_notebook_pushes_follows_the_persons_settings(kaggle_lab, monkeypatch):
+    from lab.api import accounts
     from lab.probe.account import settings_plan
-    from lab.ui import backend
     monkeypatch.setenv("LAB_KAGGLE_ALLOW_CPU", "1")
     monkeypatch.setenv("LAB_KAGGLE_POLL_S", "0.5")
     seen = []
-    monkeypatch.setattr("lab.probe.account.probe_account", lambda name, plan=None, say=print: seen.append(plan or settings_plan()))
-    backend.probe("alice", say=lambda s: None)
+    monkeypatch.setattr(accounts, "probe_account", lambda name, plan=None, say=print: seen.append(plan or settings_plan()))
+    accounts.probe("alice", say=lambda s: None)
     assert seen[0].allow_cpu and seen[0].poll_s == 0.5  # as `lab probe` would: a CPU-only session is no verdict

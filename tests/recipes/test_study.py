@@ -112,13 +112,13 @@ def test_the_calculator_predicts_the_val_loss_from_the_fit_without_numpy(fitted)
     assert pred["kind"] == "fitted" and 3 < pred["value"] < 7
     low, high = pred["interval"]
     assert low <= high and pred["compute_optimal_weights"] > 0
-    from lab import sizing
+    from lab.api.runs import preview
     from lab.ui.calc import calculator_html
     cfg = RunConfig(width=32, layers=1, context=32, heads=2, batch_per_card=4, gpu="cpu", steps_until=40)
-    html = calculator_html(sizing.estimate(cfg), cfg, None, None, [], [])
+    html = calculator_html(preview(cfg.to_dict()).estimate, cfg, None, None, [], [])
     assert "lab-calc-predicted_val_loss" in html and "lab-kind-fitted" in html
-    code = ("import sys; from lab import sizing; from lab.config import RunConfig; "
-            "e = sizing.estimate(RunConfig(width=32, layers=1, context=32, heads=2, gpu='cpu', steps_until=40)); "
+    code = ("import sys; from lab.api.runs import preview; "
+            "e = preview(dict(width=32, layers=1, context=32, heads=2, gpu='cpu', steps_until=40)).estimate; "
             "assert e.predicted_val_loss is not None; print('numpy' in sys.modules, 'scipy' in sys.modules)")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
     assert proc.stdout.split() == ["False", "False"]
@@ -127,11 +127,11 @@ def test_the_calculator_predicts_the_val_loss_from_the_fit_without_numpy(fitted)
 def test_lab_branch_runs_a_branch_through_the_training_notebook(study, recipe_home):
     from lab.runs import load_run
     members, _, _ = study
-    parent = load_run(members[2].run_id)  # its newest checkpoints: 30 (the last stage) and 40
-    proc = lab("branch", parent.id, "--at", "30", "--decay-frac", "0.25", "--machine", "local", "--wait")
+    parent = load_run(members[2].run_id)  # its checkpoints: 32 (where its decay began) and 40
+    proc = lab("branch", parent.id, "--at", "32", "--decay-frac", "0.25", "--machine", "local", "--wait")
     kid = load_run(proc.stdout.split()[1].rstrip(":"))
-    assert kid.parent["run"] == parent.id and kid.parent["step"] == 30
-    assert kid.status == "done" and kid.step == 40 and kid.links[0].machine == "local"
+    assert kid.parent["run"] == parent.id and kid.parent["step"] == 32
+    assert kid.status == "done" and kid.step == 43 and kid.links[0].machine == "local"  # 32 / (1 - 0.25)
     assert (kid.folder / "loss.png").exists()
     proc = lab("branch", parent.id, "--at", "10", check=False)
     assert proc.returncode == 2 and "no checkpoint at step 10" in proc.stderr

@@ -12,7 +12,9 @@ import pytest
 from lab import sizing
 from conftest import lab
 from lab.cli import main as lab_main
-from lab.config import RunConfig, cpu_precision
+from lab.api.runs import preview
+from lab.config import RunConfig, UserError
+from lab.kernel.cpu import cpu_precision
 
 GB = 1e9
 
@@ -344,23 +346,23 @@ def write_checkpoint(folder: Path, step: int, model: dict) -> Path:
 
 def test_model_fields_given_when_resuming_are_locked(tmp_path):
     run = write_checkpoint(tmp_path / "run1", 20_000, {"context": 1024, "width": 512, "heads": 8, "layers": 12})
-    cfg = RunConfig(resume_from=str(run), layers=8, steps_until=45_000)
-    problems = sizing.validate(cfg, manifest={}, given={"layers"})
+    problems = preview({"layers": 8, "steps_until": 45_000}, str(run), manifest={}).problems
     [p] = [p for p in problems if p.field == "layers"]
     assert p.severity == "error" and "locked" in p.en and "закрыто" in p.ru
 
 
 def test_resumed_run_takes_the_model_fields_it_was_not_given_from_the_checkpoint(tmp_path):
     run = write_checkpoint(tmp_path / "run1", 20_000, {"context": 1024, "width": 512, "heads": 8, "layers": 12})
-    e = sizing.estimate(RunConfig(resume_from=str(run), steps_until=45_000), manifest={}, given=set(), runs=[])
-    assert not e.errors
-    assert e.weights.value == sizing.weight_count(12, 512, 4000, 1024)
+    sized = preview({"steps_until": 45_000}, str(run), manifest={})
+    assert not sized.estimate.errors
+    assert sized.estimate.weights.value == sizing.weight_count(12, 512, 4000, 1024)
+    assert sized.settled.cfg.layers == 12, "the calculator sizes the run that will run"
 
 
 def test_steps_until_at_or_below_the_checkpoints_step_is_an_error(tmp_path):
     run = write_checkpoint(tmp_path / "run1", 20_000, {"context": 1024, "width": 512, "heads": 8, "layers": 8})
     for steps in (20_000, 10_000):
-        problems = sizing.validate(RunConfig(resume_from=str(run), steps_until=steps), manifest={})
+        problems = preview({"steps_until": steps}, str(run), manifest={}).problems
         [p] = [p for p in problems if p.field == "steps_until"]
         assert p.severity == "error" and "20000" in p.en and "20000" in p.ru
 
@@ -371,11 +373,12 @@ def test_newest_checkpoint_in_the_folder_is_the_one_continued(tmp_path):
     write_checkpoint(run / "checkpoints", 2_000, model)
     (run / "checkpoints" / "ckpt_00003000.pt").write_bytes(b"save never finished: no sidecar")
     assert sizing.checkpoint_info(str(run))["step"] == 2_000
+    assert preview({}, str(run), manifest={}).settled.start.step == 2_000
 
 
 def test_missing_checkpoint_is_an_error(tmp_path):
-    problems = sizing.validate(RunConfig(resume_from=str(tmp_path / "nothing")), manifest={})
-    assert "resume_from" in fields_of(problems, "error")
+    with pytest.raises(UserError, match="no finished checkpoint"):
+        preview({}, str(tmp_path / "nothing"))
 
 
 # --- data --------------------------------------------------------------------------------

@@ -190,10 +190,10 @@ def test_lab_size_calibration_with_nothing_to_compare_says_so(capsys):
 
 
 def test_lab_runs_shows_the_measured_speed_beside_the_prediction(home, capsys):
-    from lab.runs import create_run
+    from lab.runs import Settled, create_run
     cfg = RunConfig(gpu="cpu", precision="fp32", **DEMO)
     write_run(home, "earlier", 10_000, layers=2, width=64, heads=2, context=64, batch_per_card=4)
-    run = create_run(cfg)
+    run = create_run(Settled.whole(cfg))
     pred = calibration.record_prediction(run.folder, cfg)
     write_run(home, run.id, pred["tok_s"] / 2, **DEMO)
     assert lab_main(["runs"]) == 0
@@ -240,7 +240,7 @@ def test_the_cpu_prior_is_what_bench_prior_fits_to_its_saved_step_times(precisio
 
 
 def test_a_kaggle_accounts_measured_sessions_are_its_start_and_output_copy(home):
-    """What lab.machines.kaggle_sessions recorded of an account's sessions enters its run time."""
+    """What lab.kaggle.sessions recorded of an account's sessions enters its run time."""
     from lab.sizing.runtime import kaggle_session_costs
     assert kaggle_session_costs("alice").start_s == sizing.STARTUP_MIN * 60  # nothing measured yet
     folder = home / "accounts" / "alice"

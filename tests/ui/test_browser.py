@@ -212,12 +212,17 @@ def declare_and_prepare(person: Person, files) -> None:
     for i, (_, text) in enumerate(BUILTINS["pydoc"].documents()):  # 0.5 MB, four times: a bar to watch
         for copy in range(4):
             (books / f"{i:03d}-{copy}.txt").write_text(f"{copy}\n{text}", encoding="utf-8")
+    tales = files / "tales"  # one's own six short texts beside the large folder
+    tales.mkdir()
+    for i in range(6):
+        (tales / f"сказка-{i}.txt").write_text("\n".join(f"Жили-были дед и баба, и было у них {n} курочек «Ряба» "
+                                                         f"номер {i}." for n in range(40)), encoding="utf-8")
     person.fill(".lab-data-name input", "books")
     person.fill(".lab-data-sources textarea", str(empty))
     person.click(".lab-data-save")
     person.wait_text(".lab-data-message-sources", "не подходит ни одного из текстовых файлов")
     person.shot(".lab-constellation-form", "05-folder-with-no-text.png")
-    person.fill(".lab-data-sources textarea", str(books))
+    person.fill(".lab-data-sources textarea", f"{books}\n{tales}")
     person.fill(".lab-data-licence input", "PSF License")
     person.click(".lab-data-save")
     person.wait_text(".lab-data-done", "books записано")
@@ -231,6 +236,10 @@ def declare_and_prepare(person: Person, files) -> None:
     widths = person.page.evaluate("window.labBar")
     assert any(0 < w < 100 for w in widths) and widths[-1] == 100, widths  # the bar moved
     person.wait_text(".lab-field-constellations", r"books\s—\s[\d,]+\sмлн\sтокенов")  # the form's list, no re-run
+    # Each source's share, held out in proportion: the six tales train too, and give val their part.
+    splits = person.page.locator(".lab-source-split").all_inner_texts()
+    said = next(s for s in splits if "tales" in s)
+    assert re.search(r"обучение [1-9][\d\u00a0 ]* байт .* val [1-9][\d\u00a0 ]* байт", said), splits
     person.shot(".lab-data", "06-prepared.png")
 
 
@@ -308,8 +317,11 @@ def branch_and_more_steps(person: Person, home, run_id: str) -> str:
     person.fill(".lab-more-steps input", "500")
     person.page.wait_for_function("document.querySelector('.lab-more-go').disabled === false", timeout=10_000)
     person.click(".lab-more-go")
-    person.wait_text(".lab-more-done", "идёт дальше, до шага 500")
-    wait_record(home, run_id, lambda r: r["status"] == "done" and r["config"]["steps_until"] == 500, 120)
+    # A finished WSD run grows from its stable phase: a run of its own, from the checkpoint before its decay.
+    grown = re.search(r"Прогон (\S+) продолжает", person.wait_text(".lab-more-done", "до шага 500")).group(1)
+    record = wait_record(home, grown, lambda r: r["status"] == "done" and r["settled"]["config"]["steps_until"] == 500,
+                         120)
+    assert record["parent"]["run"] == run_id and record["parent"]["step"] < 400
     person.wait_text(".lab-run-step", "^500 / 500$", timeout_s=30)  # the monitor follows the newest start
     return child
 

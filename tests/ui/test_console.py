@@ -19,8 +19,9 @@ from kaggle_fixtures import kaggle_emulator, kaggle_lab, make_kaggle_emulator  #
 from lab import ui
 from lab.config import RunConfig
 from lab.machines.control import set_control
-from lab.runs import Link, create_run, updating
-from lab.ui import backend as ui_backend
+from lab.runs import Link, Settled, create_run, updating
+from lab.api import accounts as api_accounts
+from lab.api import runs as api_runs
 from lab.ui.parts import walk
 from conftest import wait_for
 from test_ui import TINY, curve, fake_run, home, text  # noqa: F401 (the fixture)
@@ -61,8 +62,8 @@ def test_the_runs_plot_with_ancestors_draws_each_step_once_in_order_joined_at_th
 
 
 def test_start_shows_its_tick_only_once_the_run_has_started_and_a_failure_in_the_views_language(monkeypatch):
-    run = create_run(RunConfig(**TINY, steps_until=30))
-    monkeypatch.setattr(ui_backend, "start", lambda cfg, machine="auto", resume=None: run.id)
+    run = create_run(Settled.whole(RunConfig(**TINY, steps_until=30)))
+    monkeypatch.setattr(api_runs, "start", lambda given, resume=None, machine=None: run.id)
     form = ui.NewRunForm(**TINY, steps_until=30, machine="local")
     monitor = ui.Monitor(every_s=3600)
     form.start(wait=True)
@@ -80,8 +81,8 @@ def test_start_shows_its_tick_only_once_the_run_has_started_and_a_failure_in_the
 
 
 def test_start_shows_its_tick_when_the_first_session_runs(monkeypatch):
-    run = create_run(RunConfig(**TINY, steps_until=30))
-    monkeypatch.setattr(ui_backend, "start", lambda cfg, machine="auto", resume=None: run.id)
+    run = create_run(Settled.whole(RunConfig(**TINY, steps_until=30)))
+    monkeypatch.setattr(api_runs, "start", lambda given, resume=None, machine=None: run.id)
     form = ui.NewRunForm(**TINY, steps_until=30, machine="local")
     form.start(wait=True)
     time.sleep(0.3)
@@ -94,7 +95,7 @@ def test_start_shows_its_tick_when_the_first_session_runs(monkeypatch):
 
 
 def test_a_message_the_lab_has_only_in_english_says_so_in_russian(monkeypatch):
-    run = create_run(RunConfig(**TINY, steps_until=30))
+    run = create_run(Settled.whole(RunConfig(**TINY, steps_until=30)))
     with updating(run.id) as r:
         r.status = "failed"
     set_control(run.id, message="something only said in English", message_ru=None)
@@ -104,7 +105,7 @@ def test_a_message_the_lab_has_only_in_english_says_so_in_russian(monkeypatch):
 
 
 def test_the_monitor_header_step_follows_the_newest_row_it_has():
-    run = create_run(RunConfig(**TINY, steps_until=600))
+    run = create_run(Settled.whole(RunConfig(**TINY, steps_until=600)))
     (run.folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in curve(0, 600)))
     with updating(run.id) as r:  # the registry's step moves when a link ends; the rows came first
         r.links = [Link(n=1, machine="local", kind="local", status="running")]
@@ -125,7 +126,7 @@ def test_rerunning_the_form_cell_keeps_the_persons_values_and_the_monitor_and_st
     third = ui._form
     assert start_panel.box.children[0] is third.start_button  # the Start cell shows the new form's button
     run = fake_run(RunConfig(**TINY, steps_until=30), step=30)
-    monkeypatch.setattr(ui_backend, "start", lambda cfg, machine="auto", resume=None: run.id)
+    monkeypatch.setattr(api_runs, "start", lambda given, resume=None, machine=None: run.id)
     third.start(wait=True)
     assert monitor.run_id == run.id
 
@@ -248,7 +249,7 @@ def test_an_account_is_removed_after_a_confirmation(kaggle_lab):
 
 
 def test_probe_shows_its_cost_asks_first_and_draws_the_result_in_the_row(kaggle_lab, monkeypatch):
-    from lab.probe.record import store_probe
+    from lab.kaggle.probed import store_probe
     calls = []
 
     def probe(name, say):  # the real one pushes a session (the browser test runs it)
@@ -256,7 +257,7 @@ def test_probe_shows_its_cost_asks_first_and_draws_the_result_in_the_row(kaggle_
         say(f"{name}: pushed {name}/lab-probe version 1; waiting for it to end")
         return store_probe(name, {"account": name, "at": "2026-01-01T00:00:00+00:00", "can_run": True, "gpu": "2xT4",
                             "tok_s": 101500.0, "all_reduce": {"ok": True}, "log_while_running": True})
-    monkeypatch.setattr(ui_backend, "probe", probe)
+    monkeypatch.setattr(api_accounts, "probe", probe)
     panel = ui.MachinesPanel()
     button = next(w for w in walk(panel.box) if "lab-do-probe-alice" in getattr(w, "_dom_classes", ()))
     button.click()
@@ -270,7 +271,7 @@ def test_probe_shows_its_cost_asks_first_and_draws_the_result_in_the_row(kaggle_
 
 
 def test_the_runs_checkpoint_datasets_show_per_account_with_size_and_finished_ones_can_go(kaggle_lab, tmp_path):
-    from lab.machines.kaggle_data import ckpt_slug
+    from lab.machines.kaggle.data import ckpt_slug
     run = fake_run(RunConfig(**TINY, steps_until=30), step=30)
     folder = tmp_path / "ckpt"
     folder.mkdir()
@@ -281,7 +282,7 @@ def test_the_runs_checkpoint_datasets_show_per_account_with_size_and_finished_on
     panel.storage.load()
     wait_for(lambda: panel.storage.rows is not None, 30, "the datasets")
     shown = text(panel.storage.table.value)
-    assert "alice" in shown and ckpt_slug(run.id) in shown and "2.0 MB" in shown and "готово" in shown
+    assert "alice" in shown and ckpt_slug(run.id) in shown and "2,0 МБ" in shown and "готово" in shown
     remove = panel.storage.removes.children[0]
     remove.click()
     wait_for(lambda: panel.storage.rows is not None and not [r for r in panel.storage.rows if "slug" in r], 30,
@@ -299,18 +300,18 @@ def test_a_constellation_is_declared_from_a_folder_edited_with_comments_kept_and
     form.inputs["sources"].value = str(texts)
     form.inputs["licence"].value = "public domain"
     form.submit()
-    assert "✔" in form.done.value and "skazki" in [c["name"] for c in panel.known]
+    assert "✔" in form.done.value and "skazki" in [c.name for c in panel.known]
     ini = home / "constellations.ini"
     ini.write_text(ini.read_text().replace("[skazki]", "# the lab's tales\n[skazki]\n# kept inside"))
     panel.refresh()
-    form.edit(next(c for c in panel.known if c["name"] == "skazki"))
+    form.edit(next(c for c in panel.known if c.name == "skazki"))
     form.inputs["description"].value = "Сказки"
     form.submit()
     after = ini.read_text()
     assert "# the lab's tales\n[skazki]\n# kept inside" in after and "description = Сказки" in after
     panel._ask("skazki")
     next(w for w in walk(panel.box) if "lab-confirm-remove-constellation-skazki" in getattr(w, "_dom_classes", ())).click()
-    assert "skazki" not in [c["name"] for c in panel.known] and "[skazki]" not in ini.read_text()
+    assert "skazki" not in [c.name for c in panel.known] and "[skazki]" not in ini.read_text()
     assert "# The lab's constellations" in ini.read_text()  # the file's own comments stay
 
 
@@ -331,19 +332,19 @@ def test_a_folder_with_no_text_and_uploaded_files_are_said_beside_their_fields(h
     form.inputs["sources"].value = ""
     form.inputs["files"].value = uploaded("tale.txt", "Колобок. ".encode() * 50) + uploaded("scan.pdf", b"%PDF")
     form.submit()
-    assert "scan.pdf" in text(form.messages["files"].value) and "empty" in [c["name"] for c in panel.known]
+    assert "scan.pdf" in text(form.messages["files"].value) and "empty" in [c.name for c in panel.known]
     assert (home / "texts" / "empty" / "tale.txt").is_file() and form.inputs["files"].value == ()
 
 
 def test_stop_on_kaggle_says_the_caveat_and_links_the_kernel_page_and_continue_goes_on(monkeypatch):
-    run = create_run(RunConfig(**TINY, steps_until=100))
+    run = create_run(Settled.whole(RunConfig(**TINY, steps_until=100)))
     url = "http://127.0.0.1:9/code/alice/lab-run-l1"
     with updating(run.id) as r:
         r.links = [Link(n=1, machine="alice", kind="kaggle", status="running",
                         detail={"kernel": {"slug": "alice/lab-run-l1", "url": url}, "folder": "links/001-alice"})]
         r.status = "running"
     answers = []
-    monkeypatch.setattr(ui_backend, "cancel", lambda run_id: answers.append(run_id) or "no further link")
+    monkeypatch.setattr(api_runs, "cancel", lambda run_id: answers.append(run_id) or "no further link")
     monitor = ui.Monitor(run_id=run.id, every_s=3600)
     assert monitor.stop_button.layout.display is None and monitor.continue_button.layout.display == "none"
     monitor.stop_button.click()
@@ -353,7 +354,7 @@ def test_stop_on_kaggle_says_the_caveat_and_links_the_kernel_page_and_continue_g
     with updating(run.id) as r:
         r.links[0].status, r.status = "cancelled", "cancelled"
     went_on = []
-    monkeypatch.setattr(ui_backend, "continue_run", lambda run_id, given=None, machine=None: went_on.append(run_id))
+    monkeypatch.setattr(api_runs, "continue_run", lambda run_id, given=None, machine=None: went_on.append(run_id))
     monitor.refresh()
     assert monitor.continue_button.layout.display is None and monitor.stop_button.layout.display == "none"
     monitor.continue_button.click()
@@ -368,7 +369,7 @@ def test_stop_on_kaggle_says_the_caveat_and_links_the_kernel_page_and_continue_g
 
 
 def test_the_log_the_monitor_shows_holds_the_human_lines_only():
-    run = create_run(RunConfig(**TINY, steps_until=100))
+    run = create_run(Settled.whole(RunConfig(**TINY, steps_until=100)))
     folder = run.folder / "links" / "001-alice"
     folder.mkdir(parents=True)
     lines = ["step 10: val 7.5", '@lab-metrics {"step":10,"loss":7.4}', "step 20/30 loss 7.1",
@@ -386,7 +387,7 @@ def test_the_log_the_monitor_shows_holds_the_human_lines_only():
 def test_a_finished_run_continues_with_more_steps_checked_beside_the_field(monkeypatch):
     run = fake_run(RunConfig(**TINY, steps_until=300), step=300)
     went = []
-    monkeypatch.setattr(ui_backend, "continue_run",
+    monkeypatch.setattr(api_runs, "continue_run",
                         lambda run_id, given=None, machine=None: went.append((run_id, given, machine)) or run_id)
     more = ui.RunsPanel().more
     assert more.run.value == run.id and "шаге 300" in text(more.info.value)  # its checkpoint, its fields
@@ -408,8 +409,8 @@ def test_continuing_a_finished_run_registers_it_again_with_the_higher_steps_unti
     sidecar = ckpt.with_suffix(".json")
     sidecar.write_text(json.dumps({**json.loads(sidecar.read_text()), "bytes": 7, "sha256": sha256_file(ckpt)}))
     spawned = []
-    monkeypatch.setattr(ui_backend, "spawn_driver", lambda run_id, resume=False: spawned.append(run_id))
-    assert ui_backend.continue_run(run.id, {"steps_until": 600}) == run.id
+    monkeypatch.setattr(api_runs, "spawn_driver", lambda run_id, resume=False: spawned.append(run_id))
+    assert api_runs.continue_run(run.id, {"steps_until": 600}) == run.id
     from lab.runs import load_run
     again = load_run(run.id)
     assert again.cfg.steps_until == 600 and again.status == "new" and again.cfg.layers == 2 and spawned == [run.id]
@@ -431,7 +432,7 @@ def test_every_new_panel_speaks_the_chosen_language(lang_):
 
 
 def test_a_box_of_the_labs_own_machines_is_in_the_list_and_its_failed_check_is_said_in_its_row(home):
-    from lab.machines.ssh_boxes import add_box, parse_hosts
+    from lab.machines.ssh.boxes import add_box, parse_hosts
     add_box("rack", parse_hosts("lab@127.0.0.1", None, 9))  # nothing listens on port 9 (discard)
     panel = ui.MachinesPanel()
     assert "rack" in [m.name for m in panel.machines]

@@ -80,7 +80,7 @@ def test_the_notebook_starts_a_tiny_local_run_and_shows_its_loss(tmp_path, monke
     assert len(runs) == 1
     record = json.loads((runs[0] / "run.json").read_text())
     assert record["status"] == "done" and record["links"][0]["machine"] == "local"
-    assert record["config"]["layers"] == 2 and record["config"]["steps_until"] == 30
+    assert record["settled"]["config"]["layers"] == 2 and record["settled"]["config"]["steps_until"] == 30
     shown = outputs(nb, "monitor = ")
     html = "".join(o["data"].get("text/html", "") for o in shown if o["output_type"] == "display_data")
     assert runs[0].name in html and "готово" in html and "30 / 30" in html

@@ -10,7 +10,7 @@ import pytest
 
 from lab import ui
 from lab.config import RunConfig
-from lab.runs import create_run
+from lab.runs import Settled, create_run
 from lab.ui.trymodel import TryModel, runs_with_checkpoints
 
 
@@ -27,7 +27,7 @@ def text(html: str) -> str:
 
 
 def test_it_offers_the_runs_with_a_checkpoint_and_their_checkpoints_newest_first(trained):
-    bare = create_run(RunConfig(context=32, width=32, heads=2, layers=2))  # no checkpoint: not offered
+    bare = create_run(Settled.whole(RunConfig(context=32, width=32, heads=2, layers=2)))  # no checkpoint: not offered
     panel = TryModel(trained.run.id)
     assert trained.run.id in panel.run.options and bare.id not in panel.run.options
     assert panel.run.options == tuple(r.id for r in runs_with_checkpoints())
@@ -60,18 +60,18 @@ def test_several_samples_follow_one_another_each_with_the_next_seed(loaded):
 
 def test_a_wrong_setting_is_said_beside_its_field_and_nothing_runs():
     panel = TryModel()
-    panel.inputs["temperature"].value = 0
-    assert "температура 0.0 должна быть больше 0" in text(panel.messages["temperature"].value)
+    panel.inputs["temperature"].value = -0.5
+    assert "температура -0.5 должна быть 0 (жадно" in text(panel.messages["temperature"].value)
     assert panel.generate(wait=True) is None and panel.output.value == ""
     ui.set_language("en")
-    assert "temperature 0.0 must be above 0" in text(panel.messages["temperature"].value)
+    assert "temperature -0.5 must be 0 (greedy" in text(panel.messages["temperature"].value)
     assert panel.generate_button.description == "Generate"
     panel.inputs["temperature"].value = 0.8
     assert panel.messages["temperature"].value == ""
 
 
 def test_a_checkpoint_that_went_away_is_said_beside_the_run_and_refresh_finds_the_new_one(trained):
-    clone = create_run(RunConfig.from_dict(trained.run.config))
+    clone = create_run(Settled.whole(RunConfig.from_dict(trained.run.config)))
     shutil.copytree(trained.run.folder / "checkpoints", clone.folder / "checkpoints")
     panel = TryModel(clone.id)
     assert panel.run.value == clone.id
@@ -100,4 +100,21 @@ def test_the_runs_panel_shows_val_bits_per_byte_beside_val_loss(trained):
     row = last_val(read_metrics(trained.run.folder))
     table = text(panel.table.value)
     assert "val бит/байт" in table
-    assert f"{row['val_loss']:.3f} {val_bpb(row, trained.run.cfg):.3f}" in table
+    assert f"{row['val_loss']:.3f} {val_bpb(row, trained.run.cfg):.3f}".replace(".", ",") in table  # Russian decimals
+
+
+def test_export_writes_the_checkpoint_and_shows_the_lines_that_load_it_in_transformers(trained):
+    from lab.models.hf import FILES
+    panel = TryModel(trained.run.id)
+    assert panel.export_button.description == "Экспорт"
+    panel.export(wait=True)
+    folder = trained.home / "exports" / f"{trained.run.id}-step40"
+    try:
+        assert {p.name for p in folder.iterdir()} >= {"model.safetensors", "README.md", *FILES}
+        shown = text(panel.export_message.value)
+        assert f"записано в {folder}" in shown and "AutoModelForCausalLM.from_pretrained" in shown
+        assert not panel.export_button.disabled
+        panel.export(wait=True)  # once more: the folder is there
+        assert "уже есть: удалите эту папку" in text(panel.export_message.value)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)

@@ -17,9 +17,11 @@ import pytest
 
 from kaggle_fixtures import kaggle_emulator, kaggle_lab, make_kaggle_emulator  # noqa: F401 (fixtures)
 from lab import sizing, ui
-from lab.ui import backend as ui_backend
+from lab.api import machines as api_machines
+from lab.api import runs as api_runs
+from lab.ui import console
 from lab.config import RunConfig, UserError, field_choices, field_kind
-from lab.runs import Link, create_run, updating
+from lab.runs import Link, Settled, create_run, updating
 from lab.ui.text import hours
 
 GUIDE_ORDER = ["Прогон", "Продолжить с чекпоинта", "Созвездия в обучении", "Контекст n", "Ширина d", "Головы",
@@ -31,7 +33,7 @@ TINY = dict(context=32, width=32, heads=2, layers=2, batch_per_card=4)
 def home(tmp_path, monkeypatch):
     """A fresh lab home, Russian, no cached machines; widgets of the test closed after it."""
     monkeypatch.setenv("LAB_HOME", str(tmp_path / "lab-home"))
-    monkeypatch.setattr(ui_backend, "_overview", None)
+    console.machines.forget()
     ui.set_language("ru")
     yield tmp_path / "lab-home"
     ui.set_language("ru")
@@ -59,7 +61,7 @@ def figure(form, key: str) -> str:
 def fake_run(cfg: RunConfig, step: int, metrics: list[dict] | None = None, parent: dict | None = None,
              status: str = "done"):
     """A finished run as the registry keeps it: run.json, a checkpoint sidecar, metrics."""
-    run = create_run(cfg, parent=parent)
+    run = create_run(Settled.whole(cfg), parent=parent)
     ck = run.folder / "checkpoints"
     ck.mkdir()
     (ck / f"ckpt_{step:08d}.pt").write_bytes(b"")
@@ -180,7 +182,7 @@ def test_continuing_locks_the_model_fields_and_fills_them_from_the_checkpoint():
     form.inputs["resume_from"].value = path  # as the picker sets it
     assert {n: form.inputs[n].value for n in TINY if n != "batch_per_card"} == {"context": 32, "width": 32,
                                                                                "heads": 2, "layers": 2}
-    assert form.config().resume_from == path
+    assert form.resume() == path
     assert form.estimate.weights.value == 12 * 2 * 32**2 + 4000 * 32 + 32 * 32
     form.set(layers=12)  # locked: the checkpoint's shape stays
     assert form.inputs["layers"].value == 2
@@ -191,7 +193,40 @@ def test_continuing_locks_the_model_fields_and_fills_them_from_the_checkpoint():
     assert not form.start_button.disabled
     form.set(mode="scratch")
     assert not any(form.inputs[n].disabled for n in ("context", "width", "heads", "layers"))
-    assert form.config().resume_from == ""
+    assert form.resume() is None
+
+
+def whole_checkpoint(run, step: int, cfg: RunConfig):
+    """A checkpoint whose sidecar vouches for its bytes, as registration verifies it."""
+    import hashlib
+    ck = run.folder / "checkpoints"
+    ck.mkdir(exist_ok=True)
+    (ck / f"ckpt_{step:08d}.pt").write_bytes(b"weights")
+    (ck / f"ckpt_{step:08d}.json").write_text(json.dumps({
+        "step": step, "tokens": step * 128, "config": cfg.to_dict(), "bytes": 7,
+        "sha256": hashlib.sha256(b"weights").hexdigest()}))
+    return str(ck / f"ckpt_{step:08d}.pt")
+
+
+@pytest.mark.parametrize("batch", ["left as the checkpoint's", "the default chosen"])
+def test_continue_registers_the_very_run_the_calculator_sized(batch):
+    """The form's Continue shows the checkpoint's run in every field; Start registers what the
+    form shows, so a field left as shown keeps the checkpoint's value and a default chosen on
+    purpose is the default, and the calculator sized exactly the run that is registered."""
+    from lab.settle import register_run
+    cfg = RunConfig(**{**TINY, "batch_per_card": 12}, steps_until=300, lr=3e-3, seed=7)
+    parent = create_run(Settled.whole(cfg))
+    ckpt = whole_checkpoint(parent, 300, cfg)
+    form = ui.NewRunForm(mode="resume", resume_from=ckpt, steps_until=600)
+    assert form.inputs["batch_per_card"].value == 12 and form.inputs["lr"].value == 3e-3
+    if batch == "the default chosen":
+        form.set(batch_per_card=RunConfig().batch_per_card)
+    want = 12 if batch == "left as the checkpoint's" else RunConfig().batch_per_card
+    assert form.estimate.tokens_per_step.value == want * form.estimate.cards * 32, "the calculator sized this batch"
+    run = register_run(form.given(), form.resume(), form.given()["machine"])  # what Start registers
+    assert run.cfg.batch_per_card == want == form.config().batch_per_card
+    assert (run.cfg.seed, run.cfg.lr, run.cfg.layers, run.cfg.steps_until) == (7, 3e-3, 2, 600)
+    assert "batch_per_card" in run.settled.given and run.settled.start.step == 300
 
 
 def test_auto_says_which_machine_it_picks_and_why(monkeypatch, tmp_path):
@@ -200,9 +235,9 @@ def test_auto_says_which_machine_it_picks_and_why(monkeypatch, tmp_path):
 
     def choose(cfg, need_hours):
         seen.append(need_hours)
-        return ui_backend.Choice("alice", "alice: its 29.0 h of quota cover the whole run (1.7 h)",
+        return api_machines.Choice("alice", "alice: its 29.0 h of quota cover the whole run (1.7 h)",
                                  "alice: квоты 29,0 ч хватит на весь прогон (1,7 ч)")
-    monkeypatch.setattr(ui_backend, "choose", choose)
+    monkeypatch.setattr(console.machines, "choose", choose)
     form = ui.NewRunForm()
     assert "Авто выберет alice alice: квоты 29,0 ч хватит на весь прогон" in calc(form)
     assert seen[-1] == pytest.approx(form.estimate.quota_hours.value)
@@ -222,19 +257,19 @@ def picks(machine: str, seen: list | None = None):
     def choose(cfg, need_hours):
         if seen is not None:
             seen.append(need_hours)
-        return ui_backend.Choice(machine, f"{machine}: picked ({need_hours:.1f} h)", f"{machine}: выбран ({need_hours:.1f} ч)")
+        return api_machines.Choice(machine, f"{machine}: picked ({need_hours:.1f} h)", f"{machine}: выбран ({need_hours:.1f} ч)")
     return choose
 
 
 def test_the_quota_line_follows_the_machine_auto_picks(monkeypatch):
     add_kaggle_account("bob")
-    monkeypatch.setattr(ui_backend, "choose", picks("bob"))
+    monkeypatch.setattr(console.machines, "choose", picks("bob"))
     form = ui.NewRunForm(gpu="cpu", **TINY, steps_until=2000)  # sized for a CPU, run where Auto says
     shown = calc(form)
     assert "Авто выберет bob" in shown
     assert "не тратит квоту" not in shown and figure(form, "quota") != "0 мин"
     assert "на bob:" in shown
-    monkeypatch.setattr(ui_backend, "choose", picks("local"))
+    monkeypatch.setattr(console.machines, "choose", picks("local"))
     form = ui.NewRunForm(gpu="cpu", **TINY, steps_until=2000)
     shown = calc(form)
     assert "Авто выберет этот компьютер" in shown
@@ -244,7 +279,7 @@ def test_the_quota_line_follows_the_machine_auto_picks(monkeypatch):
 def test_time_quota_and_autos_need_are_one_number_for_the_whole_run(monkeypatch):
     add_kaggle_account("alice")
     seen = []
-    monkeypatch.setattr(ui_backend, "choose", picks("alice", seen))
+    monkeypatch.setattr(console.machines, "choose", picks("alice", seen))
     form = ui.NewRunForm(gpu="2xT4", layers=12, width=768, heads=12, batch_per_card=12, steps_until=100_000)
     shown = calc(form)
     whole = form.estimate.run_hours
@@ -312,11 +347,11 @@ def test_start_launches_in_the_background_and_says_where_it_went(monkeypatch):
     run = fake_run(RunConfig(**TINY, steps_until=30), step=30, status="running")
     calls, release = [], threading.Event()
 
-    def start(cfg, machine="auto", resume=None):  # a start that lasts until the test lets it end
-        calls.append((cfg, machine, resume))
+    def start(given, resume=None, machine=None):  # a start that lasts until the test lets it end
+        calls.append((given, machine, resume))
         release.wait(10)
         return run.id
-    monkeypatch.setattr(ui_backend, "start", start)
+    monkeypatch.setattr(api_runs, "start", start)
     form = ui.NewRunForm(**TINY, steps_until=30, machine="local")
     started = []
     form.on_started(started.append)
@@ -327,15 +362,15 @@ def test_start_launches_in_the_background_and_says_where_it_went(monkeypatch):
     assert form.run_id == run.id and started == [run.id]
     assert form.launch.wait(10) == "started"  # its link runs: Start says where it went
     assert run.id in form.where.value and "этот компьютер" in form.where.value
-    cfg, machine, resume = calls[0]
-    assert machine == "local" and resume is None and cfg.layers == 2
+    given, machine, resume = calls[0]
+    assert machine == "local" and resume is None and given["layers"] == 2
     assert not form.start_button.disabled
 
 
 def test_a_start_that_fails_says_why(monkeypatch):
-    def start(cfg, machine="auto", resume=None):
+    def start(given, resume=None, machine=None):
         raise UserError("Kaggle account 'alice': quota is used up. Pick another machine.")
-    monkeypatch.setattr(ui_backend, "start", start)
+    monkeypatch.setattr(api_runs, "start", start)
     form = ui.NewRunForm()
     form.start(wait=True)
     assert form.run_id is None and "quota is used up" in form.where.value
@@ -359,7 +394,7 @@ def test_the_monitor_shows_links_and_the_loss_plot_in_steps_or_tokens():
 
 def test_the_monitor_follows_a_run_the_form_starts_and_refreshes_while_it_runs(monkeypatch):
     run = fake_run(RunConfig(**TINY, steps_until=100), step=10, metrics=curve(0, 10), status="running")
-    monkeypatch.setattr(ui_backend, "start", lambda cfg, machine="auto", resume=None: run.id)
+    monkeypatch.setattr(api_runs, "start", lambda given, resume=None, machine=None: run.id)
     form = ui.NewRunForm(**TINY)
     m = ui.Monitor(form, every_s=0.2)
     try:
@@ -407,7 +442,7 @@ def test_the_runs_table_shows_each_runs_speed_beside_its_prediction():
     (run.folder / "device.json").write_text(json.dumps({"gpu": "cpu", "device": "cpu", "precision": "fp32"}))
     panel = ui.RunsPanel()  # curve() measured 1,000 tok/s
     assert "ток/с (прогноз)" in text(panel.table.value)
-    assert f"1 000 (прогноз {ui_backend.sizing.format_number(round(predicted), 'ru')}, " \
+    assert f"1 000 (прогноз {sizing.format_number(round(predicted), 'ru')}, " \
            f"{predicted / 1000 - 1:+.0%})" in text(panel.table.value)
 
 
@@ -460,8 +495,8 @@ def test_the_forms_inputs_follow_the_run_fields_kinds_and_choices():
 def test_a_box_is_in_the_machine_list_with_its_cards_and_the_calculator_sizes_for_them(home):
     """A box checked with two RTX 3090s: the form offers it, and with GPU "auto" the figures are
     those of its own cards (bf16 from Ampere on, its memory, its check's measured burst)."""
-    from lab.machines.ssh_boxes import add_box, write_check
-    from lab.machines.ssh_client import Address
+    from lab.machines.ssh.boxes import add_box, write_check
+    from lab.machines.ssh.client import Address
     add_box("gpu1", [Address("me@gpu1.lab")])
     card = {"host": "me@gpu1.lab", "name": "NVIDIA GeForce RTX 3090", "memory_gb": 24.0, "capability": "8.6",
             "count": 2}

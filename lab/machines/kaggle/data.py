@@ -1,0 +1,431 @@
+"""The hand-off datasets of a Kaggle link: the run's data and its checkpoint, uploaded once.
+
+Datasets are flat folders owned by one Kaggle user:
+- data: the run's prepared data folder, flattened, as the private dataset `lab-data-<data id>`;
+  uploaded once per account and version, remembered in `$LAB_HOME/kaggle/holdings.json`,
+  waited on until READY;
+- checkpoint (continued runs): the newest checkpoint, its sidecar and the curve so far, as a new
+  version of the private dataset `lab-ckpt-<run id>` (the hand-off: A's output was downloaded
+  with A's credentials, B's copy is uploaded with B's), sha256 checked before the upload.
+
+Each upload's intent is recorded before it is sent, so an upload whose record was lost in a
+crash is found on Kaggle (a newer version) and adopted, never repeated.
+"""
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import re
+import shutil
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator
+
+from lab.config import UserError
+from lab.corpus.manifests import data_id_of, read_manifest
+from lab.faults import reached
+from lab.home import lab_home
+from lab.kaggle.client import AccountClient, KaggleError, get_account
+from lab.kaggle.datasets import STORAGE_HINT, upload_files
+from lab.kernel.checkpoint import atomic_write
+from lab.machines.base import env_seconds
+from lab.machines.handoff import put, stage_checkpoint
+from lab.machines.kaggle.names import (ckpt_slug, data_licence, data_licences, data_slug, kaggle_licence, licence_note,
+                                       title_of)
+from lab.machines.kaggle.record import KaggleLinkRecord
+from lab.machines.links import get_link
+from lab.runs import list_runs, now
+
+
+@dataclass
+class LinkContext:
+    """What every step of one Kaggle link uses: the account's client, where to say what happens,
+    and the settings."""
+    c: AccountClient
+    say: Callable[[str], None]
+    settings: "KaggleSettings"
+
+
+@dataclass(frozen=True)
+class KaggleSettings:
+    """How patient the lab is with Kaggle; each Kaggle host builds its own (`from_env`).
+    `poll_s`: seconds between status polls of one kernel (Kaggle asks for 30-60 s; the person's
+    setting LAB_KAGGLE_POLL_S); `retry_base_s`: the first backoff of a retried call;
+    `dataset_wait_s`: how long a dataset may take to become READY; `overdue_s`: how long past its
+    session timeout a kernel may still read RUNNING before the watch gives up on it;
+    `start_wait_s`: how long a pushed kernel may stay unstarted (QUEUED, NEW_SCRIPT);
+    `input_wait_s`: the wait before pushing again a session that found its inputs not mounted yet;
+    `allow_cpu`: a session that starts without the cards it was pushed for trains on its CPU
+    instead of stopping (the person's setting LAB_KAGGLE_ALLOW_CPU=1; the emulator has no GPU)."""
+    poll_s: float = 30.0
+    retry_base_s: float = 1.0
+    dataset_wait_s: float = 3600.0
+    overdue_s: float = 1800.0  # a session still running this long past its timeout: Kaggle lost it
+    start_wait_s: float = 3 * 3600.0  # a GPU session normally starts within minutes: three hours is lost
+    input_wait_s: float = 60.0  # before pushing again a session that found its inputs not mounted yet
+    log_grace_s: float = 300.0  # running this long with no line in its log: Kaggle keeps the log until the end
+    allow_cpu: bool = False
+
+    @classmethod
+    def from_env(cls) -> "KaggleSettings":
+        return cls(poll_s=env_seconds(POLL_ENV, cls.poll_s), allow_cpu=env_flag(ALLOW_CPU_ENV))
+
+
+POLL_ENV = "LAB_KAGGLE_POLL_S"
+ALLOW_CPU_ENV = "LAB_KAGGLE_ALLOW_CPU"
+
+
+def env_flag(var: str) -> bool:
+    """A yes/no setting of the person's: 1, true, yes or on is yes; unset or 0 is no."""
+    raw = os.environ.get(var, "").strip().lower()
+    if raw in ("", "0", "false", "no", "off"):
+        return False
+    if raw in ("1", "true", "yes", "on"):
+        return True
+    raise UserError(f"{var}={raw!r}: use 1 (yes) or 0 (no)")
+
+
+# ---------------------------------------------------------------------------------------------
+# What each account holds: datasets uploaded, keyed by Kaggle user (datasets belong to users)
+
+
+def _holdings_file() -> Path:
+    return lab_home() / "kaggle" / "holdings.json"
+
+
+@contextmanager
+def _holdings() -> Iterator[dict]:
+    """Read-modify-write of the holdings under a lock; written atomically."""
+    path = _holdings_file()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_name(".holdings.lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            data = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+            yield data
+            text = json.dumps(data, indent=1)
+            atomic_write(path, lambda f: f.write(text.encode("utf-8")))
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def held(username: str, kind: str, key: str) -> dict | None:
+    """What the lab knows of the user's dataset for `key` (a data id or a checkpoint slug)."""
+    path = _holdings_file()
+    data = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    return (data.get(username.lower(), {}).get(kind) or {}).get(key)
+
+
+def _set_held(username: str, kind: str, key: str, value: dict | None) -> None:
+    with _holdings() as data:
+        table = data.setdefault(username.lower(), {}).setdefault(kind, {})
+        if value is None:
+            table.pop(key, None)
+        else:
+            table[key] = value
+
+
+def holds(account: str, data_id: str | None, ckpt_sha256: str | None, run_id: str) -> set[str]:
+    """What of a run's next link the account already has, READY on Kaggle: {"data", "checkpoint"}."""
+    try:
+        username = get_account(account).username
+    except UserError:
+        return set()
+    out = set()
+    data = held(username, "data", data_id) if data_id else None
+    if data and data.get("ready"):
+        out.add("data")
+    ckpt = held(username, "checkpoints", f"{username}/{ckpt_slug(run_id)}")
+    if ckpt_sha256 and ckpt and ckpt.get("ready") and ckpt.get("sha256") == ckpt_sha256:
+        out.add("checkpoint")
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# What goes up: the data folder flattened, the checkpoint with its curve
+
+
+def stage_data(data_dir: Path) -> Path:
+    """The data folder as a flat folder for a dataset upload: `pydoc/train_0000.bin` becomes
+    `pydoc__train_0000.bin` and the manifest names the flat files, so the training notebook
+    reads the mounted dataset as it reads the folder here. Made once per data id."""
+    data_dir = Path(data_dir)
+    manifest = read_manifest(data_dir)
+    data_id = data_id_of(data_dir)
+    stage = lab_home() / "kaggle" / "stage" / re.sub(r"[^A-Za-z0-9._+-]", "_", data_id)
+    if (stage / "manifest.json").is_file():
+        return stage
+    tmp = stage.with_name(f".{stage.name}.{os.getpid()}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    flat_manifest = json.loads(json.dumps(manifest))
+    for entry in flat_manifest.get("train", []) + flat_manifest.get("val", []):
+        flat = entry["path"].replace("/", "__")
+        put(data_dir / entry["path"], tmp / flat)
+        entry["path"] = flat
+    tok = flat_manifest.get("tokenizer") or {}
+    if tok.get("file"):
+        flat = tok["file"].replace("/", "__")
+        put(data_dir / tok["file"], tmp / flat)
+        tok["file"] = flat
+    (tmp / "manifest.json").write_text(json.dumps(flat_manifest, indent=2, ensure_ascii=False) + "\n",
+                                       encoding="utf-8")
+    try:
+        os.rename(tmp, stage)
+    except OSError:  # another process staged it first: the same content
+        shutil.rmtree(tmp, ignore_errors=True)
+    return stage
+
+
+@dataclass(frozen=True)
+class Upload:
+    """One dataset the account must hold: `kind` ("data" or "checkpoints") and `key` name it in
+    the holdings, `match` is the content it must have (else a new version is due), `make_folder`
+    stages the files; `licence` is the documented name sent, `licence_said` how the upload says it;
+    `note(record, phase)` records each step in the link."""
+    kind: str
+    key: str
+    slug: str
+    match: dict
+    make_folder: Callable[[], Path]
+    notes: str
+    licence: str
+    licence_said: str
+    note: Callable[[dict, str], None]
+
+
+def ensure_data(run_id: str, n: int, ctx: LinkContext, data_dir: Path) -> dict:
+    """The run's data as the account's READY dataset, uploaded at most once."""
+    record = KaggleLinkRecord.of(get_link(run_id, n)[1])
+    if (record.data or {}).get("ready"):
+        return record.data
+    data_id = data_id_of(data_dir)
+    slug = f"{ctx.c.username}/{data_slug(data_id)}"
+    licence = data_licence(data_dir)
+    return _dataset_once(ctx, Upload("data", data_id, slug, {"data_id": data_id}, lambda: stage_data(data_dir),
+                                     f"lab data {data_id}", licence, licence_note(data_licences(data_dir), licence),
+                                     lambda h, phase: KaggleLinkRecord.update(run_id, n, data=h,
+                                                                              phase=f"data {phase}")))
+
+
+def ensure_checkpoint(run_id: str, n: int, ctx: LinkContext) -> dict | None:
+    """The link's starting checkpoint as the account's READY dataset, uploaded at most once."""
+    run, link = get_link(run_id, n)
+    record = KaggleLinkRecord.of(link)
+    source = record.source
+    if not source:
+        return None
+    if (record.ckpt or {}).get("ready"):
+        return record.ckpt
+    slug = f"{ctx.c.username}/{ckpt_slug(run_id)}"
+    staged: dict = {}
+
+    def make_folder() -> Path:
+        folder = run.folder / record.folder / ".handoff"
+        staged["sha256"] = stage_checkpoint(source, run.folder, folder)
+        return folder
+
+    match = {"sha256": source["sha256"], "name": source["name"], "step": source["step"]}
+    texts = data_licences(Path(run.cfg.data_dir)) if run.cfg.data_dir else []  # weights of that text
+    licence = kaggle_licence(texts) if texts else "other"
+    held_now = _dataset_once(ctx, Upload("checkpoints", slug, slug, match, make_folder,
+                                       f"run {run_id} link {n}: {source['name']} sha256 {source['sha256']}",
+                                       licence, licence_note(texts, licence),
+                                       lambda h, phase: KaggleLinkRecord.update(run_id, n, ckpt_upload=h,
+                                                                                phase=f"checkpoint {phase}")))
+    shutil.rmtree(run.folder / record.folder / ".handoff", ignore_errors=True)
+    held_now = {**held_now, "sha256_source": source["sha256"],
+                "sha256_staged": staged.get("sha256", held_now.get("sha256"))}
+    KaggleLinkRecord.update(run_id, n, ckpt=held_now, ckpt_upload=None, phase="checkpoint ready")
+    return held_now
+
+
+@contextmanager
+def _dataset_lock(username: str, kind: str, key: str) -> Iterator[None]:
+    """Held by the one process that uploads (or waits on) a user's dataset: a second process
+    (another run's driver on the same data) waits here, then finds what the first recorded."""
+    folder = lab_home() / "kaggle" / "locks"
+    folder.mkdir(parents=True, exist_ok=True)
+    name = hashlib.sha256(f"{username.lower()}\0{kind}\0{key}".encode()).hexdigest()[:32]
+    with open(folder / f"{name}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _dataset_once(ctx: LinkContext, up: Upload) -> dict:
+    """Makes sure the account's dataset `up.slug` holds this content (`up.match`), is READY and
+    holds the files sent, uploading it only if no earlier process did. The intent is recorded
+    (in the holdings, and through `up.note` in the link) before the upload with the version then
+    current, so an upload whose record was lost in a crash is found (a newer version) and
+    adopted, not repeated. One process at a time per dataset: an "uploading" record found here
+    is a dead process's."""
+    with _dataset_lock(ctx.c.username, up.kind, up.key):
+        for attempt in (1, 2):
+            h = _known_upload(ctx, up)
+            if not h:
+                h = _upload(ctx, up)
+            if not h.get("ready"):
+                h = _wait_ready(ctx, up, h)
+            if h.get("verified"):
+                break
+            try:
+                h = _verify(ctx, up, h)
+                break
+            except NotKept as e:  # forgotten: the next turn uploads it once more, by itself
+                if attempt == 2:
+                    raise NotKept(e.account, e.what, f"It was uploaded twice and listed again after waits; "
+                                                     f"{STORAGE_HINT} The run goes on on another account.") from None
+                ctx.say(f"{e}; uploading it once more")
+    record = {k: v for k, v in h.items() if k not in ("uploading", "before", "files")}
+    up.note(record, "ready")
+    return record
+
+
+def _known_upload(ctx: LinkContext, up: Upload) -> dict | None:
+    """What the holdings say of this content on the account, checked against Kaggle: None when
+    a (new) upload is due."""
+    c, say = ctx.c, ctx.say
+    h = held(c.username, up.kind, up.key)
+    if h and any(h.get(k) != v for k, v in up.match.items()):
+        return None  # another content (an older checkpoint): a new version is due
+    if h and h.get("version") and not _dataset_present(c, up.slug):
+        say(f"{c.account.name}: dataset {up.slug} is gone from Kaggle; uploading it again")
+        _set_held(c.username, up.kind, up.key, None)
+        return None
+    if h and h.get("uploading"):
+        current = c.dataset_version(up.slug) or 0
+        if current <= h["before"]:
+            return None
+        h = {**h, "uploading": False, "version": current, "adopted": True}
+        _set_held(c.username, up.kind, up.key, h)
+    return h
+
+
+def _upload(ctx: LinkContext, up: Upload) -> dict:
+    c = ctx.c
+    folder = up.make_folder()
+    files = {f.name: f.stat().st_size for f in upload_files(folder)}  # what a version must hold
+    before = c.dataset_version(up.slug) or 0
+    intent = {"slug": up.slug, **up.match, "uploading": True, "before": before, "files": files}
+    _set_held(c.username, up.kind, up.key, intent)
+    up.note(intent, "uploading")
+    ctx.say(f"{c.account.name}: uploading {up.slug} ({up.licence_said})")
+    version = c.upload_dataset(up.slug, folder, title_of(up.slug), up.notes, up.licence)
+    reached(f"after-{up.kind}-upload")
+    h = {"slug": up.slug, **up.match, "uploading": False, "before": before, "version": version,
+         "uploaded_at": now(), "licence": up.licence, "files": files}
+    _set_held(c.username, up.kind, up.key, h)
+    up.note(h, "uploaded")
+    return h
+
+
+def _wait_ready(ctx: LinkContext, up: Upload, h: dict) -> dict:
+    c = ctx.c
+    try:
+        version = c.wait_dataset_ready(up.slug, timeout_s=ctx.settings.dataset_wait_s,
+                                       poll_s=min(10.0, ctx.settings.poll_s))
+    except KaggleError as e:
+        if "(FAILED)" in e.what or " DELETED " in e.what:
+            _set_held(c.username, up.kind, up.key, None)  # Kaggle dropped it: the next try uploads again
+            todo = "`lab watch RUN` uploads it again."
+        else:
+            todo = f"{e.todo} The upload is recorded: `lab watch RUN` waits for it again without uploading it twice."
+        raise KaggleError(e.account, e.what, todo, status=e.status, retryable=e.retryable, cause=e.cause,
+                          wait_s=e.wait_s) from None
+    h = {**h, "ready": True, "version": max(int(h.get("version") or 0), version), "ready_at": now()}
+    _set_held(c.username, up.kind, up.key, h)
+    return h
+
+
+class NotKept(KaggleError):
+    """A READY version does not hold the files sent (by name and size), listed again after waits."""
+
+
+LISTING_TRIES = 4  # a READY version's file list is read this often, a poll apart, before it counts as lacking
+
+
+def _verify(ctx: LinkContext, up: Upload, h: dict) -> dict:
+    """Checks that the READY version holds the files sent, by name and size (what Kaggle's file
+    list tells; their content is hashed by the session itself before it trains). A list may lag
+    behind READY: it is read again after a wait, LISTING_TRIES times; a version that still lacks a
+    file is forgotten (raised as NotKept), so the next try uploads again. An adopted upload whose
+    record lost the files sent is taken as it is."""
+    c, sent = ctx.c, h.get("files")
+    for attempt in range(1, LISTING_TRIES + 1 if sent else 1):
+        stored = c.dataset_files(up.slug, h.get("version"))
+        missing = sorted(set(sent) - set(stored))
+        resized = sorted(f for f in set(sent) & set(stored) if stored[f] != sent[f])
+        if not (missing or resized):
+            break
+        what = "; ".join(filter(None, [f"missing {', '.join(missing)}" if missing else "",
+                                       f"another size: {', '.join(resized)}" if resized else ""]))
+        if attempt == LISTING_TRIES:
+            _set_held(c.username, up.kind, up.key, None)
+            raise NotKept(c.account.name, f"version {h.get('version')} of dataset {up.slug} does not hold what "
+                                          f"was sent ({what})", f"`lab watch RUN` uploads it again. {STORAGE_HINT}")
+        ctx.say(f"{c.account.name}: the file list of {up.slug} lacks what was sent ({what}); listing it again in "
+                f"{ctx.settings.poll_s:g} s (try {attempt + 1} of {LISTING_TRIES})")
+        time.sleep(ctx.settings.poll_s)
+    h = {**h, "verified": True}
+    _set_held(c.username, up.kind, up.key, h)
+    return h
+
+
+def _dataset_present(c: AccountClient, slug: str) -> bool:
+    try:
+        return c.dataset_version(slug) is not None
+    except KaggleError as e:
+        if e.status in (403, 404):
+            return False
+        raise
+
+
+def forget_dataset(username: str, slug: str) -> None:
+    with _holdings() as data:
+        for table in data.get(username.lower(), {}).values():
+            for key in [k for k, v in table.items() if v.get("slug") == slug]:
+                del table[key]
+
+
+
+# ---------------------------------------------------------------------------------------------
+# Checkpoint datasets of finished runs
+
+
+def checkpoint_datasets(c: AccountClient) -> list[dict]:
+    """The account's checkpoint datasets (`lab-ckpt-<run id>`) with their size, the run each
+    belongs to (None: no run of this lab's registry) and whether that run has finished, so the
+    dataset may go: a run still going on needs its hand-off."""
+    runs = {ckpt_slug(r.id): r for r in list_runs()}
+    out = []
+    for d in c.own_datasets(search="lab-ckpt-"):
+        name = d.slug.rsplit("/", 1)[-1]
+        if not name.startswith("lab-ckpt-"):
+            continue
+        run = runs.get(name)
+        finished = run is None or run.status in ("done", "failed", "cancelled", "stopped")
+        out.append({"slug": d.slug, "bytes": d.bytes, "run": run.id if run else None,
+                    "status": run.status if run else "not in this lab", "finished": finished})
+    return out
+
+
+def remove_checkpoint_dataset(c: AccountClient, slug: str) -> None:
+    """Deletes a checkpoint dataset on Kaggle and forgets it was held there."""
+    c.delete_dataset(slug)
+    forget_dataset(c.username, slug if "/" in slug else f"{c.username}/{slug}")
+
+
+def account_storage(c: AccountClient) -> dict:
+    """{"bytes", "datasets", "lab_bytes", "lab_datasets"}: what the account's own datasets take
+    (each at its current version: the lab keeps no older ones), all of them and the lab's."""
+    found = c.own_datasets()
+    lab = [d for d in found if d.slug.rsplit("/", 1)[-1].startswith("lab-")]
+    return {"bytes": sum(d.bytes for d in found), "datasets": len(found),
+            "lab_bytes": sum(d.bytes for d in lab), "lab_datasets": len(lab)}

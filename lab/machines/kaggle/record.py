@@ -1,0 +1,116 @@
+"""What a link on a Kaggle account holds (its `detail`), typed: read by this package only.
+
+    KaggleLinkRecord   the link: its account, folder, phase, session timeout, the datasets it needs,
+                       its kernel push, what the watch saw, what came back and what it measured
+    KernelPush         the link's kernel: its slug, what was sent, whether the push is under way or
+                       done, its version and page, or why Kaggle refused it
+
+Both are kept as plain JSON in the run registry (lab.runs.Link.detail), so a link recorded by an
+older kit reads as it did; only `lab.machines.kaggle` reads them.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from lab.machines.links import LinkRecord
+from lab.runs import Link
+
+
+@dataclass
+class KernelPush:
+    """The link's kernel (`lab-<run id>-l<n>`): what was sent (its sources, the CPU setting, the NCCL
+    settings, the notebook's size), `pushing` while the push is sent (a reply that never came leaves it
+    so: `lab watch` asks Kaggle before it pushes again), `pushed_at` once Kaggle took it (`adopted`:
+    found on Kaggle rather than answered), or `refused` with Kaggle's words and their `cause`."""
+    slug: str = ""
+    sources: list = field(default_factory=list)
+    allow_cpu: bool = False
+    nccl_env: dict = field(default_factory=dict)
+    notebook_bytes: int = 0
+    pushing: bool = False
+    pushed_at: str | None = None
+    version: int | None = None
+    url: str = ""
+    adopted: bool = False
+    refused: str | None = None
+    cause: str | None = None  # why it was refused (lab.kaggle.client.CAUSES)
+    dropped_sources: list = field(default_factory=list)  # the sources Kaggle ran it without
+    error: str | None = None
+
+    @classmethod
+    def of(cls, value: "dict | KernelPush | None") -> "KernelPush":
+        if isinstance(value, KernelPush):
+            return value
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in (value or {}).items() if k in names})
+
+    @property
+    def sent(self) -> bool:
+        """A push was sent, or maybe sent: a session may run."""
+        return bool(self.pushed_at or self.pushing)
+
+    @property
+    def name(self) -> str:
+        """The kernel's slug without its owner."""
+        return self.slug.split("/")[-1]
+
+    @property
+    def page(self) -> str | None:
+        """Where a person sees (and stops) the session."""
+        return self.url or (f"https://www.kaggle.com/code/{self.slug}" if self.slug else None)
+
+
+@dataclass
+class KaggleLinkRecord(LinkRecord):
+    """A Kaggle link: the lab's account name and its Kaggle user, its folder in the run, its phase
+    (planned, data ..., checkpoint ..., pushing, pushed, downloaded, merged), its session timeout and
+    the margin in it, the checkpoint it starts from (`source`) and why its account was picked; the
+    datasets (`data`, `ckpt`, and `ckpt_upload` while it goes up), the kernel push; what the watch saw
+    (`kaggle_status`, `failure`, `status_at`, `ran`, `running_at`, `cancel_requested`); the outputs
+    downloaded and what the session measured."""
+    account: str = ""
+    user: str = ""
+    phase: str = "planned"
+    folder: str = ""
+    session_timeout_s: int = 0
+    margin_min: float = 0.0
+    source: dict | None = None  # {"path", "name", "step", "sha256"}
+    why: str = ""
+    data: dict | None = None
+    ckpt: dict | None = None
+    ckpt_upload: dict | None = None
+    kernel: KernelPush = field(default_factory=KernelPush)
+    kaggle_status: str | None = None
+    failure: str = ""
+    status_at: str | None = None
+    ran: bool = False
+    running_at: str | None = None
+    cancel_requested: str | None = None
+    output: dict | None = None
+    measured: dict | None = None
+
+    @classmethod
+    def of(cls, link: Link) -> "KaggleLinkRecord":
+        record = super().of(link)
+        record.kernel = KernelPush.of(record.kernel)
+        return record
+
+    @classmethod
+    def _known(cls, changes: dict) -> dict:
+        # The kernel push is kept as the plain JSON the registry holds.
+        return {k: dataclasses.asdict(v) if isinstance(v, KernelPush) else v for k, v in super()._known(changes).items()}
+
+    @property
+    def pushing(self) -> bool:
+        return self.kernel.sent
+
+    def update_kernel(self, run_id: str, n: int, *, status: str | None = None, phase: str | None = None,
+                      **changes: Any) -> KernelPush:
+        """The kernel push with `changes`, recorded (with the link's status and phase where given)."""
+        kernel = dataclasses.replace(self.kernel, **changes)
+        extra = {"phase": phase} if phase else {}
+        type(self).update(run_id, n, status=status, kernel=kernel, **extra)
+        self.kernel = kernel
+        return kernel

@@ -1,0 +1,120 @@
+"""Kaggle's answers that refuse a link before its session starts, read as the link's outcome.
+
+An answer that can pass never halts a run (issue 29): a busy spell (429 RESOURCE_EXHAUSTED, which
+kaggle-cli#931 saw last half an hour), the account's GPU session cap (the lab's sessions, another
+member's, an interactive one), its weekly quota, an empty draft an earlier refusal left: each ends
+the link BUSY or NO_QUOTA, so the driver goes on elsewhere or waits, `until` when Kaggle said. A
+link ends FAILED only for the run's own cause (its data, its notebook), or when Kaggle refused the
+push in words no source explains while the quota call says the quota is not spent.
+
+    Refused                 a refusal that started nothing: its kind, and until when
+    refused(e, c)           the Refused of a KaggleError from the push
+    busy(e)                 the Refused of a busy spell met anywhere before the push, else None
+    check_seats(c, slug)    before the push: the account's GPU sessions as Kaggle lists them
+    check_limits(...)       Kaggle's limits met before any upload: files in a dataset version, the notebook
+    kernel_exists(c, slug)  whether a push with no clear answer made the kernel
+"""
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+from lab.config import UserError
+from lab.kaggle.client import NOTEBOOK_LIMIT_BYTES, AccountClient, KaggleError, notebook_text
+from lab.kaggle.datasets import MAX_DATASET_FILES
+from lab.machines.auto import MIN_LINK_MIN, STARTUP_MIN
+from lab.runs import End
+
+MAX_GPU_SESSIONS = 2  # batch GPU sessions an account may run at once (Kaggle's docs)
+BUSY_PAUSE_S = 300.0  # a busy Kaggle that named no wait is asked again after this long
+
+
+class Refused(UserError):
+    """Kaggle refused the link's session, or would have, and nothing started: `kind` is End.BUSY,
+    End.NO_QUOTA or End.FAILED; `until` (ISO 8601 UTC) when Kaggle may be asked again, where it said."""
+
+    def __init__(self, message: str, kind: End, until: str | None = None, ru: str | None = None):
+        self.kind, self.until = kind, until
+        super().__init__(message, ru=ru)
+
+
+def until_of(wait_s: float | None) -> str:
+    """The time a wait of `wait_s` seconds (Kaggle's Retry-After; BUSY_PAUSE_S when it named none) ends."""
+    wait = BUSY_PAUSE_S if wait_s is None else max(1.0, wait_s)
+    return (datetime.now(timezone.utc) + timedelta(seconds=wait)).isoformat(timespec="milliseconds")
+
+
+def busy(e: UserError) -> Refused | None:
+    """A busy spell met before the push (an upload, a dataset's status, the session check) as a
+    refusal: the run goes elsewhere meanwhile, and the uploads done so far are kept."""
+    if isinstance(e, KaggleError) and e.cause == "busy":
+        return Refused(f"{e} The lab asks again then.", End.BUSY, until_of(e.wait_s))
+    return None
+
+
+def refused(e: KaggleError, c: AccountClient) -> Refused:
+    """Why Kaggle refused a push, read from the cause its answer names (lab.kaggle.client.push_cause);
+    for words no source explains, the quota call decides (spent: NO_QUOTA; unknown, Kaggle busy: BUSY)."""
+    if e.cause == "busy":
+        return Refused(str(e), End.BUSY, until_of(e.wait_s))
+    if e.cause in ("session-cap", "shell"):
+        return Refused(str(e), End.BUSY)
+    if e.cause == "quota":
+        return Refused(str(e), End.NO_QUOTA)
+    spent = out_of_quota(c)
+    if spent is None:
+        return Refused(f"{e} The quota could not be asked (Kaggle busy): the lab asks again later.", End.BUSY,
+                       until_of(None))
+    return Refused(str(e), End.NO_QUOTA if spent else End.FAILED)
+
+
+def out_of_quota(c: AccountClient) -> bool | None:
+    """Whether the account's quota is too small for a useful link, as the quota call says; None when
+    Kaggle could not be asked (busy, unreachable)."""
+    try:
+        return c.quota().left_s < (STARTUP_MIN + MIN_LINK_MIN) * 60
+    except UserError:
+        return None
+
+
+def check_seats(c: AccountClient, slug: str) -> None:
+    """Raises Refused (BUSY) when Kaggle lists the account's GPU sessions at the cap already: another
+    member's runs or notebooks use the account too, and the lab counts only what it pushed from here.
+    A push into a full account would be refused anyway (and may leave an empty draft behind)."""
+    try:
+        running = c.gpu_sessions(skip=[slug])
+    except KaggleError as e:
+        if e.cause == "busy":
+            raise busy(e) from None
+        return  # the listing is a courtesy: Kaggle's own cap still answers the push
+    if len(running) >= MAX_GPU_SESSIONS:
+        names = ", ".join(f"{ref} ({status})" for ref, status in running)
+        raise Refused(f"Kaggle account '{c.account.name}': Kaggle lists {len(running)} GPU sessions running on it "
+                      f"({names}): it runs its maximum, some of them not started from this computer (another lab "
+                      "member's, or a notebook of the account's own)", End.BUSY)
+
+
+def check_limits(notebook: dict, data_files: int, data: Path) -> None:
+    """Kaggle's limits, met before anything goes up: the pushed notebook under 1 MB, a dataset version
+    of at most MAX_DATASET_FILES files (the run's own cause: the link ends FAILED, nothing uploaded)."""
+    size = len(notebook_text(notebook).encode("utf-8"))
+    if size > NOTEBOOK_LIMIT_BYTES:
+        raise UserError(f"the training notebook for this run is {size / 1e6:.2f} MB; Kaggle takes at most 1 MB: "
+                        "keep data and checkpoints out of it (they go in datasets)",
+                        ru=f"обучающий блокнот этого прогона весит {size / 1e6:.2f} МБ, а Kaggle берёт не больше "
+                           "1 МБ: данные и чекпоинты в него не кладите (они идут датасетами)")
+    if data_files > MAX_DATASET_FILES:
+        raise UserError(f"the run's data ({data}) is {data_files} files; Kaggle refuses a dataset version of more "
+                        f"than {MAX_DATASET_FILES}: prepare it in fewer, larger shards",
+                        ru=f"данные прогона ({data}) — {data_files} файлов, а Kaggle не берёт версию датасета больше "
+                           f"чем из {MAX_DATASET_FILES}: подготовьте их меньшим числом шардов покрупнее")
+
+
+def kernel_exists(c: AccountClient, slug: str) -> bool:
+    try:
+        c.kernel_status(slug)
+        return True
+    except KaggleError as e:
+        if e.status in (403, 404):  # a 401 for a kernel that is not there reads 404 (lab.kaggle.client)
+            return False
+        raise

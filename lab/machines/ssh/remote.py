@@ -1,0 +1,309 @@
+"""The box's half of an SSH machine: what the kit runs there, with the box's own Python.
+
+Stdlib only, and nothing of the lab imported: the control side sends this file's text on the
+ssh connection's stdin (`PYTHON - VERB ARGS`) and reads one JSON answer from its stdout; a
+link's copy of it on the box runs the session detached (`run`). Each verb is one small job:
+
+    hello WORKDIR              the workdir (made), the Python, free disk, whether rsync is there
+    state WORKDIR              the runs of ours alive there, and whether the GPUs run anyone's work
+    stage WORKDIR KEY LINK     the link's folder made; whether the data KEY is there whole; the
+                               files of a half-copied data folder with their sizes
+    seal WORKDIR KEY SIZES     a copied data folder checked against the sizes sent, then put in place
+    launch LINK PARAMS         the session started detached (once: a second call finds the first)
+    watch LINK OFFSET EVERY    a JSON line every EVERY s (new metrics bytes, the log's tail, the
+                               session's state) until it ends
+    stop LINK REASON           asks the session to save a checkpoint and stop
+    outputs LINK               the session's output files with their sizes
+    port                       a TCP port free now (torchrun's rendezvous on a group's first host)
+    run LINK                   the session itself: papermill executes the training notebook
+
+The remote layout, in the machine's workdir: `data/<key>/` (a prepared data folder, once per
+host: <key> is its manifest's sha256), `runs/<run>/<link>-<node>/` (train.ipynb, params.json,
+resume/, out/ = the notebook's out_dir, executed.ipynb, session.log, runner.json, exit.json).
+Detached means a session of its own (setsid): closing the connection, or the laptop, does not
+end it.
+"""
+from __future__ import annotations
+
+import base64
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+LOG_LINES = 25
+CHUNK = 256 * 1024  # metrics bytes per watch line at most: a long run's history comes in pieces
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def _free_gb(path: Path) -> float:
+    return round(shutil.disk_usage(path).free / 1e9, 3)
+
+
+def _write_json(path: Path, value: dict) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(value), encoding="utf-8")
+    os.replace(tmp, path)  # whole or absent: a reader never sees half of it
+
+
+def _read_json(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def _workdir(raw: str) -> Path:
+    path = Path(raw).expanduser()
+    return (path if path.is_absolute() else Path.home() / path).resolve()
+
+
+def hello(workdir: str) -> dict:
+    w = _workdir(workdir)
+    w.mkdir(parents=True, exist_ok=True)
+    return {"workdir": str(w), "python": sys.executable, "version": sys.version.split()[0],
+            "hostname": socket.gethostname(), "free_gb": _free_gb(w), "rsync": bool(shutil.which("rsync"))}
+
+
+def _alive(link: Path) -> bool:
+    """Whether the link's session process lives (its pid, checked to be our runner)."""
+    runner = _read_json(link / "runner.json")
+    if not runner:
+        return False
+    try:
+        cmdline = Path(f"/proc/{int(runner['pid'])}/cmdline").read_bytes()
+    except OSError:
+        try:
+            os.kill(int(runner["pid"]), 0)  # no /proc: the pid alone
+            return True
+        except OSError:
+            return False
+    return str(link).encode() in cmdline
+
+
+def state(workdir: str) -> dict:
+    w = _workdir(workdir)
+    ours = sorted({link.parent.name for link in (w / "runs").glob("*/*") if _alive(link)}) if (w / "runs").is_dir() \
+        else []
+    return {"ours": ours, "gpu_apps": _gpu_apps(), "free_gb": _free_gb(w) if w.is_dir() else None}
+
+
+def _gpu_apps() -> list[str]:
+    """The processes computing on the box's GPUs now (anyone's), by nvidia-smi."""
+    smi = shutil.which("nvidia-smi")
+    if not smi:
+        return []
+    try:
+        out = subprocess.run([smi, "--query-compute-apps=pid,process_name", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=20).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [line.strip() for line in out.splitlines() if line.strip()]
+
+
+def _sizes(folder: Path) -> dict:
+    return {p.relative_to(folder).as_posix(): p.stat().st_size for p in folder.rglob("*") if p.is_file()}
+
+
+def stage(workdir: str, key: str, link: str) -> dict:
+    w = _workdir(workdir)
+    data, partial = w / "data" / key, w / "data" / f"{key}.partial"
+    here = w / link
+    (here / "out").mkdir(parents=True, exist_ok=True)
+    whole = (data / ".complete").is_file()
+    if not whole:
+        partial.mkdir(parents=True, exist_ok=True)
+    return {"workdir": str(w), "data": str(data), "partial": str(partial), "whole": whole,
+            "there": {} if whole else _sizes(partial), "link": str(here), "free_gb": _free_gb(w),
+            "rsync": bool(shutil.which("rsync"))}
+
+
+def seal(workdir: str, key: str, sizes: str) -> dict:
+    w = _workdir(workdir)
+    data, partial = w / "data" / key, w / "data" / f"{key}.partial"
+    if (data / ".complete").is_file():
+        return {"whole": True}
+    wanted, found = json.loads(sizes), _sizes(partial)
+    wrong = sorted(rel for rel, size in wanted.items() if found.get(rel) != size)
+    if wrong:
+        return {"whole": False, "wrong": wrong[:10]}
+    (partial / ".complete").write_text(_now(), encoding="utf-8")
+    shutil.rmtree(data, ignore_errors=True)  # a folder left by a seal that died halfway
+    os.replace(partial, data)
+    return {"whole": True}
+
+
+def launch(link: str, params: str) -> dict:
+    """Starts the session once. `launched.json` is written before the start and the runner
+    writes `runner.json` first thing: a launch whose connection dropped is found, not repeated."""
+    here = Path(link)
+    if (here / "runner.json").is_file() or (here / "exit.json").is_file():
+        return {"started": False, **(_read_json(here / "runner.json") or {})}
+    marker = _read_json(here / "launched.json")
+    if marker is not None:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not (here / "runner.json").is_file():
+            time.sleep(0.5)  # the runner is starting
+        if (here / "runner.json").is_file():
+            return {"started": False, **(_read_json(here / "runner.json") or {})}
+    (here / "params.json").write_text(base64.b64decode(params).decode("utf-8"), encoding="utf-8")
+    _write_json(here / "launched.json", {"at": _now()})
+    log = open(here / "session.log", "ab")
+    proc = subprocess.Popen([sys.executable, str(here / "box.py"), "run", str(here)], stdin=subprocess.DEVNULL,
+                            stdout=log, stderr=subprocess.STDOUT, cwd=str(here), start_new_session=True,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    return {"started": True, "pid": proc.pid}
+
+
+def _tail(path: Path, lines: int) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 32 * 1024))
+            text = f.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+    return "\n".join(line.rsplit("\r", 1)[-1] for line in text.splitlines()[-lines:])
+
+
+def _new_metrics(path: Path, offset: int) -> tuple[str, int]:
+    """Whole lines of `path` after byte `offset` (at most CHUNK bytes), and the new offset."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            block = f.read(CHUNK)
+    except OSError:
+        return "", offset
+    whole = block[:block.rfind(b"\n") + 1]
+    return whole.decode("utf-8", "replace"), offset + len(whole)
+
+
+def watch(link: str, offset: str, every_s: str) -> None:
+    here, pos, every = Path(link), int(offset), float(every_s)
+    while True:
+        ended, alive = _read_json(here / "exit.json"), _alive(here)
+        text, new = _new_metrics(here / "out" / "metrics.jsonl", pos)
+        while len(text.encode()) >= CHUNK:  # a long history: every piece before the state
+            print(json.dumps({"metrics": text, "from": pos, "offset": new}), flush=True)
+            pos = new
+            text, new = _new_metrics(here / "out" / "metrics.jsonl", pos)
+        phase = _phase(here, ended, alive)
+        print(json.dumps({"metrics": text, "from": pos, "offset": new, "phase": phase, "exit": ended,
+                          "log": _tail(here / "session.log", LOG_LINES)}), flush=True)
+        pos = new
+        if phase != "running":
+            return
+        time.sleep(every)
+
+
+def _phase(here: Path, ended: dict | None, alive: bool) -> str:
+    """running (or starting), ended (exit.json written), died (the runner is gone without a word:
+    the box rebooted, or it was killed), or never (no launch reached the box)."""
+    if ended is not None:
+        return "ended"
+    if alive:
+        return "running"
+    if (here / "runner.json").is_file():
+        return "died"
+    launched = here / "launched.json"
+    if launched.is_file() and time.time() - launched.stat().st_mtime < 120:
+        return "running"  # the runner is starting
+    return "never"
+
+
+def stop(link: str, reason: str) -> dict:
+    here = Path(link)
+    _write_json(here / "stop.json", {"reason": reason, "at": _now()})
+    return {"alive": _alive(here)}
+
+
+def outputs(link: str) -> dict:
+    """The session's output files with their sizes, the checkpoint the run goes on from (the one
+    its result names, else its newest committed one: its sidecar written) and how it ended."""
+    here = Path(link)
+    out = here / "out"
+    files = _sizes(out) if out.is_dir() else {}
+    extra = {name: (here / name).stat().st_size for name in ("executed.ipynb", "session.log", "exit.json")
+             if (here / name).is_file()}
+    committed = sorted(name[len("checkpoints/"):] for name in files if name.startswith("checkpoints/ckpt_")
+                       and name.endswith(".pt") and name[:-3] + ".json" in files)
+    named = Path(str((_read_json(out / "result.json") or {}).get("checkpoint") or "")).name
+    pick = named if named in committed else (committed[-1] if committed else None)
+    return {"out": files, "link": extra, "exit": _read_json(here / "exit.json"), "checkpoint": pick}
+
+
+def port() -> dict:
+    with socket.socket() as s:
+        s.bind(("", 0))
+        return {"port": s.getsockname()[1]}
+
+
+# ---------------------------------------------------------------------------------------------
+# The session, detached
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc") if os.path.isdir("/proc") else []:
+        if entry.isdigit():
+            try:
+                fields = Path(f"/proc/{entry}/stat").read_bytes().rsplit(b")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            if int(fields[1]) == pid:
+                found.append(int(entry))
+    return found
+
+
+def _stop_when_asked(here: Path, done: threading.Event) -> None:
+    """A stop request becomes the notebook's stop button: SIGINT to the kernel, whose saver (or
+    torchrun's launcher, through its stop file) saves a checkpoint at the next step and stops."""
+    while not done.wait(1.0):
+        request = _read_json(here / "stop.json")
+        if request is not None:
+            print(f"box: stop requested ({request.get('reason')}): the run saves a checkpoint and stops", flush=True)
+            for pid in _children(os.getpid()):
+                try:
+                    os.kill(pid, signal.SIGINT)
+                except OSError:
+                    pass
+            return
+
+
+def run(link: str) -> None:
+    here = Path(link)
+    _write_json(here / "runner.json", {"pid": os.getpid(), "started": _now(), "host": socket.gethostname()})
+    done = threading.Event()
+    threading.Thread(target=_stop_when_asked, args=(here, done), daemon=True).start()
+    error = None
+    try:
+        import papermill as pm  # the box's own papermill, where a session runs: this file runs there
+        params = json.loads((here / "params.json").read_text(encoding="utf-8"))
+        pm.execute_notebook(str(here / "train.ipynb"), str(here / "executed.ipynb"), parameters=params,
+                            cwd=str(here / "out"), kernel_name="python3", progress_bar=False,
+                            stdout_file=sys.stdout, stderr_file=sys.stderr)
+    except BaseException as e:  # noqa: BLE001 - whatever ended it is the session's account
+        error = f"{type(e).__name__}: {getattr(e, 'evalue', None) or e}"
+    finally:
+        done.set()
+    _write_json(here / "exit.json", {"ok": error is None, "error": error, "ended": _now()})
+    print(f"box: the session ended {'cleanly' if error is None else 'with ' + error}", flush=True)
+
+
+VERBS = {"hello": hello, "state": state, "stage": stage, "seal": seal, "launch": launch, "watch": watch,
+         "stop": stop, "outputs": outputs, "port": port, "run": run}
+
+if __name__ == "__main__" and len(sys.argv) > 1 and sys.argv[1] in VERBS:
+    answer = VERBS[sys.argv[1]](*sys.argv[2:])
+    if answer is not None:
+        print(json.dumps(answer), flush=True)
