@@ -1,0 +1,172 @@
+"""`lab machines check NAME` for a Slurm cluster: what its partition offers, and a short measured
+job on it.
+
+From the login node: the cluster's Python answers (the kit's workdir made on the shared file
+system), the partition exists, and what it offers (`scontrol show partition`, `sinfo`): its state,
+nodes with their CPUs, memory and cards, its default and maximum time, and whether a job there can
+be preempted. Then one short job on one node of the partition, with the cluster's shape: a box's
+check (lab.machines.ssh.check's script: Python, torch, CUDA, the cards, what the notebook needs and what is
+missing) and the probe's training burst under torchrun, at the reference size on GPUs, tiny on
+CPUs. The verdict is kept as a box's is (`check.json`, and the burst as a run folder in `check/`
+that the calculator reads as a measured speed on the cluster's cards). `quick_check` is the part
+without a job: what every `lab run` on the cluster asks first.
+"""
+from __future__ import annotations
+
+import json
+import shlex
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Callable
+
+from lab.config import UserError, card_set
+from lab.machines.base import env_seconds
+from lab.machines.slurm.cluster import Cluster, get_cluster
+from lab.machines.slurm.follow import POLL_ENV
+from lab.machines.slurm.job import cancel_job, shape_options, submit
+from lab.machines.slurm.login import Login
+from lab.machines.slurm.query import job_state, partition_facts, reason_words
+from lab.machines.slurm.stage import login_of
+from lab.machines.ssh.boxes import ROOM_GB, burst_folder, write_check
+from lab.machines.ssh.client import python_word
+from lab.machines.ssh.check import BoxPlan, check_script, verdict
+from lab.kaggle.probed import store_measurement
+
+CHECK_WAIT_ENV = "LAB_SLURM_CHECK_WAIT_S"  # how long the check's job may wait in the queue (default 15 min)
+CHECK_WAIT_S = 900.0
+CHECK_MINUTES = 10  # the check job's time limit (less where the partition gives less)
+
+
+def quick_check(cluster: Cluster) -> tuple[Login, dict, dict]:
+    """The login node answers with the cluster's Python (the workdir made), and the partition is
+    there: (how to reach it, the Python's answer, the partition's facts). Raises UserError."""
+    login = login_of(cluster)
+    login.slurm(["sbatch", "--version"])  # Slurm's commands are there (else: where to find them)
+    hello = login.helper("hello", cluster.workdir, timeout_s=60)
+    facts = partition_facts(login, cluster.partition)
+    return login, hello, facts
+
+
+def check_cluster(name: str, say: Callable[[str], None] = print, plan: BoxPlan | None = None) -> dict:
+    """Checks the cluster and stores the verdict; returns it. A login node that cannot be
+    reached, a Python or a partition that is not there, or a job Slurm refuses raise."""
+    plan, cluster = plan or BoxPlan(), get_cluster(name)
+    started = datetime.now(timezone.utc)
+    say(f"{cluster.where}: reading the partition")
+    login, hello, facts = quick_check(cluster)
+    say(f"{cluster.where}: {partition_line(facts)}")
+    say(f"{cluster.where}: a short job with a training burst on one node")
+    host, job, waited = _measured_job(cluster, login, hello["workdir"], plan, say)
+    record = _verdict(cluster, host, facts, started)
+    record.update(login=login.label, job=job, queue_wait_s=round(waited, 1))
+    if host.get("metrics") and (host.get("worker") or {}).get("burst"):
+        _store_burst(name, host)
+    write_check(name, record)
+    return record
+
+
+def partition_line(facts: dict) -> str:
+    """"partition debug (up): 2 nodes, 8 CPUs and gpu:a100:4 each; time limit 1-00:00:00; jobs
+    can be preempted (REQUEUE)"."""
+    nodes = facts["nodes"]
+    kinds = sorted({(n["cpus"], n["gres"] or "no cards") for n in nodes}, key=str)
+    each = "; ".join(f"{cpus} CPUs and {gres}" for cpus, gres in kinds) or "no node"
+    limit = _hms(facts["max_time_s"]) if facts["max_time_s"] else "none"
+    preempt = f"jobs can be preempted ({facts['preempt_mode']})" if facts["preemptable"] else "no preemption"
+    return (f"partition {facts['partition']} ({facts['state'].lower()}): {facts['total_nodes']} node(s), {each} "
+            f"each; time limit {limit}; {preempt}")
+
+
+def _hms(seconds: int) -> str:
+    days, rest = divmod(int(seconds), 86400)
+    text = f"{rest // 3600:02d}:{rest % 3600 // 60:02d}:{rest % 60:02d}"
+    return f"{days}-{text}" if days else text
+
+
+def _measured_job(cluster: Cluster, login: Login, workdir: str, plan: BoxPlan,
+                  say: Callable[[str], None]) -> tuple[dict, str, float]:
+    """The box's check and burst as one job on one node: (its facts, the job's id, its wait)."""
+    folder = f"{workdir}/check/{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%S')}"
+    args = json.dumps({"workdir": folder, "gpu_size": plan.gpu_size, "cpu_size": plan.cpu_size, "steps": plan.steps,
+                       "timeout_s": plan.timeout_s, "burst": True, "min_free_gb": ROOM_GB})
+    shape = [o for o in shape_options(cluster) if not o.startswith("--nodes")] + ["--nodes=1"]
+    script = "\n".join(["#!/bin/bash", f"#SBATCH --job-name=lab-check-{cluster.name}",
+                        f"#SBATCH --output={folder}/check.log", f"#SBATCH --chdir={folder}",
+                        f"#SBATCH --time={min(CHECK_MINUTES, cluster.time_min or CHECK_MINUTES)}",
+                        *[f"#SBATCH {o}" for o in shape],
+                        "# The lab kit's check: the node's Python, torch, cards, and a short training burst.",
+                        f"exec {python_word(cluster.python)} {shlex.quote(folder + '/check.py')} "
+                        f"\"$(cat {shlex.quote(folder + '/args.json')})\"", ""])
+    login.run(["mkdir", "-p", folder])
+    _put(login, folder, {"check.py": check_script(), "args.json": args, "job.sh": script})
+    job = submit(login, f"{folder}/job.sh", cluster.where, then="then check it again")
+    waited = _wait(cluster, login, job, say)
+    text = login.read(f"{folder}/check.log")
+    lines = [line for line in text.strip().splitlines() if line.startswith("{")]
+    try:
+        facts = json.loads(lines[-1])
+    except (IndexError, ValueError):
+        tail = " | ".join(text.strip().splitlines()[-3:]) or "no output"
+        raise UserError(f"{cluster.where}: the check's job {job} did not finish: {tail} (its log: {folder}/check.log "
+                        "on the cluster)") from None
+    login.remove(folder, f"{workdir}/check")  # (and check/ itself, once empty)
+    return {"host": facts.get("hostname") or "node", **facts}, job, waited
+
+
+def _put(login: Login, folder: str, files: dict[str, str]) -> None:
+    with tempfile.TemporaryDirectory(prefix="lab-slurm-check-") as tmp:
+        for name, text in files.items():
+            (Path(tmp) / name).write_text(text, encoding="utf-8")
+        login.copy_up(Path(tmp), folder, False, {})
+
+
+def _wait(cluster: Cluster, login: Login, job: str, say: Callable[[str], None]) -> float:
+    """Waits for the check's job to end, saying why it waits; scancels it after CHECK_WAIT_S.
+    Returns how long it waited in the queue."""
+    poll, patience = env_seconds(POLL_ENV, 15.0), env_seconds(CHECK_WAIT_ENV, CHECK_WAIT_S)
+    began, said, ran = time.monotonic(), None, None
+    while True:
+        state = job_state(login, job)
+        if state is None or state.ended:
+            return (ran or time.monotonic()) - began
+        if state.pending:
+            en, _, never = reason_words(state.reason)
+            if en != said:
+                say(f"{cluster.where}: the check's job {job} waits in the queue: {en}")
+                said = en
+            if never or time.monotonic() - began > patience:
+                cancel_job(login, job)
+                raise UserError(f"{cluster.where}: the check's job {job} " + (
+                    f"can never start: {en}" if never else f"waited {patience / 60:.0f} min in the queue ({en})")
+                    + "; it was scancelled. `lab machines check " + cluster.name + "` again later")
+        elif ran is None:
+            ran = time.monotonic()
+        time.sleep(poll)
+
+
+def _verdict(cluster: Cluster, host: dict, facts: dict, started: datetime) -> dict:
+    """A box's verdict on the node's facts, with the cluster's own words for what is missing."""
+    record = verdict(SimpleNamespace(name=cluster.name, python=cluster.python), [host], started)
+    record.update(kind="slurm", partition=facts)
+    if host.get("missing") and not host.get("error"):
+        line = f"{cluster.python} -m pip install {' '.join(host['missing'])}"
+        record.update(why=f"the cluster's Python lacks {', '.join(host['missing'])} on its nodes, which the training "
+                          f"notebook needs: on the login node, `{line}` (torch for the cluster's CUDA: see "
+                          "pytorch.org).",
+                      why_ru=f"у Python кластера на узлах нет {', '.join(host['missing'])}, а они нужны блокноту "
+                             f"обучения: на узле входа `{line}` (torch под CUDA кластера: см. pytorch.org).")
+    if facts["state"].upper() != "UP":
+        record.update(warning=f"the partition is {facts['state'].lower()} now: jobs wait until it is up",
+                      warning_ru=f"раздел сейчас {facts['state'].lower()}: задачи ждут, пока он не заработает")
+    return record
+
+
+def _store_burst(name: str, host: dict) -> None:
+    with tempfile.TemporaryDirectory(prefix="lab-check-") as tmp:
+        metrics = Path(tmp) / "metrics.jsonl"
+        metrics.write_text(host["metrics"], encoding="utf-8")
+        gpu = card_set(host["gpus"][0]["name"], len(host["gpus"])) if host.get("gpus") else "cpu"
+        store_measurement(burst_folder(name), metrics, host, gpu)

@@ -1,0 +1,205 @@
+"""The lab's Slurm clusters, as stored on this computer, and the rule for a job's time.
+
+Each is a folder `$LAB_HOME/machines/<name>/`, beside the lab's boxes: `cluster.json` (where
+Slurm's commands run, the partition and the job's shape; no password, no key: the person's ssh
+client and agent hold those), and, written by `lab machines check`, `check.json` and `check/`
+as a box's (lab.machines.ssh.boxes), so the calculator and the form read a cluster's cards and
+measured speed as they read a box's; `holds.json`: the data its shared file system has.
+
+A job's time: the cluster's `--time`, else the partition's default, else its maximum. The
+notebook's own limit lies inside it by a margin (`job_time`), and Slurm signals the job
+`signal_s` before its end: whichever comes first, the saver runs before Slurm's kill.
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+import shutil
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+from lab.config import UserError
+from lab.home import machines_dir
+from lab.kernel.checkpoint import atomic_write
+from lab.machines.ssh.boxes import NAME, parse_hosts
+from lab.machines.ssh.client import Address
+
+CLUSTER_FILE = "cluster.json"
+LOCAL = "local"  # `--slurm local`: Slurm's commands run on this computer (it is the login node)
+DEFAULT_PYTHON = "python3"
+DEFAULT_WORKDIR = "lab-slurm"  # relative: in the home on the cluster's shared file system
+GRES = re.compile(r"[A-Za-z0-9_]+(:[A-Za-z0-9_.-]+)?(:\d+)?(,[A-Za-z0-9_]+(:[A-Za-z0-9_.-]+)?(:\d+)?)*")
+SLURM_WORD = re.compile(r"[A-Za-z0-9_.+-]+")
+
+
+@dataclass
+class Cluster:
+    """One Slurm partition the lab sends jobs to, reached from `login` (None: this computer)."""
+    name: str
+    login: Address | None
+    partition: str | None = None  # None: the cluster's default partition
+    account: str | None = None
+    gres: str | None = None  # the cards per node, as sbatch's --gres takes them ("gpu:2", "gpu:a100:4")
+    nodes: int = 1
+    time_min: int | None = None  # the job's time limit; None: the partition's
+    python: str = DEFAULT_PYTHON
+    workdir: str = DEFAULT_WORKDIR
+    added: str = field(default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"))
+
+    @property
+    def folder(self) -> Path:
+        return machines_dir() / self.name
+
+    @property
+    def where(self) -> str:
+        """The cluster as messages name it: "cluster 'hpc' (login.hpc.edu, partition gpu)"."""
+        login = "this computer" if self.login is None else self.login.host
+        partition = f"partition {self.partition}" if self.partition else "its default partition"
+        return f"cluster '{self.name}' ({login}, {partition})"
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "kind": "slurm", "login": None if self.login is None else self.login.to_dict(),
+                "partition": self.partition, "account": self.account, "gres": self.gres, "nodes": self.nodes,
+                "time_min": self.time_min, "python": self.python, "workdir": self.workdir, "added": self.added}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Cluster":
+        login = Address.from_dict(d["login"]) if d.get("login") else None
+        return cls(d["name"], login, d.get("partition"), d.get("account"), d.get("gres"), int(d.get("nodes") or 1),
+                   d.get("time_min"), d.get("python") or DEFAULT_PYTHON, d.get("workdir") or DEFAULT_WORKDIR,
+                   d.get("added") or "")
+
+
+def parse_login(slurm: str, port: int | None) -> Address | None:
+    """`--slurm [USER@]LOGIN_HOST` (with `--port`), or `--slurm local`: None."""
+    if slurm.strip() == LOCAL:
+        if port is not None:
+            raise UserError("--port is for a login node reached over ssh; `--slurm local` runs Slurm's commands here")
+        return None
+    return parse_hosts(slurm, None, port)[0]
+
+
+def parse_time(text: str) -> int:
+    """Seconds of a Slurm time ("90", "1:30:00", "2-00:00:00", "UNLIMITED": 0 for none), as
+    sbatch's --time and scontrol's limits write it."""
+    text = text.strip()
+    if text.upper() in ("UNLIMITED", "INFINITE", "NONE", "N/A", ""):
+        return 0
+    days, _, rest = text.rpartition("-") if "-" in text else ("", "", text)
+    parts = rest.split(":")
+    if not (days.isdigit() or days == "") or not all(p.isdigit() for p in parts) or len(parts) > 3:
+        raise UserError(f"{text!r} is not a time as Slurm writes it (minutes, H:MM:SS or D-HH:MM:SS)")
+    numbers = [int(p) for p in parts]
+    if days:
+        hours, minutes, seconds = (numbers + [0, 0])[:3]
+        return ((int(days) * 24 + hours) * 60 + minutes) * 60 + seconds
+    if len(numbers) == 1:
+        return numbers[0] * 60  # plain minutes
+    if len(numbers) == 2:
+        return numbers[0] * 60 + numbers[1]  # minutes:seconds
+    return (numbers[0] * 60 + numbers[1]) * 60 + numbers[2]
+
+
+def checked_shape(partition: str | None, account: str | None, gres: str | None, nodes: int | None,
+                  time: str | None) -> dict:
+    """The job's shape from the flags, each checked as sbatch would take it."""
+    for flag, value in (("--partition", partition), ("--account", account)):
+        if value is not None and not SLURM_WORD.fullmatch(value):
+            raise UserError(f"{flag} {value!r}: a Slurm name is letters, digits and . _ + -")
+    if gres is not None and not GRES.fullmatch(gres):
+        raise UserError(f"--gres {gres!r} is not as sbatch takes it: NAME[:TYPE][:COUNT], e.g. gpu:2 or gpu:a100:4")
+    if nodes is not None and not 1 <= nodes <= 1024:
+        raise UserError(f"--nodes {nodes}: a run takes 1 to 1024 nodes")
+    minutes = None
+    if time is not None:
+        seconds = parse_time(time)
+        if seconds < 60:
+            raise UserError(f"--time {time}: a job of the lab's needs at least a minute (Slurm counts whole minutes)")
+        minutes = math.ceil(seconds / 60)
+    return {"partition": partition, "account": account, "gres": gres, "nodes": nodes or 1, "time_min": minutes}
+
+
+def add_cluster(name: str, login: Address | None, shape: dict, python: str | None = None,
+                workdir: str | None = None, taken: list[str] = ()) -> Cluster:
+    """Stores a new cluster; `taken`: the names the lab's other machines have."""
+    if not NAME.fullmatch(name):
+        raise UserError(f"{name!r} is not a machine name: use a-z, 0-9, '-' and '_' (at most 40), starting with a "
+                        "letter or digit")
+    if name in taken or (machines_dir() / name).is_dir():
+        raise UserError(f"the lab already has a machine called '{name}': pick another name, or `lab machines "
+                        f"remove {name}` first")
+    if workdir and re.search(r"\s", workdir):
+        raise UserError(f"--workdir {workdir!r}: give a folder without spaces (a job script's #SBATCH lines name it)")
+    cluster = Cluster(name, login, python=python or DEFAULT_PYTHON, workdir=workdir or DEFAULT_WORKDIR, **shape)
+    cluster.folder.mkdir(parents=True, exist_ok=True)
+    _write(cluster.folder / CLUSTER_FILE, cluster.to_dict())
+    return cluster
+
+
+def remove_cluster(name: str) -> None:
+    shutil.rmtree(get_cluster(name).folder)
+
+
+def list_clusters() -> list[Cluster]:
+    root = machines_dir()
+    found = []
+    for folder in sorted(root.iterdir()) if root.is_dir() else []:
+        record = _read(folder / CLUSTER_FILE)
+        if record is not None:
+            found.append(Cluster.from_dict(record))
+    return found
+
+
+def get_cluster(name: str) -> Cluster:
+    record = _read(machines_dir() / name / CLUSTER_FILE)
+    if record is None:
+        known = ", ".join(c.name for c in list_clusters()) or "none yet"
+        raise UserError(f"no Slurm cluster '{name}' in the lab (its clusters: {known}); add one with "
+                        "`lab machines add NAME --slurm [USER@]LOGIN_HOST --partition P`")
+    return Cluster.from_dict(record)
+
+
+@dataclass(frozen=True)
+class JobTime:
+    """A job's time limit (whole minutes, as Slurm counts), the notebook's own limit inside it,
+    and how long before its end Slurm signals it."""
+    minutes: int
+    limit_min: float
+    signal_s: int
+
+
+def margin_s(job_s: int) -> int:
+    """What a job keeps after the notebook's limit: its start (Python, torch and the data read
+    off a shared file system), the final save and the outputs. A tenth of the job, at least two
+    minutes (half of a job shorter than four), at most ten."""
+    return int(min(600, max(job_s * 0.1, min(120, job_s / 2))))
+
+
+def job_time(cluster_min: int | None, partition_default_s: int, partition_max_s: int, run_limit_min: float) -> JobTime:
+    """The job's time: the run's own limit and the margin, within what the cluster gives (its
+    `--time`, else the partition's default, else its maximum); a shorter job starts sooner."""
+    allowed = cluster_min * 60 if cluster_min else partition_default_s or partition_max_s  # 0: no limit
+    if allowed and partition_max_s:
+        allowed = min(allowed, partition_max_s)
+    most = max(1, allowed // 60) if allowed else None
+    minutes = max(1, math.ceil((run_limit_min * 60 + margin_s(int(run_limit_min * 60))) / 60))
+    while minutes * 60 - margin_s(minutes * 60) < run_limit_min * 60 and (most is None or minutes < most):
+        minutes += 1  # the margin grows with the job: one more minute until the run's limit fits inside
+    minutes = min(minutes, most) if most else minutes
+    margin = margin_s(minutes * 60)
+    return JobTime(minutes, round(min(run_limit_min, (minutes * 60 - margin) / 60), 3), max(10, margin // 2))
+
+
+def _read(path: Path) -> dict | None:
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _write(path: Path, value: dict) -> None:
+    text = json.dumps(value, indent=1, ensure_ascii=False)
+    atomic_write(path, lambda f: f.write(text.encode("utf-8")))
