@@ -111,7 +111,7 @@ def lab_for(emu: KaggleEmulator, tmp_path: Path, monkeypatch) -> KaggleLab:
     from lab.kaggle import client as kc
     home, files, user_home = tmp_path / "lab-home", tmp_path / "creds", tmp_path / "user-home"
     for p in (home, files, user_home):
-        p.mkdir()
+        p.mkdir(exist_ok=True)  # a thread an earlier test left may have made it (LAB_HOME is read late)
     monkeypatch.setenv("LAB_HOME", str(home))
     monkeypatch.setenv("LAB_KAGGLE_API_URL", emu.url)
     monkeypatch.setenv("HOME", str(user_home))  # no ~/.kaggle/access_token from this machine

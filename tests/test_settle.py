@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 
 import pytest
 
@@ -43,7 +44,9 @@ def spawned(monkeypatch) -> list[str]:
 
 
 def saved_run(cfg: RunConfig, step: int):
-    """A run with one whole checkpoint at `step` (its file and its sidecar) and no driver."""
+    """A run with one whole checkpoint at `step` (its file and its sidecar) and no driver. At step 10
+    of TINY's 20 the run is still in its stable phase: more steps go on from there as they are (a run
+    past its decay grows by its own rules: tests/test_grow.py)."""
     run = create_run(Settled.whole(cfg))
     folder = run.folder / "checkpoints"
     folder.mkdir()
@@ -78,27 +81,27 @@ def test_data_not_prepared_yet_is_left_to_the_driver_and_prepared_data_is_checke
 
 def test_the_same_run_goes_on_from_its_checkpoint_with_what_is_given_on_top(home, pydoc_data):
     from lab.machines.control import cancel_flag
-    run, _ = saved_run(RunConfig.from_dict({**TINY, "data_dir": str(pydoc_data), "machine": "local"}), 20)
+    run, _ = saved_run(RunConfig.from_dict({**TINY, "data_dir": str(pydoc_data), "machine": "local"}), 10)
     cancel_flag(run.id).write_text("cancelled")
     going = settle.register_run({"steps_until": 50, "lr": 1e-3}, run.id, "local")
     assert going.id == run.id and len(list_runs()) == 1
     assert going.cfg == RunConfig.from_dict({**run.config, "steps_until": 50, "lr": 1e-3})
     assert going.status == "new" and not cancel_flag(run.id).exists(), "asking to go on forgets the cancel"
-    with pytest.raises(ConfigError, match="steps_until 20 is not above the checkpoint's step 20"):
-        settle.register_run({"steps_until": 20}, run.id, "local")
+    with pytest.raises(ConfigError, match="steps_until 10 is not above the checkpoint's step 10"):
+        settle.register_run({"steps_until": 10}, run.id, "local")
 
 
 def test_a_new_run_from_a_checkpoint_goes_on_as_that_run_was_and_names_a_model_field_it_cannot_take(
         home, pydoc_data):
     parent, ckpt = saved_run(RunConfig.from_dict({**TINY, "data_dir": "/kaggle/input/elsewhere",
-                                                  "machine": "alice"}), 20)
+                                                  "machine": "alice"}), 10)
     with pytest.raises(ConfigError) as e:
         settle.register_run({"width": 64, "steps_until": 40}, str(ckpt), "local")
     assert "width is locked when continuing: the checkpoint has width=32, the run asks for 64" in str(e.value)
     assert [p.field for p in e.value.problems] == ["width"]
     assert len(list_runs()) == 1, "nothing registered"
     run = settle.register_run({"steps_until": 40, "data_dir": str(pydoc_data)}, str(ckpt), "local")
-    assert run.id != parent.id and run.parent == {"run": parent.id, "checkpoint": str(ckpt), "step": 20}
+    assert run.id != parent.id and run.parent == {"run": parent.id, "checkpoint": str(ckpt), "step": 10}
     # Every field not given is the checkpoint's run's; where it ran (machine, data folder) is not carried.
     assert run.cfg == RunConfig.from_dict({**TINY, "steps_until": 40, "data_dir": str(pydoc_data),
                                            "machine": "local"})
@@ -113,7 +116,7 @@ FORM_FLAGS = ["--context", "32", "--width", "32", "--heads", "2", "--layers", "2
 def lab_run_detached(*flags: str) -> str:
     code, out, err = lab_here("run", "--machine", "local", "--detach", *flags)
     assert code == 0, err
-    return out.split()[1].rstrip(":")  # "run ID: FOLDER"
+    return re.search(r"^run (\S+):", out, re.M).group(1)  # "run ID: FOLDER", after any note on the fields
 
 
 def test_the_form_lab_run_and_lab_sweep_register_the_same_config_for_the_same_fields(home, spawned):
@@ -135,7 +138,7 @@ def test_the_form_lab_run_and_lab_sweep_register_the_same_config_for_the_same_fi
 
 def test_a_new_run_from_a_checkpoint_is_the_same_from_the_form_and_from_lab_run(home, pydoc_data, spawned):
     from lab.ui import NewRunForm
-    _, ckpt = saved_run(RunConfig.from_dict({**TINY, "data_dir": str(pydoc_data), "machine": "local"}), 20)
+    _, ckpt = saved_run(RunConfig.from_dict({**TINY, "data_dir": str(pydoc_data), "machine": "local"}), 10)
     form = NewRunForm(resume_from=str(ckpt), steps_until=40, lr=0.002, machine="local")
     assert form.config().width == 32 and form.inputs["width"].disabled  # locked to the checkpoint's
     by_form = load_run(form.start(wait=True)).config

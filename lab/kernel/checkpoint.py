@@ -21,8 +21,8 @@ import re
 import shutil
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
-from lab.config import RunConfig
 from lab.kernel.schedule import decay_start_for_config
 from lab.kernel.signals import catching_stop_signals
 
@@ -174,9 +174,9 @@ def pre_decay_checkpoint(found: list[Path]) -> Path | None:
     config says where): where a finished run grows from (lab.settle.grow)."""
     if not found:
         return None
-    try:
-        start = decay_start_for_config(RunConfig.from_dict(checkpoint_meta(found[-1])["config"]))
-    except (OSError, ValueError, KeyError, TypeError):
+    try:  # the sidecar's config is the run's whole (RunConfig.to_dict); only its schedule fields are read
+        start = decay_start_for_config(SimpleNamespace(**checkpoint_meta(found[-1])["config"]))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None  # a sidecar without the run's config
     before = [p for p in found if start is not None and checkpoint_step(p) <= start]
     return before[-1] if before else None

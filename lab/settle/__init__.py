@@ -148,12 +148,15 @@ def _config(given: dict, point: StartPoint) -> tuple[RunConfig, list[Problem]]:
     return cfg, problems
 
 
-def _grown(cfg: RunConfig, point: StartPoint, verify: bool) -> tuple[RunConfig, StartPoint, GrowPlan | None]:
+def _grown(cfg: RunConfig, point: StartPoint, verify: bool,
+           given: frozenset = frozenset()) -> tuple[RunConfig, StartPoint, GrowPlan | None]:
     """A run given more steps than its schedule had: it grows as `grow_plan` says (from the last
     checkpoint of its stable phase, or re-warmed from its newest), never jumping back to the peak
     rate. Growing from the stable phase of a run that goes on makes it a new run from that
-    checkpoint (a child, as a cooldown branch is): its own folder holds none of the old decay's."""
-    if point.meta is None or point.checkpoint is None:
+    checkpoint (a child, as a cooldown branch is): its own folder holds none of the old decay's.
+    A schedule given with its decay's step (a cooldown branch's, a stage of a plan) is taken as
+    given; of the plan's other fields, the ones `given` names stay as given."""
+    if point.meta is None or point.checkpoint is None or ("decay_start" in given and cfg.decay_start > 0):
         return cfg, point, None
     old = RunConfig.from_dict({**cfg.to_dict(), **_as_it_was(point)})  # the run as it was, its fields
     step = int(point.meta["step"])
@@ -165,7 +168,7 @@ def _grown(cfg: RunConfig, point: StartPoint, verify: bool) -> tuple[RunConfig, 
     plan = grow_plan(kept, old, cfg.steps_until, verify)
     if plan.checkpoint != point.checkpoint:
         point = StartPoint(None, plan.checkpoint, checkpoint_meta(plan.checkpoint))
-    return replace(cfg, **plan.fields), point, plan
+    return replace(cfg, **{k: v for k, v in plan.fields.items() if k not in given or k == "steps_until"}), point, plan
 
 
 def preview(given: dict, resume: str | None = None, machine: str | None = None, verify: bool = False) -> Preview:
@@ -182,7 +185,7 @@ def preview(given: dict, resume: str | None = None, machine: str | None = None, 
         given["machine"] = machine
     cfg, problems = _config(given, point)
     if not problems:
-        cfg, point, grown = _grown(cfg, point, verify)
+        cfg, point, grown = _grown(cfg, point, verify, frozenset(given))
     else:
         grown = None
     sha = None

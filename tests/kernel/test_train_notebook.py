@@ -196,7 +196,9 @@ RUN_FLAGS = ["-c", "pydoc", "--context", "32", "--width", "32", "--heads", "2", 
 
 
 def test_lab_run_local_then_resume_continues_the_same_run(pydoc_data):
-    first = lab("run", "--machine", "local", *RUN_FLAGS, "--steps-until", "20")
+    # Cosine has no stable phase to grow from: more steps go on in the same run, re-warmed from its
+    # last rate (a finished WSD run grows into a child from its pre-decay checkpoint: tests/test_grow.py).
+    first = lab("run", "--machine", "local", *RUN_FLAGS, "--steps-until", "20", "--schedule", "cosine")
     run_id = first.stdout.split()[1].rstrip(":")
     folder = pydoc_data.parent.parent / "runs" / run_id
     assert (folder / "links" / "001-local.ipynb").is_file() and (folder / "loss.png").is_file()

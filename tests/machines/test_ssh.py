@@ -74,7 +74,8 @@ def test_adding_a_box_checks_it_and_the_calculator_counts_its_burst_as_measured(
 
 def test_a_run_on_a_box_continues_here_then_there_again_as_one_curve(ssh_home, tmp_path, monkeypatch):
     home, data = ssh_home["home"], ssh_home["data"]
-    run_id = run_id_of(here("run", "--machine", "a", *run_fields(data, 20)))
+    # Cosine: more steps go on in the same run (a finished WSD run would grow into a child run).
+    run_id = run_id_of(here("run", "--machine", "a", *run_fields(data, 20, "--schedule", "cosine")))
     folder = home / "runs" / run_id
     link = run_record(home, run_id)["links"][0]
     assert (link["machine"], link["kind"], link["status"], link["to_step"]) == ("a", "ssh", "done", 20)

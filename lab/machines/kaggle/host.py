@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
@@ -91,7 +90,8 @@ def kernel_notebook(cfg: RunConfig, resume_name: str, limit_min: float, data_sha
     from papermill.parameterize import parameterize_notebook
 
     from lab.notebooks import TRAIN_NOTEBOOK, parameterized  # nbformat: only where a link is pushed
-    link_cfg = replace(cfg, data_dir="", resume_from=resume_name, limit_min=limit_min)  # where, on Kaggle
+    # Where, on Kaggle; through from_dict so that every parameter has its field's type (120.0, not 120).
+    link_cfg = RunConfig.from_dict({**cfg.to_dict(), "data_dir": "", "resume_from": resume_name, "limit_min": limit_min})
     params = parameterized(link_cfg, out_dir="", nproc=0, plot_every_s=30, expect_data_sha256=data_sha256,
                            expect_ckpt_sha256=ckpt_sha256, expect_cards=KAGGLE_CARDS, allow_cpu=bool(allow_cpu),
                            nccl_env=dict(nccl_env or {}))
