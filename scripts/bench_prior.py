@@ -1,14 +1,16 @@
 #!/usr/bin/env python3
 """This CPU's prior parts for the speed model (lab.sizing.priors.CPU_PARTS): prints them.
 
-    scripts/bench_prior.py --precision fp32,bf16 --rounds 5
+    scripts/bench_prior.py --precision fp32,bf16 --rounds 3 --quiet 0.3 --save scripts/measured/bench_prior-epyc-2threads
+    OMP_NUM_THREADS=1 scripts/bench_prior.py --cpu-clock --save scripts/measured/bench_prior-xeon-1core
 
 Times the lean training step (the model, fused AdamW, gradient clipping, autocast: what
 `lab train` does per step, without its logging) on a grid of sizes chosen to tell the parts of
 `lab.sizing.steptime` apart (depth, width, context, batch each varied on their own), keeps each
 size's median step of its fastest round (a shared machine only ever slows a step down), and
 fits the seconds per unit of each part by non-negative least squares on relative errors.
-Set OMP_NUM_THREADS to time on that many cores (the prior records how many it was measured on).
+It times on the threads `lab train` would take here (OMP_NUM_THREADS, else one per core): the
+prior is per thread count, since a step's parts do not all spread over the threads alike.
 """
 from __future__ import annotations
 
@@ -93,8 +95,8 @@ def fit_parts(times: dict[tuple, float]) -> tuple[float, ...]:
 def main(precisions: list[str], rounds: int = 5, save: str | None = None, quiet: float | None = None,
          cpu_clock: bool = False) -> None:
     for precision in precisions:
-        from lab.sizing.priors import cpu_cores
-        print(f"  {precision} on {cpu_cores()} core(s) (CPU_CORES_MEASURED)", file=sys.stderr)
+        from lab.sizing.priors import cpu_threads
+        print(f"  {precision} on {cpu_threads()} thread(s): CPU_PARTS[{cpu_threads()}]", file=sys.stderr)
         times = step_times(precision, rounds, quiet=quiet, clock=time.process_time if cpu_clock else time.perf_counter)
         if save:
             with open(f"{save}-{precision}.json", "w") as f:

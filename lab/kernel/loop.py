@@ -4,7 +4,8 @@
 * the ranks agreeing on a few numbers in one collective (`agree`, `sum_ranks`, `all_ranks`);
 * `SyncWindow`: the steps between two sync points: their readings stay on the device, and at
   the sync point one collective reads them and settles what every rank must share (stop,
-  save, where the next sync point is); it also times the window (tokens/s, seconds per step);
+  save, where the next sync point is); it also times the window (tokens/s, seconds per step,
+  and on a CPU how much of the machine other work took meanwhile);
 * `MetricsSink`: where the rows go (metrics.jsonl, the log's `@lab-metrics` lines, a callback);
 * `Saver`: when to save and what a save costs;
 * `Progress`: the progress line, now and then.
@@ -19,6 +20,7 @@ from typing import Callable
 import torch
 import torch.distributed as dist
 
+from lab.kernel.cpu import OthersLoad
 from lab.kernel.metrics import echo_metrics
 from lab.kernel.speed import Readings, next_sync_steps
 from lab.kernel.step import Runtime
@@ -55,12 +57,16 @@ class SyncWindow:
     def __init__(self, rt: Runtime, step: int, tokens: int, scaled: bool = False):
         self.rt, self.readings = rt, Readings(scaled)
         self.step_s, self.apart, self.next_sync = 0.0, 1, step + 1  # measured step time; steps between syncs
+        # A CPU's speed moves with other work (with several ranks on one CPU, each would count the others).
+        self.others = OthersLoad() if rt.device.type == "cpu" and rt.world == 1 else None
         self.restart(tokens)
 
     def restart(self, tokens: int) -> None:
         """A new window: tok_s and the step time measure training, not the evaluations and saves
         done between windows."""
         self.t0, self.tokens0, self.steps = time.monotonic(), tokens, 0
+        if self.others is not None:
+            self.others.since_last()
 
     def stepped(self, loss: torch.Tensor, norm: torch.Tensor, row: dict | None) -> None:
         """One step taken; `row` (its metrics row, its loss and grad_norm still to come) when it is logged."""
@@ -94,8 +100,11 @@ class SyncWindow:
             self.step_s = (now - self.t0) / self.steps
         self.apart = max(1, int(summed[-1] / self.rt.world))
         self.next_sync = step + self.apart
+        others = self.others.since_last() if self.others is not None else None
         for row in rows:
             row["loss"], row["tok_s"] = row["loss"] / self.rt.world, rate
+            if others is not None:
+                row["others_cpu"] = others
         return rows, summed[:-1]
 
 

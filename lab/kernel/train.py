@@ -382,7 +382,8 @@ class Trainer:
 def describe_runtime(rt: Runtime, vocab: int) -> dict:
     name = torch.cuda.get_device_name(rt.device) if rt.device.type == "cuda" else "cpu"
     return {"gpu": card_set(name, rt.cards), "device": rt.device.type, "name": name, "cards": rt.cards,
-            "precision": rt.precision, "world": rt.world, "vocab": vocab, "torch": torch.__version__}
+            "precision": rt.precision, "world": rt.world, "vocab": vocab, "torch": torch.__version__,
+            "threads": torch.get_num_threads()}  # a CPU's speed is its threads' (lab.sizing.priors)
 
 
 def train(cfg: RunConfig, out_dir, data_dir, **kwargs) -> dict:

@@ -115,7 +115,10 @@ def summary(root: Path | None = None) -> str:
         return "calibration: no run has both a prediction and a measured speed yet"
     errors = [abs(c.error) for c in checks]
     worst = max(checks, key=lambda c: abs(c.error))
-    inside = sum(1 for c in checks if c.within)
+    with_interval = [c for c in checks if c.within is not None]
+    inside = sum(1 for c in with_interval if c.within)
+    coverage = (f"coverage {inside} of {len(with_interval)} within their 95% interval ({inside / len(with_interval):.0%}; "
+                f"the calculator aims at 9 of 10 or more)") if with_interval else "no interval recorded"
     return (f"calibration: {len(checks)} run(s), prediction error median {median(errors):.0%}, worst "
-            f"{worst.error:+.0%} ({worst.run}, {worst.gpu}), {inside} of {len(checks)} within their interval")
+            f"{worst.error:+.0%} ({worst.run}, {worst.gpu}); {coverage}")
 

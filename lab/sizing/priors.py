@@ -13,28 +13,38 @@ import os
 from dataclasses import dataclass
 
 from lab.sizing.cards import REFERENCE, Card
-from lab.sizing.steptime import Point, Size
+from lab.sizing.steptime import NOISE, Point, Size
 
-# This CPU's parts, measured by `OMP_NUM_THREADS=1 scripts/bench_prior.py --cpu-clock --rounds 3`:
-# the lean step (model, fused AdamW, clipping, autocast) on its grid of 26 sizes, on one core of
-# the 2-vCPU Intel Xeon VM the kit is developed on (lscpu: "Intel(R) Xeon(R) Processor",
-# AVX512-BF16/FP16, L2 2 MiB a core), torch 2.13 CPU build, timed in CPU seconds so that other
-# work on that shared machine moves them less (each size's median step in the fastest of 3
-# rounds; measured 2026-12-01 beside one other single-threaded benchmark). The fit's worst misfit
-# on the grid: 21% in fp32 and 14% in bf16 at 4 layers d 64 batch 32, and 26% at one bf16 size
-# (2 layers d 128 n 512) that measured 37% slower than hours before; the rest within 13%. The
-# step times are kept in scripts/measured/bench_prior-xeon-1core-*.json; `scripts/bench_prior.py
-# --fit fp32 FILE` prints these lines again from them (tests/sizing holds the two equal). Seconds
-# per unit of (matmul FLOP, attention FLOP, activation element, spilled activation element,
-# logit, weight, layer, micro-step); the first six run on every core, per layer and per step
-# they do not. bf16 autocast is the slower of the two here at these sizes (1.5-2.5x): its casts
-# cost more than its products save.
-CPU_CORES_MEASURED = 1
+# This CPU's parts per thread count, measured by `OMP_NUM_THREADS=T scripts/bench_prior.py`: the
+# lean step (model, fused AdamW, clipping, autocast) on its grid of 26 sizes, each size's median
+# step in the fastest of 3 rounds, torch 2.13 CPU build; `scripts/bench_prior.py --fit PRECISION
+# FILE` prints these lines again from the step times kept in scripts/measured/ (tests/sizing holds
+# the two equal). Seconds per unit of (matmul FLOP, attention FLOP, activation element, spilled
+# activation element, logit, weight, layer, micro-step); the first six run on every thread, per
+# layer and per step they do not.
+# 1 thread: one core of a 2-vCPU Intel Xeon VM (AVX512-BF16), timed in CPU seconds, 2026-12-01
+# (bench_prior-xeon-1core-*.json); worst misfit on the grid 21% in fp32, 26% in bf16.
+# 2 threads: what `lab train` takes on a 2-vCPU AMD EPYC VM (AVX512-BF16), the cores torch uses
+# by default, timed in wall seconds with nothing else of ours running, 2026-12-02 01:15-01:20 UTC
+# (bench_prior-epyc-2threads-*.json, 4 min 46 s); worst misfit on the grid 10% in fp32, 26% in
+# bf16, whose matrix products cost next to nothing beside its casts and elementwise passes (the
+# fit leans on the other parts: the parts of a few dozen sizes are not all told apart).
 CPU_PARTS = {
-    "fp32": (4.33e-12, 7.81e-12, 4.52e-08, 1.24e-07, 3.5e-09, 2.62e-09, 0.0, 0.0),
-    "bf16": (8.76e-12, 1.26e-11, 1.15e-07, 1.38e-07, 3.6e-09, 4.18e-09, 4.91e-04, 0.0),
+    1: {"fp32": (4.33e-12, 7.81e-12, 4.52e-08, 1.24e-07, 3.5e-09, 2.62e-09, 0.0, 0.0),
+        "bf16": (8.76e-12, 1.26e-11, 1.15e-07, 1.38e-07, 3.6e-09, 4.18e-09, 4.91e-04, 0.0)},
+    2: {"fp32": (4.71e-12, 9.1e-12, 2.83e-08, 7.73e-08, 2.09e-09, 3.54e-09, 0.000707, 0.0),
+        "bf16": (1.37e-13, 1.3e-12, 7.93e-08, 1.19e-07, 2.76e-09, 3.15e-09, 0.000736, 0.00145)},
 }
-CPU_PARALLEL_PARTS = 6  # the first six parts scale with the cores
+CPU_MEASURED_ON = {1: ("one core of an Intel Xeon", "одном ядре Intel Xeon"),
+                   2: ("a 2-vCPU AMD EPYC", "2-ядерном AMD EPYC")}
+CPU_PARALLEL_PARTS = 6  # the first six parts spread over the threads
+# One CPU run's tokens/s against another's at the same size, wall clock: on the 2-vCPU EPYC VM
+# with nothing else of ours running (other work under 1% of the cores, steal included), the 27
+# runs of scripts/bench_estimates.py's check (2026-12-02) moved within themselves by a median 11%
+# (half their sync windows' 10-90% range) and the same size's runs by up to ±21% between rounds:
+# the VM's neighbours share its memory and caches, which no CPU clock sees. A GPU's runs agree
+# to a few percent (steptime.NOISE).
+CPU_RUN_NOISE = 0.10
 CPU_ANCHOR_NOISE = 0.5  # another CPU: ×/÷ e^(1.96·0.5) ≈ 2.7 either way until a run here measures it
 
 
@@ -74,6 +84,8 @@ class Prior:
     measured: bool  # the anchor is a measurement (the guide's), not a guess
     note: str
     note_ru: str
+    threads: int | None = None  # a CPU's: the threads it is for
+    run_noise: float = NOISE  # one run's tokens/s against another's at the same size on this card
 
 
 def reference_size(card: Card) -> Size:
@@ -81,11 +93,12 @@ def reference_size(card: Card) -> Size:
     return Size(r["context"], r["width"], r["layers"], r["vocab"], r["batch_per_card"], 1, card.cards)
 
 
-def prior(card: Card, precision: str) -> Prior:
+def prior(card: Card, precision: str, threads: int | None = None) -> Prior:
     """The prior of `card` trained in `precision` (on a GPU the card's own precision's: another
-    is emulated, and the calculator says so)."""
+    is emulated, and the calculator says so); a CPU's on `threads` (default: `cpu_threads()`)."""
     if card.name == "cpu":
-        return _cpu_prior(card, precision if precision in CPU_PARTS else card.precision)
+        return _cpu_prior(card, precision if precision in ("fp32", "bf16") else card.precision,
+                          threads or cpu_threads())
     parts = GPU_PARTS.get(card.name, GPU_PARTS["T4"])  # a box's card: a T4's shape, its own measured scale
     size = reference_size(card)
     step_s = size.tokens_per_step / card.ref_tok_s
@@ -99,9 +112,9 @@ def prior(card: Card, precision: str) -> Prior:
                  f"{basis[1]} на {card.name} для эталонного размера")
 
 
-def cpu_cores() -> int:
-    """The cores torch trains on here: OMP_NUM_THREADS when set (torch's threads), else the
-    cores this process may run on."""
+def cpu_threads() -> int:
+    """The threads `lab train` trains on here: OMP_NUM_THREADS when set (torch takes it), else
+    the cores this process may run on (torch's own default on the machines seen: one per core)."""
     try:
         return max(1, int(os.environ.get("OMP_NUM_THREADS", "")))
     except ValueError:
@@ -112,17 +125,31 @@ def cpu_cores() -> int:
         return os.cpu_count() or 1
 
 
-def _cpu_prior(card: Card, precision: str) -> Prior:
-    """This CPU's parts from the measured machine's, the parallel ones scaled by the cores."""
-    cores = cpu_cores()
-    factor = CPU_CORES_MEASURED / cores
-    parts = tuple(c * factor if i < CPU_PARALLEL_PARTS else c for i, c in enumerate(CPU_PARTS[precision]))
+def cpu_parts(precision: str, threads: int) -> tuple[tuple[float, ...], int]:
+    """The parts on `threads`, and the thread count they were measured on: that count's own
+    where bench_prior measured it, else the nearest one below (or the fewest) with its parallel
+    parts spread over `threads` as if they split evenly (a guess: a measured run corrects it)."""
+    if threads in CPU_PARTS:
+        return CPU_PARTS[threads][precision], threads
+    below = [t for t in CPU_PARTS if t < threads]
+    base = max(below) if below else min(CPU_PARTS)
+    factor = base / threads
+    parts = tuple(c * factor if i < CPU_PARALLEL_PARTS else c for i, c in enumerate(CPU_PARTS[base][precision]))
+    return parts, base
+
+
+def _cpu_prior(card: Card, precision: str, threads: int) -> Prior:
+    """This CPU's parts on `threads`, anchored at the reference size with a wide noise: another
+    processor's speed is a guess until a run here measures it."""
+    parts, base = cpu_parts(precision, threads)
     size = reference_size(card)
     anchor = Point("guess", size, sum(c * x for c, x in zip(parts, size.parts())), CPU_ANCHOR_NOISE)
-    return Prior("cpu", precision, parts, SHAPE_SPREAD["cpu"], anchor, False,
-                 f"the lab's rough guess for {cores} CPU core(s) in {precision} (measured on "
-                 f"{CPU_CORES_MEASURED} core(s) of an Intel Xeon; yours may differ 3× either way: a short run here "
-                 f"measures it)",
-                 f"грубой прикидки лабы для {cores} ядер CPU в {precision} (замер на Intel Xeon, "
-                 f"ядер: {CPU_CORES_MEASURED}; ваш может отличаться втрое в любую сторону: короткий прогон "
-                 f"здесь измерит его)")
+    where, where_ru = CPU_MEASURED_ON[base]
+    scaled = "" if base == threads else f", scaled from {base} thread(s)"
+    scaled_ru = "" if base == threads else f", пересчёт с потоков: {base}"
+    return Prior("cpu", precision, parts, SHAPE_SPREAD["cpu"], anchor, False, threads=threads, run_noise=CPU_RUN_NOISE,
+                 note=
+                 f"the lab's rough guess for {threads} CPU thread(s) in {precision} (measured on {base} thread(s) of "
+                 f"{where}{scaled}; yours may differ 3× either way: a short run here measures it)",
+                 note_ru=f"грубой прикидки лабы для {threads} потоков CPU в {precision} (замер на {where_ru}, потоков: "
+                 f"{base}{scaled_ru}; ваш может отличаться втрое в любую сторону: короткий прогон здесь измерит его)")

@@ -21,9 +21,31 @@ def size_of(cfg: RunConfig, vocab: int, card: Card, **change) -> Size:
     return Size(**fields)
 
 
-def point_of(m: Measured) -> Point:
+# A CPU run at another thread count informs this one through the two counts' priors (how the
+# parts spread over the threads), which are themselves measurements of another processor: it
+# counts as a measurement this far off.
+OTHER_THREADS_NOISE = 0.25
+# A measurement taken while other work used a share of the machine's cores says that much less
+# about a run with the cores to itself: its noise is at least that share.
+BUSY_FROM = 0.15  # below this, the figure is for the machine to itself
+
+
+def point_of(m: Measured, pri: Prior | None = None) -> Point:
+    """`m` as a point of the fit. Its noise: one run's against another's on that card (`pri.run_noise`),
+    or more where its own sync windows moved more, or where other work shared the machine. On a
+    CPU, `pri` (the prior on the threads the prediction is for) converts a run on other threads."""
     size = Size(m.context, m.width, m.layers, m.vocab, m.batch_per_card, m.grad_accum, card_for(m.gpu).cards)
-    return Point(m.run, size, size.tokens_per_step / m.tok_s)
+    floor = pri.run_noise if pri is not None else NOISE
+    step_s, noise = size.tokens_per_step / m.tok_s, max(floor, m.spread, m.others_cpu or 0.0)
+    if pri is not None and pri.threads and m.threads and m.threads != pri.threads:
+        own = prior(card_for("cpu"), m.precision, m.threads)
+        step_s *= _step(pri.parts, size) / _step(own.parts, size)
+        noise = max(noise, OTHER_THREADS_NOISE)
+    return Point(m.run, size, step_s, noise)
+
+
+def _step(parts: tuple[float, ...], size: Size) -> float:
+    return sum(c * x for c, x in zip(parts, size.parts()))
 
 
 @dataclass(frozen=True)
@@ -49,17 +71,20 @@ class SpeedModel:
 _models: dict[tuple, SpeedModel] = {}
 
 
-def speed_model(card: Card, precision: str, runs: list[Measured], compiled: bool | None = None) -> SpeedModel:
+def speed_model(card: Card, precision: str, runs: list[Measured], compiled: bool | None = None,
+                threads: int | None = None) -> SpeedModel:
     """The model for `card` in `precision` from `runs` (those of that card and precision;
-    of the compile state `compiled` where the runs say theirs, when any do)."""
+    of the compile state `compiled` where the runs say theirs, when any do); a CPU's on
+    `threads` (default: the threads a run here takes), its runs on other counts converted."""
     own = [r for r in runs if r.gpu == card.name and r.precision == precision]
     same = [r for r in own if r.compiled in (None, compiled)] if compiled is not None else own
     own = same or own
-    pri = prior(card, precision)
-    key = (card.name, precision, pri.parts, tuple((r.run, r.size_key(), r.tok_s) for r in own))
+    pri = prior(card, precision, threads)
+    key = (card.name, precision, pri.parts, pri.threads,
+           tuple((r.run, r.size_key(), r.tok_s, r.spread, r.others_cpu, r.threads) for r in own))
     hit = _models.get(key)
     if hit is None:  # the form asks on every keystroke: fit once per set of measurements
-        points = [point_of(r) for r in own] or [pri.anchor]
+        points = [point_of(r, pri) for r in own] or [pri.anchor]
         hit = _models[key] = SpeedModel(card, precision, pri, fit(pri.parts, pri.shape_spread, points), tuple(own))
     return hit
 
@@ -70,24 +95,29 @@ def speed_figure(model: SpeedModel, cfg: RunConfig, vocab: int) -> Figure:
     ("calibrated"), or the card's prior ("estimate"; the guide's measurement at its size)."""
     card, size = model.card, size_of(cfg, vocab, model.card)
     key = (cfg.context, cfg.width, cfg.heads, cfg.layers, vocab, cfg.batch_per_card, cfg.grad_accum)
-    same = [r for r in model.measured if r.size_key() == key]
+    threads = model.prior.threads
+    same = [r for r in model.measured if r.size_key() == key and r.threads in (None, threads)]
     shares = {k: round(v, 3) for k, v in model.fit.shares(size).items()}
+    on = f"{card.name}" + (f" on {threads} thread(s)" if threads else "")
+    on_ru = f"{card.name}" + (f", потоков: {threads}" if threads else "")
+    load, load_ru, others = _load_words(model.measured)
     if same:
         tok_s, names = median(r.tok_s for r in same), ", ".join(sorted(r.run for r in same))
-        spread = math.exp(Z95 * NOISE)
-        return Figure(round(tok_s), "measured", "tokens/s", f"median of the lab's runs at this size on {card.name}: {names}",
-                      f"медиана прогонов лабы этого размера на {card.name}: {names}",
+        spread = math.exp(Z95 * _noise_of(same, model.prior.run_noise))
+        return Figure(round(tok_s), "measured", "tokens/s", f"median of the lab's runs at this size on {on}: {names}{load}",
+                      f"медиана прогонов лабы этого размера на {on_ru}: {names}{load_ru}",
                       {"interval": [round(tok_s / spread), round(tok_s * spread)], "from": sorted(r.run for r in same),
-                       "parts": shares, "basis": "lab"})
+                       "parts": shares, "basis": "lab", "threads": threads, "others_cpu": others})
     lo, hi = model.fit.tok_s_interval(size)
     extra = {"interval": [round(lo), round(hi)], "from": sorted({r.run for r in model.measured}), "parts": shares,
-             "basis": "lab" if model.measured else "guide" if model.prior.measured else "guess"}
+             "basis": "lab" if model.measured else "guide" if model.prior.measured else "guess", "threads": threads,
+             "others_cpu": others}
     tok_s = round(model.tok_s(size))
     if model.measured:
         n = len(model.measured)
         return Figure(tok_s, "calibrated", "tokens/s",
-                      f"the step's parts fitted to the lab's {n} measurement(s) on {card.name}: {model.names}",
-                      f"части шага подогнаны по замерам лабы на {card.name} ({n}): {model.names}", extra)
+                      f"the step's parts fitted to the lab's {n} measurement(s) on {on}: {model.names}{load}",
+                      f"части шага подогнаны по замерам лабы на {on_ru} ({n}): {model.names}{load_ru}", extra)
     pri = model.prior
     at_anchor = size == pri.anchor.size and model.precision == card.precision
     if pri.measured and at_anchor:
@@ -99,6 +129,30 @@ def speed_figure(model: SpeedModel, cfg: RunConfig, vocab: int) -> Figure:
                   + (f", in {card.precision}: {model.precision} will be slower" if other else ""),
                   f"части шага (матрицы, внимание, на токен, на шаг) пересчитаны от {pri.note_ru}"
                   + (f", в {card.precision}: {model.precision} будет медленнее" if other else ""), extra)
+
+
+def _noise_of(runs: list[Measured], floor: float) -> float:
+    """One more run's spread around the median of `runs` at its size: the card's run-to-run noise,
+    their own spreads and loads (`point_of`), and how far they stand apart."""
+    mid = median(r.tok_s for r in runs)
+    apart = max(abs(r.tok_s / mid - 1) for r in runs)
+    return max(floor, apart, median(max(r.spread, r.others_cpu or 0.0) for r in runs))
+
+
+def _load_words(runs: tuple[Measured, ...]) -> tuple[str, str, float | None]:
+    """Which load the figure predicts: a machine to itself, or the load the measurements ran under
+    where other work used a good share of the cores then (CPU runs record it)."""
+    loads = [r.others_cpu for r in runs if r.others_cpu is not None]
+    if not loads:
+        return "", "", None
+    others = round(median(loads), 2)
+    if others < BUSY_FROM:
+        return ("; for the machine to itself (other work used under 15% of its cores then)",
+                "; для машины без другой работы (та занимала меньше 15% ядер)", others)
+    return (f"; at the load the measurements ran under (other work used ~{others:.0%} of the cores): "
+            f"with the machine to itself it would run faster",
+            f"; при той нагрузке, что была при замерах (другая работа занимала ~{others:.0%} ядер): на "
+            f"свободной машине будет быстрее", others)
 
 
 def slowdown(cfg: RunConfig, vocab: int, precision: str, **change) -> float | None:

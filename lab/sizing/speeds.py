@@ -33,6 +33,7 @@ class _SpeedLog:
         self.ino: int | None = None
         self.offset = 0
         self.values: deque = deque(maxlen=SPEED_SAMPLES)
+        self.others: deque = deque(maxlen=SPEED_SAMPLES)  # others_cpu beside each value (CPU runs)
         self.session: Any = None
         self.last_elapsed: float | None = None
         self.segment_start: int | None = None  # first step of the current session
@@ -76,6 +77,7 @@ class _SpeedLog:
         restarted = isinstance(elapsed, (int, float)) and self.last_elapsed is not None and elapsed < self.last_elapsed
         if (session is not None and session != self.session and self.session is not None) or restarted:
             self.values.clear()
+            self.others.clear()
             self.segment_start = None
         self.session = session
         if isinstance(elapsed, (int, float)):
@@ -84,6 +86,9 @@ class _SpeedLog:
             self.segment_start = step
         if step - self.segment_start >= WARMUP_STEPS and tok_s > 0:
             self.values.append(tok_s)
+            others = rec.get("others_cpu")
+            if isinstance(others, (int, float)):
+                self.others.append(float(others))
 
     def median(self) -> float | None:
         if len(self.values) < MIN_SPEED_SAMPLES:
@@ -91,6 +96,25 @@ class _SpeedLog:
         if self.cached_median is None:
             self.cached_median = median(self.values)
         return self.cached_median
+
+    def steady(self) -> "Steady | None":
+        tok_s = self.median()
+        if tok_s is None:
+            return None
+        # Rows of one sync window repeat its rate: the spread is over the distinct windows.
+        rates = sorted(set(self.values))
+        lo, hi = rates[len(rates) // 10], rates[-1 - len(rates) // 10]
+        return Steady(tok_s, (hi - lo) / 2 / tok_s, median(self.others) if self.others else None)
+
+
+@dataclass(frozen=True)
+class Steady:
+    """A run's steady speed: the median tokens/s after the warm-up, how far its sync windows
+    moved around it (half the 10th-90th percentile range over the median), and how much of the
+    machine other work used meanwhile (the median `others_cpu`; None: not recorded)."""
+    tok_s: float
+    spread: float
+    others_cpu: float | None
 
 
 def median(values: Iterable[float]) -> float:
@@ -114,6 +138,9 @@ class Measured:
     tok_s: float
     grad_accum: int = 1
     compiled: bool | None = None  # from the session's result.json; None: not known (yet)
+    threads: int | None = None  # a CPU run's torch threads (device.json); None: not recorded
+    spread: float = 0.0  # Steady.spread: how much the run's own speed moved
+    others_cpu: float | None = None  # Steady.others_cpu: the share of the cores other work used
 
     def size_key(self) -> tuple:
         return (self.context, self.width, self.heads, self.layers, self.vocab, self.batch_per_card, self.grad_accum)
@@ -178,7 +205,8 @@ def run_info(folder: str) -> dict | None:
                         **{k: int(cfg.get(k, REFERENCE[k])) for k in ("context", "width", "heads", "layers",
                                                                       "batch_per_card")},
                         "vocab": _run_vocab(cfg, device), "grad_accum": int(cfg.get("grad_accum") or 1),
-                        "compiled": _compiled(result)}
+                        "compiled": _compiled(result),
+                        "threads": int(device["threads"]) if isinstance(device.get("threads"), int) else None}
     except (TypeError, ValueError, AttributeError):
         info = None  # a run folder with odd files is left out, not an error
     _run_infos[folder] = (key, info)
@@ -217,18 +245,24 @@ def measured_runs(gpu: str | None = None, root: Path | None = None) -> list[Meas
         info = run_info(folder)
         if info is None or (gpu is not None and info["gpu"] != gpu):
             continue  # read metrics only for runs that can matter
-        tok_s = steady_tok_s(folder)
-        if tok_s is not None:
-            out.append(Measured(name, tok_s=tok_s, **info))
+        got = steady(folder)
+        if got is not None:
+            out.append(Measured(name, tok_s=got.tok_s, spread=got.spread, others_cpu=got.others_cpu, **info))
     return out
+
+
+def steady(folder: str) -> Steady | None:
+    """A run folder's latest session's steady speed after its warm-up (None: too few steps yet)."""
+    log = _speed_logs.setdefault(folder, _SpeedLog())
+    log.update(os.path.join(folder, "metrics.jsonl"))
+    return log.steady()
 
 
 def steady_tok_s(folder: str) -> float | None:
     """The median tokens/s of a run folder's latest session after its warm-up (None: too few
     steps yet)."""
-    log = _speed_logs.setdefault(folder, _SpeedLog())
-    log.update(os.path.join(folder, "metrics.jsonl"))
-    return log.median()
+    got = steady(folder)
+    return got.tok_s if got else None
 
 
 def _scan(root: Path) -> list[tuple[str, str]]:

@@ -1,7 +1,9 @@
 """`lab train` end to end, as a person runs it: real data, real processes where they matter (DDP);
 config and data errors in this process. Signals and resuming: test_resume.py."""
 import json
+import os
 import shutil
+import time
 
 import pytest
 import torch
@@ -54,6 +56,24 @@ def test_train_on_pydoc_logs_weights_metrics_and_a_falling_loss(trained):
     assert json.loads((out / "config.json").read_text())["steps_until"] == 20
     # The calculator's word on it before it ran, on this computer's card (lab.sizing.calibration).
     assert json.loads((out / "predicted.json").read_text())["predictions"]["cpu"]["tok_s"] > 0
+    # What it ran with and beside what, for the calculator: its threads, and other work's share of the cores.
+    assert json.loads((out / "device.json").read_text())["threads"] == torch.get_num_threads()
+    assert all(0.0 <= r["others_cpu"] <= 1.0 for r in rows if "others_cpu" in r)  # windows under 0.2 s have none
+
+
+def test_other_works_share_of_the_cores_leaves_the_runs_own_cpu_seconds_out():
+    from lab.kernel.cpu import OthersLoad
+    load = OthersLoad()
+    wall0, own0 = time.monotonic(), time.process_time()
+    while time.process_time() - own0 < 0.4:  # this process busy on one core
+        pass
+    share = load.since_last()
+    if share is None:
+        pytest.skip("no /proc/stat here")
+    wall, own = time.monotonic() - wall0, time.process_time() - own0
+    assert 0.0 <= share <= 1.0
+    # Its own CPU seconds are not counted as other work (10 ms jiffies: a few percent either way).
+    assert share <= 1.0 - own / (wall * (os.cpu_count() or 1)) + 0.05
 
 
 def test_a_trained_checkpoint_loads_with_weights_only(trained):
@@ -148,6 +168,10 @@ def test_a_corrupt_checkpoint_is_refused_and_the_previous_used_only_when_asked(t
     shutil.copytree(trained[0], run)
     pre_decay, previous, newest = sorted((run / "checkpoints").glob("ckpt_*.pt"))  # and where the decay began
     assert (pre_decay.name, newest.name) == ("ckpt_00000016.pt", "ckpt_00000020.pt")
+    # Without the pre-decay checkpoint, more steps go on from the newest (re-warmed: lab.settle.grow);
+    # with it, the run would grow from there and never read the newest.
+    pre_decay.unlink()
+    pre_decay.with_suffix(".json").unlink()
     newest.write_bytes(newest.read_bytes()[:1000])
     before = (run / "metrics.jsonl").read_text()
     err = _fails("train", "-c", "pydoc", *TINY, "--resume", str(run), "--steps-until", "25", "--out", str(run))
@@ -260,4 +284,6 @@ def test_resuming_on_more_constellations_is_allowed_and_starts_a_new_val_set(tra
                "--eval-every", "10", "--eval-batches", "2", "--out", str(out))
     vals = [(r["step"], r["val_set"]) for r in metrics(out) if "val_loss" in r]
     assert [s for s, _ in vals] == [10, 20, 30]
-    assert vals[0][1] == vals[1][1] != vals[2][1]
+    # It grows from step 16, where the old run's decay began (lab.settle.grow): step 10's evaluation
+    # is the old run's, on its val set; 20 and 30 are the grown run's, on the new data's.
+    assert vals[0][1] != vals[1][1] == vals[2][1]

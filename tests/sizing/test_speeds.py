@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 from pathlib import Path
 
 import pytest
@@ -115,18 +116,29 @@ def test_intervals_widen_away_from_the_measurements():
     assert lo < SIZES[7].tokens_per_step / f.step_s(SIZES[7]) < hi
 
 
-def write_run(home: Path, run_id: str, tok_s: float, gpu="cpu", precision="fp32", compiled=None, steps=60, **cfg):
+def test_intervals_narrow_as_measurements_come_in():
+    target = Size(192, 160, 5, 4000, 6)  # measured by none of them
+    spreads = [fit(PRIOR, 0.3, points(SIZES[:n])).spread(target) for n in (1, 2, 4, 8)]
+    assert spreads == sorted(spreads, reverse=True)
+    own = [math.sqrt(s * s - 0.05 ** 2) for s in spreads]  # the fit's own part, beside a new run's noise
+    assert own[-1] < 0.5 * own[0]
+
+
+def write_run(home: Path, run_id: str, tok_s: float, gpu="cpu", precision="fp32", compiled=None, steps=60,
+              threads=None, others_cpu=None, wobble=0.0, **cfg):
+    """A run folder as `lab train` writes it; `wobble`: its sync windows' rates alternate ±that share."""
     folder = home / "runs" / run_id
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "config.json").write_text(RunConfig(gpu=gpu, precision=precision, **cfg).to_json())
-    (folder / "device.json").write_text(json.dumps({"gpu": gpu, "device": "cpu" if gpu == "cpu" else "cuda",
-                                                    "precision": precision}))
+    device = {"gpu": gpu, "device": "cpu" if gpu == "cpu" else "cuda", "precision": precision}
+    (folder / "device.json").write_text(json.dumps({**device, **({"threads": threads} if threads else {})}))
     if compiled is not None:
         (folder / "result.json").write_text(json.dumps({"compile_s": 12.0 if compiled else None}))
     with open(folder / "metrics.jsonl", "w") as f:
         for i in range(1, steps + 1):
-            f.write(json.dumps({"step": i, "tok_s": tok_s if i > 20 else tok_s / 10, "elapsed_s": i * 0.1,
-                                "session": 1}) + "\n")
+            rate = tok_s * (1 + wobble * (-1) ** i) if i > 20 else tok_s / 10
+            row = {"step": i, "tok_s": rate, "elapsed_s": i * 0.1, "session": 1}
+            f.write(json.dumps({**row, **({"others_cpu": others_cpu} if others_cpu is not None else {})}) + "\n")
     return folder
 
 
@@ -182,6 +194,9 @@ def test_a_runs_prediction_is_kept_from_before_it_measured_itself(home, capsys):
     assert lab_main(["size", "--calibration"]) == 0
     line = capsys.readouterr().out.strip()
     assert line.startswith("calibration: 1 run(s)") and "20%" in line and "next" in line
+    lo, hi = first["interval"]
+    inside = lo <= first["tok_s"] * 1.25 <= hi
+    assert f"coverage {int(inside)} of 1 within their 95% interval" in line
 
 
 def test_lab_size_calibration_with_nothing_to_compare_says_so(capsys):
@@ -201,16 +216,68 @@ def test_lab_runs_shows_the_measured_speed_beside_the_prediction(home, capsys):
     assert f"(pred. {pred['tok_s']:,.0f}, +100%)" in out
 
 
-def test_the_cpu_prior_scales_its_parallel_parts_by_the_cores_torch_uses(monkeypatch):
+def test_the_cpu_prior_is_the_one_measured_on_the_threads_a_run_takes_else_scaled_from_the_nearest(monkeypatch):
     from lab.sizing import priors
     cpu = sizing.CARDS["cpu"]
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    one = priors.prior(cpu, "fp32").parts
-    monkeypatch.setenv("OMP_NUM_THREADS", "4")
-    four = priors.prior(cpu, "fp32").parts
+    most = max(priors.CPU_PARTS)
+    for threads in priors.CPU_PARTS:
+        monkeypatch.setenv("OMP_NUM_THREADS", str(threads))
+        pri = priors.prior(cpu, "fp32")
+        assert pri.parts == priors.CPU_PARTS[threads]["fp32"] and pri.threads == threads and "scaled" not in pri.note
+    monkeypatch.setenv("OMP_NUM_THREADS", str(2 * most))
+    more = priors.prior(cpu, "fp32")
     k = priors.CPU_PARALLEL_PARTS
-    assert [a / b for a, b in zip(one[:k], four[:k])] == pytest.approx([4.0] * k)
-    assert one[k:] == four[k:]  # launches and Python run on one core however many there are
+    assert [a / b for a, b in zip(priors.CPU_PARTS[most]["fp32"][:k], more.parts[:k])] == pytest.approx([2.0] * k)
+    assert more.parts[k:] == priors.CPU_PARTS[most]["fp32"][k:]  # launches and Python stay on one thread
+    assert f"scaled from {most} thread(s)" in more.note and f"{2 * most} CPU thread(s)" in more.note
+
+
+def test_a_run_records_its_threads_and_the_load_beside_it_and_the_calculator_reads_both(home):
+    folder = write_run(home, "loaded", 10_000, threads=2, others_cpu=0.4, wobble=0.1, **DEMO)
+    (m,) = sizing.measured_runs("cpu")
+    assert (m.threads, m.others_cpu) == (2, 0.4) and m.spread == pytest.approx(0.1, rel=0.01)
+    assert folder.name == m.run
+
+
+def test_a_measurement_on_other_threads_informs_this_count_with_a_wider_interval(home, monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    cfg = RunConfig(gpu="cpu", precision="fp32", layers=6, width=192, heads=6, context=256, batch_per_card=4)
+    write_run(home, "two-threads", 10_000, threads=2, **DEMO)
+    same = sizing.estimate(cfg, manifest={})
+    shutil.rmtree(home / "runs" / "two-threads")
+    write_run(home, "one-thread", 10_000, threads=1, **DEMO)  # the same speed, had it trained on one thread
+    other = sizing.estimate(cfg, manifest={})
+    assert same.tok_s.kind == other.tok_s.kind == "calibrated" and other.tok_s.extra["threads"] == 2
+    width = lambda e: e.tok_s.extra["interval"][1] / e.tok_s.extra["interval"][0]  # noqa: E731
+    assert width(other) > 1.3 * width(same)
+    assert other.tok_s.value != same.tok_s.value  # converted through the two counts' priors
+
+
+def test_a_measurement_under_load_widens_the_interval_and_the_figure_says_which_load_it_predicts(home):
+    cfg = RunConfig(gpu="cpu", precision="fp32", layers=6, width=192, heads=6, context=256, batch_per_card=4)
+    write_run(home, "quiet", 10_000, others_cpu=0.02, **DEMO)
+    quiet = sizing.estimate(cfg, manifest={}).tok_s
+    assert "machine to itself" in quiet.note and "машины без другой работы" in quiet.note_ru
+    shutil.rmtree(home / "runs" / "quiet")
+    write_run(home, "busy", 10_000, others_cpu=0.5, **DEMO)
+    busy = sizing.estimate(cfg, manifest={}).tok_s
+    assert "other work used ~50% of the cores" in busy.note and busy.extra["others_cpu"] == 0.5
+    width = lambda f: f.extra["interval"][1] / f.extra["interval"][0]  # noqa: E731
+    assert width(busy) > 2 * width(quiet)
+
+
+def test_a_measured_size_is_as_sure_as_its_runs_agree(home):
+    cfg = RunConfig(gpu="cpu", precision="fp32", **DEMO)
+    write_run(home, "a", 10_000, **DEMO)
+    write_run(home, "b", 10_400, **DEMO)
+    steady = sizing.estimate(cfg, manifest={}).tok_s
+    shutil.rmtree(home / "runs" / "b")
+    write_run(home, "c", 14_000, **DEMO)
+    apart = sizing.estimate(cfg, manifest={}).tok_s
+    assert steady.kind == apart.kind == "measured"
+    lo, hi = apart.extra["interval"]
+    assert lo <= 10_000 and hi >= 14_000  # the next run may land where either of them did
+    assert steady.extra["interval"][1] / steady.extra["interval"][0] < hi / lo
 
 
 def test_a_cpu_run_compiles_only_when_long_enough_and_its_time_counts_it(monkeypatch):
@@ -225,8 +292,9 @@ def test_a_cpu_run_compiles_only_when_long_enough_and_its_time_counts_it(monkeyp
     assert parts(few + 20)["session_starts"] == pytest.approx(runtime.LOCAL_START_S / 3600, abs=1e-3)
 
 
-@pytest.mark.parametrize("precision", ["fp32", "bf16"])
-def test_the_cpu_prior_is_what_bench_prior_fits_to_its_saved_step_times(precision):
+@pytest.mark.parametrize("threads,precision,saved", [(1, "fp32", "xeon-1core"), (1, "bf16", "xeon-1core"),
+                                                     (2, "fp32", "epyc-2threads"), (2, "bf16", "epyc-2threads")])
+def test_the_cpu_prior_is_what_bench_prior_fits_to_its_saved_step_times(threads, precision, saved):
     """The constants are a measurement: scripts/bench_prior.py's own fit of the step times it saved."""
     import importlib.util
     from lab.sizing.priors import CPU_PARTS
@@ -234,9 +302,9 @@ def test_the_cpu_prior_is_what_bench_prior_fits_to_its_saved_step_times(precisio
     spec = importlib.util.spec_from_file_location("bench_prior", scripts / "bench_prior.py")
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
-    times = bench.load_times(str(scripts / "measured" / f"bench_prior-xeon-1core-{precision}.json"))
+    times = bench.load_times(str(scripts / "measured" / f"bench_prior-{saved}-{precision}.json"))
     assert sorted(times) == sorted(bench.GRID)
-    assert CPU_PARTS[precision] == pytest.approx(bench.fit_parts(times), rel=5e-3, abs=1e-15)
+    assert CPU_PARTS[threads][precision] == pytest.approx(bench.fit_parts(times), rel=5e-3, abs=1e-15)
 
 
 def test_a_kaggle_accounts_measured_sessions_are_its_start_and_output_copy(home):
