@@ -4,7 +4,8 @@ One call at the notebook's start (`preflight`), before any input is read or any 
 
 * The cards. A session pushed for GPU T4 ×2 must find two CUDA devices of compute capability
   7.0 or more (the image's torch, 2.10 built for CUDA 12.8, has no kernels below sm_70). Kaggle
-  offers GPUs only to phone-verified accounts, and a session may start with none: then it writes
+  offers GPUs only to verified accounts (the phone, and for accounts made after December 2025
+  their identity: `lab.kaggle.limits`), and a session may start with none: then it writes
   `no-gpu.json` (what it found) and stops before training, unless the push said `allow_cpu`
   (the person's LAB_KAGGLE_ALLOW_CPU=1), when it trains on its CPU as before.
 * The image: Kaggle's image version files (`/etc/git_commit`, `/etc/build_date`, also set as
@@ -129,6 +130,7 @@ def preflight(expect_cards: str, allow_cpu: bool, nccl_env: dict, out: Path, sta
         print(f"warning: {missing}: training on the CPU (LAB_KAGGLE_ALLOW_CPU=1)", flush=True)
     elif missing:
         (out / NO_GPU).write_text(json.dumps(facts, indent=1), encoding="utf-8")
-        raise NoCards(f"NO GPU: {missing}. Kaggle offers GPUs only to phone-verified accounts; this session "
+        raise NoCards(f"NO GPU: {missing}. Kaggle offers GPUs only to verified accounts (the phone number and, for "
+                      "an account made after December 2025, its identity too, at kaggle.com/settings); this session "
                       "stops before training (no-gpu.json says what it found)")
     return timeline

@@ -179,7 +179,8 @@ class MoreSteps:
         self.go.on_click(lambda _: self.submit())
         self.message, self.done = html("lab-message-more-steps"), html("lab-more-done")
         self.runs: dict = {}
-        self.run.observe(lambda _: self._picked(), names="value")
+        self._refreshing = False
+        self.run.observe(lambda _: None if self._refreshing else self._picked(), names="value")
         self.steps.observe(lambda _: self.check(), names="value")
         self.box = widgets.VBox([self.title, widgets.HBox([self.run, self.steps, self.machine, self.go],
                                                           layout=widgets.Layout(align_items="center")),
@@ -190,14 +191,23 @@ class MoreSteps:
         self.title.value = (f"<h4 style='margin:8px 0 2px'>{esc(tr('Continue a finished run with more steps', 'Продолжить законченный прогон: больше шагов'))}</h4>")
         self.run.description, self.steps.description = tr("Run", "Прогон"), tr("Steps until", "Шагов до")
         self.machine.description, self.go.description = tr("Machine", "Машина"), tr("Continue", "Продолжить")
-        keep = self.run.value if self.run.value in self.runs else next(iter(self.runs), "")
-        self.run.options = [(i, i) for i in self.runs] or [(tr("no finished runs", "законченных прогонов нет"), "")]
-        self.run.value = keep
+        before = self.run.value
+        keep = before if before in self.runs else next(iter(self.runs), "")
+        self._refreshing = True  # new options pass through other values: not the person's pick
+        try:
+            self.run.options = [(i, i) for i in self.runs] or [(tr("no finished runs", "законченных прогонов нет"), "")]
+            self.run.value = keep
+        finally:
+            self._refreshing = False
         machines = lab_machines.machine_choices(accounts.names(), tr)
         self.machine.options = machines
         self.machine.value = self.machine.value if self.machine.value in [v for _, v in machines] else "auto"
         self.go.disabled = not self.runs
-        self._picked()
+        # A refresh (a run started, the table reloaded) keeps what the person typed for the same run.
+        if keep != before or not self.steps.value:
+            self._picked()
+        else:
+            self.check()
 
     def _picked(self) -> None:
         run = self.runs.get(self.run.value)

@@ -401,6 +401,17 @@ def test_a_finished_run_continues_with_more_steps_checked_beside_the_field(monke
     assert went == [(run.id, {"steps_until": 900}, "auto")] and "идёт дальше, до шага 900" in text(more.done.value)
 
 
+def test_a_refresh_of_the_runs_keeps_the_steps_a_person_typed_for_the_same_run():
+    run = fake_run(RunConfig(**TINY, steps_until=300), step=300)
+    panel = ui.RunsPanel()
+    more = panel.more
+    assert more.steps.value == 600  # the suggestion for the picked run
+    more.steps.value = 500
+    fake_run(RunConfig(**TINY, steps_until=40), step=40)  # another run finishes: the table reloads
+    panel.refresh()
+    assert more.run.value == run.id and more.steps.value == 500, "a refresh must not retype the person's field"
+
+
 def test_continuing_a_finished_run_registers_it_again_with_the_higher_steps_until(monkeypatch):
     run = fake_run(RunConfig(**TINY, steps_until=300), step=300)
     from lab.kernel.checkpoint import sha256_file
