@@ -147,9 +147,9 @@ def _cpu_prior(card: Card, precision: str, threads: int) -> Prior:
     where, where_ru = CPU_MEASURED_ON[base]
     scaled = "" if base == threads else f", scaled from {base} thread(s)"
     scaled_ru = "" if base == threads else f", пересчёт с потоков: {base}"
-    return Prior("cpu", precision, parts, SHAPE_SPREAD["cpu"], anchor, False, threads=threads, run_noise=CPU_RUN_NOISE,
-                 note=
-                 f"the lab's rough guess for {threads} CPU thread(s) in {precision} (measured on {base} thread(s) of "
-                 f"{where}{scaled}; yours may differ 3× either way: a short run here measures it)",
-                 note_ru=f"грубой прикидки лабы для {threads} потоков CPU в {precision} (замер на {where_ru}, потоков: "
-                 f"{base}{scaled_ru}; ваш может отличаться втрое в любую сторону: короткий прогон здесь измерит его)")
+    note = (f"the lab's rough guess for {threads} CPU thread(s) in {precision} (measured on {base} thread(s) of "
+            f"{where}{scaled}; yours may differ 3× either way: a short run here measures it)")
+    note_ru = (f"грубой прикидки лабы для {threads} потоков CPU в {precision} (замер на {where_ru}, потоков: "
+               f"{base}{scaled_ru}; ваш может отличаться втрое в любую сторону: короткий прогон здесь измерит его)")
+    return Prior("cpu", precision, parts, SHAPE_SPREAD["cpu"], anchor, False, note, note_ru, threads=threads,
+                 run_noise=CPU_RUN_NOISE)
