@@ -20,14 +20,15 @@ from lab.api import accounts
 from lab.api import data as lab_data
 from lab.api import machines as lab_machines
 from lab.api import runs as lab_runs
+from lab.config import MODEL_FIELDS, Problem, RunConfig, UserError
 from lab.ui import console
-from lab.ui.threads import Latest, in_background
-from lab.config import MODEL_FIELDS, Problem, RunConfig, UserError, field_choices, field_kind
-from lab.ui.calc import ORANGE, RED, calculator_html
-from lab.ui.parts import GREY, hear, tell
+from lab.ui.calc import calculator_html
+from lab.ui.fieldrows import FieldRow, field_widget, relabel
+from lab.ui.parts import hear, tell
 from lab.ui.start import Launch
-from lab.ui.text import (GPU_NAMES, MODES, SECTIONS, TITLE, Panel, error_text, esc, help_text, label, lang, language_switch,
-                         num, on_language, pair, tr)
+from lab.ui.text import (GPU_NAMES, MODES, SECTIONS, TITLE, Panel, error_text, esc, lang, language_switch, num,
+                         on_language, pair, tr)
+from lab.ui.threads import Latest, in_background
 
 # The guide's sections and order. Every name but "mode" is a RunConfig field: its widget
 # follows from the field's kind and choices, its words from its metadata (`lab.config`).
@@ -36,66 +37,6 @@ LAYOUT = {"run": ("mode", "resume_from", "constellations"), "model": MODEL_FIELD
           "more": ("schedule", "lr", "warmup_steps", "eval_every")}
 # The fields `config()` reads plainly; resume_from counts only in the "from a checkpoint" mode.
 CONFIG_FIELDS = tuple(n for section in LAYOUT.values() for n in section if n not in ("mode", "resume_from"))
-
-
-class _Row:
-    """One field: its label, input, the message about it and the guide's help."""
-
-    def __init__(self, name: str, widget: widgets.Widget):
-        self.name, self.input = name, widget
-        self.label = widgets.HTML(layout=widgets.Layout(width="12em", min_width="12em"))
-        self.message = widgets.HTML()
-        self.help = widgets.HTML(layout=widgets.Layout(margin="0 0 6px 12.5em"))
-        widget.add_class(f"lab-field-{name}")
-        self.message.add_class(f"lab-message-{name}")
-        self.message.layout.margin = "0 0 0 12.5em"
-        self.box = widgets.VBox([widgets.HBox([self.label, widget]), self.message, self.help])
-
-    def relabel(self, show_help: bool, **values) -> None:
-        """Its words in the view's language; `values` (width, heads) fill the help's example."""
-        text = help_text(self.name, **values)
-        self.label.value = f"<b>{esc(label(self.name))}</b>"
-        self.label.tooltip = text
-        self.help.value = f'<div style="color:#666;font-size:85%;line-height:1.3">{esc(text)}</div>'
-        self.help.layout.display = None if show_help else "none"
-
-    def show(self, problems: list[Problem]) -> None:
-        errors = [p for p in problems if p.severity == "error"]
-        warned = [p for p in problems if p.severity == "warning"]
-        color = RED if errors else ORANGE if warned else None
-        self.input.layout.border = f"2px solid {color}" if color else None
-        look = {"error": (RED, "✖"), "warning": (ORANGE, "⚠")}  # a note (what the lab does) reads grey
-        self.message.value = "".join(
-            f'<div style="color:{look.get(p.severity, (GREY, "ℹ"))[0]};font-size:90%;line-height:1.35">'
-            f'{look.get(p.severity, (GREY, "ℹ"))[1]} {esc(p.message(lang()))}</div>' for p in problems)
-        self.message.layout.display = None if problems else "none"
-
-
-def field_widget(name: str, value) -> widgets.Widget:
-    """The input for a run field, from its declared kind and choices: a number box for int
-    and float fields, a drop-down for a field with choices (labels set by `_relabel`), a
-    multiple choice for a list field (options filled from the lab home), text otherwise."""
-    kind, choices = field_kind(name), field_choices(name)
-    if kind == "int":
-        return widgets.IntText(value=value, continuous_update=True, layout=widgets.Layout(width="9em"))
-    if kind == "float":
-        return widgets.FloatText(value=value, continuous_update=True, layout=widgets.Layout(width="9em"))
-    if kind == "list":
-        return widgets.SelectMultiple(options=[], rows=3, layout=widgets.Layout(width="28em"))
-    if choices:
-        return widgets.Dropdown(options=[(c, c) for c in choices], value=value, layout=widgets.Layout(width="14em"))
-    return widgets.Text(value=value, layout=widgets.Layout(width="28em"))
-
-
-def relabel(widget: widgets.Widget, options: list) -> None:
-    """New option labels for a selection widget, keeping what is selected."""
-    value = widget.value
-    widget.options = options
-    values = [v for _, v in options]
-    if isinstance(value, tuple):
-        widget.value = tuple(v for v in value if v in values)
-    elif value in values:
-        widget.value = value
 
 
 class NewRunForm(Panel):
@@ -145,7 +86,7 @@ class NewRunForm(Panel):
         }
         for name in CONFIG_FIELDS:
             self.inputs.setdefault(name, field_widget(name, getattr(d, name)))
-        self.rows = {name: _Row(name, self.inputs[name]) for section in LAYOUT.values() for name in section}
+        self.rows = {name: FieldRow(name, self.inputs[name]) for section in LAYOUT.values() for name in section}
 
     def _make_controls(self) -> None:
         """The title, the section headers, the hints switch, the calculator and the Start button."""
