@@ -85,6 +85,10 @@ class Launch:
         while (self.phase not in until and self._watching is not None and self._watching.is_alive()
                and time.monotonic() < deadline):
             time.sleep(0.05)
+        watch = self._watching
+        if self.phase in ("started", "failed") and watch is not None and watch is not threading.current_thread():
+            # The watch sets the phase, then renders and calls back, then ends: let it finish.
+            watch.join(max(0.0, deadline - time.monotonic()))
         return self.phase
 
     def render(self) -> None:
