@@ -73,15 +73,18 @@ def run_worker(worker: Path, out: Path, procs: int, size: dict, steps: int, time
     wrong (a timeout: a hang, and then torchrun's whole process group is ended, its workers with it)."""
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={procs}",
            str(worker), str(out), json.dumps(size), str(steps)]
+    out.unlink(missing_ok=True)  # an earlier try's result is not this one's
     started = time.monotonic()
     proc, timed_out = run_group(cmd, timeout_s, env={**os.environ, **(env or {})})
     if timed_out:
         return {"error": f"the workers did not finish within {timeout_s:.0f} s (a hang in NCCL?)"}
     print(proc.stdout[-4000:], end="", flush=True)
-    if proc.returncode != 0 or not out.is_file():
+    result = json.loads(out.read_text(encoding="utf-8")) if out.is_file() else {}
+    if proc.returncode != 0 and not result.get("burst"):
         return {"error": f"the workers failed (exit {proc.returncode}): {root_cause(proc.stderr)}"
                          f"{proc.stderr.strip()[-1500:]}"}
-    result = json.loads(out.read_text(encoding="utf-8"))
+    if proc.returncode != 0:  # rank 0 wrote the whole result, then a rank died tearing the group down
+        result["teardown"] = f"torchrun exited {proc.returncode} after the result was written: {root_cause(proc.stderr)}"
     result["seconds"] = round(time.monotonic() - started, 1)
     return result
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import random
 import shutil
 import signal
 import socket
@@ -243,7 +244,23 @@ def outputs(link: str) -> dict:
 
 
 def port() -> dict:
-    with socket.socket() as s:
+    """A port below the ephemeral range that binds now: a port the system handed out (bind to 0)
+    lies in the range it also gives every outgoing connection, and one of those took it before
+    torchrun listened on it (EADDRINUSE, seen under the tests' parallel sessions)."""
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768  # Linux's default start
+    rng = random.Random()
+    for _ in range(64):
+        candidate = rng.randrange(20000, max(low, 20001))
+        with socket.socket() as s:
+            try:
+                s.bind(("", candidate))
+            except OSError:
+                continue
+            return {"port": candidate}
+    with socket.socket() as s:  # every one tried was taken: what the system gives
         s.bind(("", 0))
         return {"port": s.getsockname()[1]}
 
