@@ -15,6 +15,7 @@ from lab.config import UserError
 from lab.kernel.checkpoint import (INPUT_NOT_READY, checkpoint_meta, checkpoint_step, list_checkpoints,
                                    place_checkpoint, pre_decay_checkpoint, sha256_file, verify_checkpoint)
 from lab.kernel.metrics import metrics_lines, write_metrics_lines
+from lab.kernel.plots import save_loss_plot
 from lab.kernel.preflight import NO_GPU
 
 
@@ -111,3 +112,20 @@ def merge_metrics(run_folder: Path, link_metrics: Path, from_step: int) -> None:
     mine = run_folder / "metrics.jsonl"
     early = metrics_lines(mine, upto=from_step) or metrics_lines(link_metrics, upto=from_step)
     write_metrics_lines(mine, early + metrics_lines(link_metrics, after=from_step))
+
+
+KEPT = ("result.json", "config.json", "device.json")  # a link's files the run folder takes as they are
+
+
+def merge_link_outputs(run_folder: Path, run_id: str, folder: Path, from_step: int, ckpt: dict | None) -> None:
+    """A finished link's outputs in `folder` into the run folder, whatever the machine: its
+    checkpoint (`ckpt`: {"name", "step"}, when it reached past the link's start), its metrics from
+    `from_step` on, its result, config and device files, and the run's loss plot drawn again."""
+    if ckpt and ckpt["step"] >= from_step:
+        merge_checkpoint(folder / "checkpoints" / ckpt["name"], run_folder)
+    merge_metrics(run_folder, folder / "metrics.jsonl", from_step)
+    for name in KEPT:
+        if (folder / name).is_file():
+            shutil.copyfile(folder / name, run_folder / name)
+    if (run_folder / "metrics.jsonl").is_file():
+        save_loss_plot(run_folder, title=run_id)

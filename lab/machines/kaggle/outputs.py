@@ -11,7 +11,6 @@ returned, or lost when none came back (the output listing may even answer 403 or
 from __future__ import annotations
 
 import json
-import shutil
 import time
 from pathlib import Path
 
@@ -20,9 +19,8 @@ from lab.kaggle.client import KaggleError
 from lab.kaggle.limits import GPU_CHECKS_EN, GPU_CHECKS_RU
 from lab.kaggle.probed import mark_cannot_run
 from lab.kaggle.sessions import record_session
-from lab.kernel.plots import save_loss_plot
 from lab.kernel.preflight import PREFLIGHT
-from lab.machines.handoff import check_output, merge_checkpoint, merge_metrics, read_marker
+from lab.machines.handoff import check_output, merge_link_outputs, read_marker
 from lab.machines.kaggle.data import LinkContext
 from lab.machines.kaggle.sessions import measure
 from lab.machines.kaggle.record import KaggleLinkRecord
@@ -84,15 +82,8 @@ def finish(run_id: str, n: int, status: str, failure: str, say) -> Link:
     output = record.output or {}
     folder = run.folder / record.folder
     ckpt = output.get("checkpoint")
-    if ckpt and ckpt["step"] >= link.from_step:
-        merge_checkpoint(folder / "checkpoints" / ckpt["name"], run.folder)
-    merge_metrics(run.folder, folder / "metrics.jsonl", link.from_step)
     _device_with_image(folder)
-    for name in ("result.json", "config.json", "device.json"):
-        if (folder / name).is_file():
-            shutil.copyfile(folder / name, run.folder / name)
-    if (run.folder / "metrics.jsonl").is_file():
-        save_loss_plot(run.folder, title=run.id)
+    merge_link_outputs(run.folder, run.id, folder, link.from_step, ckpt)
     with updating(run_id) as r:
         link = r.links[n - 1]
         link.ended = now()

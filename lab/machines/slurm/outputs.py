@@ -15,20 +15,17 @@ run with the end of the job's log.
 """
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 from lab.config import UserError
 from lab.corpus.manifests import data_id_of
-from lab.kernel.plots import save_loss_plot
-from lab.machines.handoff import check_output, merge_checkpoint, merge_metrics
+from lab.machines.handoff import check_output, merge_link_outputs
 from lab.runs import End, Outcome
 from lab.machines.slurm.job import SlurmLink, note, record
 from lab.machines.slurm.stage import SlurmCtx
 from lab.machines.ssh.boxes import note_data
 from lab.runs import Link, now, updating
 
-KEPT = ("result.json", "config.json", "device.json")  # copied into the run folder, as a box's link's
 LOG_LINES = 4  # of the job's log in a failure's reason
 
 
@@ -63,14 +60,7 @@ def finish(ctx: SlurmCtx, output: dict) -> Link:
     run, link, rec = record(ctx.run_id, ctx.n)
     folder = ctx.folder
     ckpt = output.get("checkpoint")
-    if ckpt and ckpt["step"] >= link.from_step:
-        merge_checkpoint(folder / "checkpoints" / ckpt["name"], run.folder)
-    merge_metrics(run.folder, folder / "metrics.jsonl", link.from_step)
-    for name in KEPT:
-        if (folder / name).is_file():
-            shutil.copyfile(folder / name, run.folder / name)
-    if (run.folder / "metrics.jsonl").is_file():
-        save_loss_plot(run.folder, title=run.id)
+    merge_link_outputs(run.folder, run.id, folder, link.from_step, ckpt)
     if output.get("input_not_ready"):  # the cluster holds other data than sent: copied again next time
         note_data(ctx.cluster.name, 0, data_id_of(Path(run.cfg.data_dir)), held=False)
     log = (folder / "session.log").read_text(encoding="utf-8", errors="replace")[-8000:] \

@@ -6,13 +6,11 @@ newest checkpoints), and the link's outcome.
 """
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 from lab.corpus.manifests import data_id_of
-from lab.kernel.plots import save_loss_plot
 from lab.kernel.schedule import decay_start_for_config
-from lab.machines.handoff import check_output, merge_checkpoint, merge_metrics
+from lab.machines.handoff import check_output, merge_link_outputs
 from lab.machines.links import get_link
 from lab.machines.ssh.record import BoxLinkRecord
 from lab.machines.ssh.boxes import note_data
@@ -20,7 +18,6 @@ from lab.machines.ssh.client import copy_down
 from lab.machines.ssh.link import BoxLink, remote
 from lab.runs import End, Link, Outcome, now, updating
 
-KEPT = ("result.json", "config.json", "device.json")  # copied into the run folder, as a Kaggle link's
 
 
 def collect(ctx: BoxLink, hosts: list[dict]) -> dict:
@@ -67,14 +64,7 @@ def finish(ctx: BoxLink, last: dict, output: dict) -> Link:
     run, link = get_link(ctx.run_id, ctx.n)
     folder = ctx.folder
     ckpt = output.get("checkpoint")
-    if ckpt and ckpt["step"] >= link.from_step:
-        merge_checkpoint(folder / "checkpoints" / ckpt["name"], run.folder)
-    merge_metrics(run.folder, folder / "metrics.jsonl", link.from_step)
-    for name in KEPT:
-        if (folder / name).is_file():
-            shutil.copyfile(folder / name, run.folder / name)
-    if (run.folder / "metrics.jsonl").is_file():
-        save_loss_plot(run.folder, title=run.id)
+    merge_link_outputs(run.folder, run.id, folder, link.from_step, ckpt)
     if output.get("input_not_ready"):  # the box holds other data than it was sent: copy it again next time
         for i in range(len(ctx.box.hosts)):
             note_data(ctx.box.name, i, data_id_of(Path(run.cfg.data_dir)), held=False)
