@@ -133,7 +133,7 @@ and the checkpoint saver, the metrics, the run's fields, the launcher and the sp
 step, the loop's parts and the loop, the plot, and the session (inputs, cards) around them.
 """
 
-SETUP = '''import os, sys, tempfile, time
+SETUP = '''import atexit, os, shutil, sys, tempfile, time
 from pathlib import Path
 from IPython import get_ipython
 from IPython.core.magic import register_cell_magic
@@ -141,6 +141,7 @@ from IPython.core.magic import register_cell_magic
 SESSION_STARTED = time.monotonic()  # the time limit counts from here
 SESSION_STARTED_AT = time.time()  # the same moment on the wall clock: the first mark of the session's timeline
 KERNEL_PY = Path(tempfile.mkdtemp(prefix="lab-kernel-")) / "lab_kernel.py"
+atexit.register(shutil.rmtree, KERNEL_PY.parent, ignore_errors=True)  # the workers are gone by then
 KERNEL_PY.write_text("from __future__ import annotations\\n# The code of the training notebook, for torchrun workers.\\n")
 
 

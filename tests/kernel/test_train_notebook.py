@@ -119,10 +119,14 @@ def test_on_kaggle_it_stops_at_its_limit_with_a_checkpoint_and_the_next_session_
 
 def test_two_processes_under_torchrun_from_inside_the_notebook(pydoc_data, tmp_path, monkeypatch):
     root = _kaggle(tmp_path, pydoc_data, layout="new")
+    temp = tmp_path / "tmp"  # the session's temporary files: the workers' script lies here while they run
+    temp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(temp))
     nb = _execute(tmp_path, "ddp", root, monkeypatch, steps_until=6, nproc=2, batch_per_card=2)
     text = _text(nb)
     assert "launching 2 processes under torchrun" in text and "cpu x2" in text
     assert json.loads((root / "working" / "result.json").read_text())["step"] == 6
+    assert not list(temp.glob("lab-kernel-*")), "a local session leaves no copy of the kernel behind"
 
 
 def _when(condition, then, timeout_s=300):
