@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """How far the calculator's speed is from the run that follows, as a lab meets it: prints a table.
 
-    scripts/bench_estimates.py --quiet 0.3 --keep /tmp/bench-est   # the kit's own settings, 3 rounds
-    scripts/bench_estimates.py --precision fp32 --rounds 5
+    scripts/bench_estimates.py --keep /tmp/bench-est     # the kit's own settings, 5 rounds (20 min here)
+    scripts/bench_estimates.py --precision fp32 --rounds 3
     scripts/bench_estimates.py --from /tmp/bench-est                 # the table again from kept runs
 
 Each round trains every size below with `lab train`'s own call in its own process on the embedded
@@ -224,7 +224,7 @@ def _cpu_name() -> str:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--precision", default="auto", help="comma-separated: auto (the kit's own), fp32, bf16")
-    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--steps", type=int, default=160, help="steps per run (the first 20 are the warm-up)")
     p.add_argument("--keep", metavar="DIR", help="keep the lab home with the runs here (resumable)")
     p.add_argument("--from", dest="source", metavar="DIR", help="only print the table from a kept DIR")
