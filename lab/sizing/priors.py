@@ -16,19 +16,21 @@ from lab.sizing.cards import REFERENCE, Card
 from lab.sizing.steptime import NOISE, Point, Size
 
 # This CPU's parts per thread count, measured by `OMP_NUM_THREADS=T scripts/bench_prior.py`: the
-# lean step (model, fused AdamW, clipping, autocast) on its grid of 26 sizes, each size's median
-# step in the fastest of 3 rounds, torch 2.13 CPU build; `scripts/bench_prior.py --fit PRECISION
-# FILE` prints these lines again from the step times kept in scripts/measured/ (tests/sizing holds
-# the two equal). Seconds per unit of (matmul FLOP, attention FLOP, activation element, spilled
-# activation element, logit, weight, layer, micro-step); the first six run on every thread, per
-# layer and per step they do not.
+# lean step (model, fused AdamW, clipping, autocast) on its grid of sizes, torch 2.13 CPU build;
+# `scripts/bench_prior.py --fit PRECISION FILE` prints these lines again from the step times kept
+# in scripts/measured/ (tests/sizing holds the two equal). Seconds per unit of (matmul FLOP,
+# attention FLOP, activation element, spilled activation element, logit, weight, layer,
+# micro-step); the first six run on every thread, per layer and per step they do not.
 # 1 thread: one core of a 2-vCPU Intel Xeon VM (AVX512-BF16), timed in CPU seconds, 2026-12-01
-# (bench_prior-xeon-1core-*.json); worst misfit on the grid 21% in fp32, 26% in bf16.
+# (bench_prior-xeon-1core-*.json: the grid's first 26 sizes, each its median step in the fastest
+# of 3 rounds); worst misfit on the grid 21% in fp32, 26% in bf16.
 # 2 threads: what `lab train` takes on a 2-vCPU AMD EPYC VM (AVX512-BF16), the cores torch uses
-# by default, timed in wall seconds with nothing else of ours running, 2026-12-02 01:15-01:20 UTC
-# (bench_prior-epyc-2threads-*.json, 4 min 46 s); worst misfit on the grid 10% in fp32, 26% in
-# bf16, whose matrix products cost next to nothing beside its casts and elementwise passes (the
-# fit leans on the other parts: the parts of a few dozen sizes are not all told apart).
+# by default, timed in wall seconds with nothing else of ours running, 2026-12-02 03:52-04:06 UTC
+# (bench_prior-epyc-2threads-*.json: 29 sizes, each its median step over 5 rounds of at least 2 s,
+# 14 min); worst misfit on the grid 11% in fp32, 29% in bf16, whose matrix products cost next to
+# nothing beside its casts and elementwise passes (the fit leans on the other parts: the parts of
+# a few dozen sizes are not all told apart, and a size's fastest round was up to 1.6× faster than
+# its median one on this VM).
 CPU_PARTS = {
     1: {"fp32": (4.33e-12, 7.81e-12, 4.52e-08, 1.24e-07, 3.5e-09, 2.62e-09, 0.0, 0.0),
         "bf16": (8.76e-12, 1.26e-11, 1.15e-07, 1.38e-07, 3.6e-09, 4.18e-09, 4.91e-04, 0.0)},

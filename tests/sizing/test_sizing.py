@@ -213,7 +213,7 @@ def test_rtx3050_has_8_gb_and_room_for_half_the_batch():
 
 # Runs on this 2-core machine before any was measured by the lab. (Not the README's earlier bf16
 # figure at the reference size, 2,506: bf16 ran 1.05-1.8x slower than fp32 at every size of
-# scripts/bench_prior.py's grid on this machine since, so that figure no longer describes it.)
+# scripts/bench_prior.py's grid on the Xeon VM since, so that figure no longer describes it.)
 @pytest.mark.parametrize("precision, layers, width, context, batch, measured", [
     ("bf16", 2, 64, 64, 4, 18_154),  # issue 25: the form guessed 240,984 here
     ("bf16", 4, 128, 128, 8, 18_602),  # README, Speed: lab train at the demo's size
