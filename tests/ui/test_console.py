@@ -453,8 +453,9 @@ def test_a_box_of_the_labs_own_machines_is_in_the_list_and_its_failed_check_is_s
     during, render = [], panel.render
     panel.render = lambda: (render(), during.append(shown()))
     check.click()
+    panel.render = render
     # Its first use runs the box's check: what it is doing is said in its row, not in the cell.
     assert any("Проверка… checking lab@127.0.0.1 (with a short training burst)" in s for s in during), during
-    shown = shown()
-    assert "✖" in shown and "127.0.0.1" in shown, shown  # the box named, beside its row; no traceback
-    assert "сейчас недоступна" in shown and "занята" not in shown  # not "busy": it does not answer
+    after = shown()
+    assert "✖" in after and "127.0.0.1" in after, after  # the box named, beside its row; no traceback
+    assert "сейчас недоступна" in after and "занята" not in after  # not "busy": it does not answer
