@@ -7,7 +7,8 @@
 Times the lean training step (the model, fused AdamW, gradient clipping, autocast: what
 `lab train` does per step, without its logging) on a grid of sizes chosen to tell the parts of
 `lab.sizing.steptime` apart (depth, width, context, batch each varied on their own), keeps each
-size's median step over the rounds, and fits the seconds per unit of each part by non-negative least squares on relative errors.
+size's median step over the rounds (each round at least --steps steps and --min-s seconds), and
+fits the seconds per unit of each part by non-negative least squares on relative errors.
 It times on the threads `lab train` would take here (OMP_NUM_THREADS, else one per core): the
 prior is per thread count, since a step's parts do not all spread over the threads alike.
 """
