@@ -30,8 +30,9 @@ def _f(default: Any, **meta: Any) -> Any:
     return field(metadata=meta, **kw)
 
 
-@dataclass
+@dataclass(frozen=True)
 class RunConfig:
+    """A run's fields, frozen: a changed run is a new one (`dataclasses.replace`)."""
     # Run and checkpoint
     resume_from: str = _f("")  # a checkpoint file or a run folder to continue from; empty: from scratch
     constellations: list = _f(["pydoc"])  # the groups of datasets the text comes from
@@ -81,10 +82,7 @@ class RunConfig:
         if unknown:
             raise ConfigError([Problem(unknown[0], f"unknown field(s): {', '.join(unknown)}",
                                        f"неизвестные поля: {', '.join(unknown)}")])
-        cfg = cls()
-        for name, value in values.items():
-            setattr(cfg, name, coerce(name, value))
-        return cfg
+        return cls(**{name: coerce(name, value) for name, value in values.items()})
 
     @classmethod
     def from_json_file(cls, path: str) -> "RunConfig":

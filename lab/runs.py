@@ -108,6 +108,8 @@ class Link:
     checkpoint: dict | None = None  # {"name", "step", "sha256"} of the checkpoint it ended with
     kind: str | None = None  # the machine's kind (lab.machines.registry), so a link finds its host by itself
     limit_min: float | None = None  # the link's own time limit, where its machine set one
+    state: str | None = None  # where its session is now, the same words for every machine (lab.machines.lifecycle)
+    state_at: str | None = None  # since when (ISO 8601 UTC)
     outcome: Outcome | None = None  # None until the link ends
     picked: dict | None = None  # why its machine was picked, {"en", "ru"}: the Auto rule's reason or the person's pick
     detail: dict = field(default_factory=dict)  # machine-specific: kernel slug, version, datasets
@@ -167,41 +169,37 @@ class Settled:
     and the checkpoint it opens. Nothing downstream merges it with a checkpoint again or guesses
     which fields were given.
 
-        config        every field as the run trains (a continued run's model fields are its
+        cfg           every field as the run trains, frozen (a continued run's model fields are its
                       checkpoint's; the fields not given, the run's or the checkpoint's as they were)
         given         the fields the person gave (the form's, a command's flags and config file)
         start         where it starts: scratch, or a checkpoint with its step and sha256
         machine       where it goes: "auto", "local", an account, a box
-        data_sha256   the sha256 of its data's manifest.json, pinned with `config["data_dir"]` (None
+        data_sha256   the sha256 of its data's manifest.json, pinned with `cfg.data_dir` (None
                       until the data is prepared: the driver prepares it, then pins it, once)
     """
-    config: dict
+    cfg: RunConfig
     given: frozenset = frozenset()
     start: Start = Start()
     machine: str = "auto"
     data_sha256: str | None = None
 
-    @property
-    def cfg(self) -> RunConfig:
-        return RunConfig.from_dict(self.config)
-
     @classmethod
     def whole(cls, cfg: RunConfig, start: Start = Start()) -> "Settled":
         """A config taken whole, every field as given (a run recorded before settled records were
         is read so; tests make runs so)."""
-        return cls(cfg.to_dict(), frozenset(cfg.to_dict()), start, cfg.machine or "auto")
+        return cls(cfg, frozenset(cfg.to_dict()), start, cfg.machine or "auto")
 
     def pinned(self, data_dir: str, sha256: str) -> "Settled":
         """The same record with its data pinned (the driver prepared it after registration)."""
-        return replace(self, config={**self.config, "data_dir": data_dir}, data_sha256=sha256)
+        return replace(self, cfg=replace(self.cfg, data_dir=data_dir), data_sha256=sha256)
 
     def to_dict(self) -> dict:
-        return {"config": dict(self.config), "given": sorted(self.given), "start": asdict(self.start),
+        return {"config": self.cfg.to_dict(), "given": sorted(self.given), "start": asdict(self.start),
                 "machine": self.machine, "data_sha256": self.data_sha256}
 
     @classmethod
     def from_dict(cls, d: dict) -> "Settled":
-        return cls(dict(d["config"]), frozenset(d.get("given") or ()), Start.from_dict(d.get("start")),
+        return cls(RunConfig.from_dict(d["config"]), frozenset(d.get("given") or ()), Start.from_dict(d.get("start")),
                    d.get("machine") or d["config"].get("machine") or "auto", d.get("data_sha256"))
 
 
@@ -217,11 +215,6 @@ class Run:
     @property
     def folder(self) -> Path:
         return runs_dir() / self.id
-
-    @property
-    def config(self) -> dict:
-        """The settled config's fields, name -> value (a copy)."""
-        return dict(self.settled.config)
 
     @property
     def cfg(self) -> RunConfig:

@@ -17,7 +17,7 @@ HOST_FLAGS = {"input_not_ready", "abandoned", "refused", "session_started", "lim
 # lab's packages (a top-level module counts as one), lowest first. A package imports only those on
 # a lower floor, or those before it on its own floor; `../shared/DESIGN.md` draws the same floors.
 FLOORS = [
-    ("config", "home", "faults", "fields"),
+    ("config", "spec", "home", "faults", "fields"),  # spec: the run and a session, pasted into the notebook as config is
     ("kernel", "corpus", "kaggle", "procs"),  # kaggle and procs use the kernel's checkpoint and signals
     ("runs", "sizing", "models", "notebooks", "trial"),  # the trial session pastes kernel modules as notebooks do
     ("machines", "probe"),

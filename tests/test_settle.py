@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from dataclasses import replace
 
 import pytest
 
@@ -85,7 +86,7 @@ def test_the_same_run_goes_on_from_its_checkpoint_with_what_is_given_on_top(home
     cancel_flag(run.id).write_text("cancelled")
     going = settle.register_run({"steps_until": 50, "lr": 1e-3}, run.id, "local")
     assert going.id == run.id and len(list_runs()) == 1
-    assert going.cfg == RunConfig.from_dict({**run.config, "steps_until": 50, "lr": 1e-3})
+    assert going.cfg == replace(run.cfg, steps_until=50, lr=1e-3)
     assert going.status == "new" and not cancel_flag(run.id).exists(), "asking to go on forgets the cancel"
     with pytest.raises(ConfigError, match="steps_until 10 is not above the checkpoint's step 10"):
         settle.register_run({"steps_until": 10}, run.id, "local")
@@ -123,13 +124,13 @@ def test_the_form_lab_run_and_lab_sweep_register_the_same_config_for_the_same_fi
     from lab.recipes.runners import LocalRunner
     from lab.recipes.sweep import Sweep, plan_configs
     from lab.ui import NewRunForm
-    direct = settle.register_run(FORM, machine="local").config
+    direct = settle.register_run(FORM, machine="local").cfg
     by_form = NewRunForm(**FORM, machine="local").start(wait=True)
     by_cli = lab_run_detached(*FORM_FLAGS)
     by_sweep = Sweep(plan_configs(RunConfig.from_dict({**FORM, "machine": "local"})), LocalRunner(),
                      say=lambda s: None).members[0].run_id
-    assert load_run(by_form).config == load_run(by_cli).config == load_run(by_sweep).config == direct
-    assert direct["data_dir"] == "", "nothing prepared in this home: the driver prepares it"
+    assert load_run(by_form).cfg == load_run(by_cli).cfg == load_run(by_sweep).cfg == direct
+    assert direct.data_dir == "", "nothing prepared in this home: the driver prepares it"
     assert spawned == [by_form, by_cli], "the form and `lab run --detach` spawn its driver; the sweep runs it itself"
     from lab.sizing.calibration import read_predictions
     for rid in (by_form, by_cli, by_sweep):  # each has the calculator's word on it, on this computer's card
@@ -141,9 +142,9 @@ def test_a_new_run_from_a_checkpoint_is_the_same_from_the_form_and_from_lab_run(
     _, ckpt = saved_run(RunConfig.from_dict({**TINY, "data_dir": str(pydoc_data), "machine": "local"}), 10)
     form = NewRunForm(resume_from=str(ckpt), steps_until=40, lr=0.002, machine="local")
     assert form.config().width == 32 and form.inputs["width"].disabled  # locked to the checkpoint's
-    by_form = load_run(form.start(wait=True)).config
-    by_cli = load_run(lab_run_detached("--resume", str(ckpt), "--steps-until", "40", "--lr", "0.002")).config
+    by_form = load_run(form.start(wait=True)).cfg
+    by_cli = load_run(lab_run_detached("--resume", str(ckpt), "--steps-until", "40", "--lr", "0.002")).cfg
     assert by_form == by_cli
     # Given: steps_until and lr; the rest is the checkpoint's run (its batch 4, not the form's default 6).
-    assert by_cli == RunConfig.from_dict({**TINY, "steps_until": 40, "lr": 0.002, "machine": "local"}).to_dict()
+    assert by_cli == RunConfig.from_dict({**TINY, "steps_until": 40, "lr": 0.002, "machine": "local"})
     assert len(spawned) == 2

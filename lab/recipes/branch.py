@@ -9,6 +9,7 @@ two) and the parent's curve up to S, so its plot reads as one line that bends do
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from pathlib import Path
 
 from lab.config import RunConfig, UserError
@@ -43,11 +44,9 @@ def branch_config(parent: RunConfig, at: int, decay_frac: float = DECAY_FRAC) ->
     if at > start:
         raise UserError(f"step {at:,} is in the run's decay phase (from step {start:,}): branch from a "
                         f"checkpoint of its constant phase")
-    cfg = RunConfig.from_dict(parent.to_dict())
-    cfg.steps_until = max(at + 1, math.ceil(at / (1 - decay_frac)))
-    cfg.decay_start, cfg.decay_frac, cfg.resume_from = at, decay_frac, ""
-    cfg.warmup_steps = warmup  # the parent's, as it ran: with decay_start set it is taken as given
-    return cfg
+    # The parent's warmup as it ran: with decay_start set it is taken as given.
+    return replace(parent, steps_until=max(at + 1, math.ceil(at / (1 - decay_frac))), decay_start=at,
+                   decay_frac=decay_frac, resume_from="", warmup_steps=warmup)
 
 
 def checkpoint_at(run: Run, at: int) -> Path:

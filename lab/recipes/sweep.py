@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import itertools
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Sequence
 
 from lab.config import RunConfig, UserError, check, raise_on_errors
@@ -50,19 +50,18 @@ def plan_configs(base: RunConfig, sizes: Sequence[tuple[int, int]] = (), lrs: Se
     """The grid: one config per combination, each checked; labels say what differs."""
     out = []
     for (size, lr, schedule) in itertools.product(sizes or [None], lrs or [None], schedules or [None]):
-        cfg = RunConfig.from_dict(base.to_dict())
-        parts = []
+        cfg, parts = base, []
         if size:
-            cfg.layers, cfg.width = size
+            cfg = replace(cfg, layers=size[0], width=size[1])
             parts.append(f"{size[0]}x{size[1]}")
         if lr:
-            cfg.lr = lr
+            cfg = replace(cfg, lr=lr)
             parts.append(f"lr {lr:g}")
         if schedule:
-            cfg.schedule = schedule
+            cfg = replace(cfg, schedule=schedule)
             parts.append(schedule)
         if cfg.width % cfg.heads:
-            cfg.heads = max(h for h in range(1, cfg.heads + 1) if cfg.width % h == 0)
+            cfg = replace(cfg, heads=max(h for h in range(1, cfg.heads + 1) if cfg.width % h == 0))
         raise_on_errors(check(cfg))
         out.append((" ".join(parts) or "run", cfg))
     return out
@@ -93,8 +92,8 @@ class Sweep:
                     raise UserError(f"{label}: cooldown branches need a wsd or inv_sqrt run, not {cfg.schedule}")
                 stages = cooldown_steps(cfg, cooldown)
                 # One schedule for every stage: the decay start and warmup of the whole plan.
-                cfg.warmup_steps = run_warmup(cfg.steps_until, cfg.warmup_steps, cfg.decay_start)
-                cfg.decay_start = parent_decay_start(cfg)
+                cfg = replace(cfg, warmup_steps=run_warmup(cfg.steps_until, cfg.warmup_steps, cfg.decay_start),
+                              decay_start=parent_decay_start(cfg))
             planned.append((label, cfg, stages))
         for label, cfg, stages in planned:
             member = Member(label, "", stages, cfg.steps_until)

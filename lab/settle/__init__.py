@@ -128,7 +128,7 @@ def _as_it_was(point: StartPoint) -> dict:
     goes on, the checkpoint's run's when a new run starts from one (where it ran and what it read
     stay behind), else none (the defaults)."""
     if point.run is not None:
-        return {**point.run.config, "resume_from": ""}
+        return {**point.run.cfg.to_dict(), "resume_from": ""}
     if point.meta is not None:
         names = set(field_names())
         return {k: v for k, v in (point.meta.get("config") or {}).items() if k in names and k not in SESSION_FIELDS}
@@ -143,9 +143,7 @@ def _config(given: dict, point: StartPoint) -> tuple[RunConfig, list[Problem]]:
         return cfg, []
     theirs = point.meta.get("config") or cfg.model_dict()  # a checkpoint with no config locks nothing
     problems = check_resume(cfg, theirs, int(point.meta["step"]), set(given) & set(MODEL_FIELDS))
-    for name in MODEL_FIELDS:
-        setattr(cfg, name, theirs.get(name, getattr(cfg, name)))
-    return cfg, problems
+    return replace(cfg, **{name: theirs.get(name, getattr(cfg, name)) for name in MODEL_FIELDS}), problems
 
 
 def _grown(cfg: RunConfig, point: StartPoint, verify: bool,
@@ -191,8 +189,8 @@ def preview(given: dict, resume: str | None = None, machine: str | None = None, 
     sha = None
     data = found_data(cfg) if verify else None  # finding it hashes the sources: registration does, once
     if data is not None and (data / "manifest.json").is_file():  # prepared: pinned now
-        cfg.data_dir, sha = str(data), sha256_file(data / "manifest.json")
-    settled = Settled(cfg.to_dict(), frozenset(given), point.start(), cfg.machine or "auto", sha)
+        cfg, sha = replace(cfg, data_dir=str(data)), sha256_file(data / "manifest.json")
+    settled = Settled(cfg, frozenset(given), point.start(), cfg.machine or "auto", sha)
     if grown is not None:  # said beside "Steps until": which way the run grows
         problems = problems + [Problem("steps_until", grown.words_en, grown.words_ru, severity="note")]
     ckpt = None if point.meta is None else {"step": int(point.meta["step"]), "config": point.meta.get("config") or {},

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -25,7 +26,7 @@ def test_val_bpb_is_the_val_loss_over_the_val_splits_bytes_per_token(trained):
 
 def test_the_val_set_a_row_names_finds_its_data_without_the_runs_data_dir(trained):
     row = last_val(read_metrics(trained.run.folder))
-    cfg = RunConfig.from_dict({**trained.run.config, "data_dir": ""})
+    cfg = replace(trained.run.cfg, data_dir="")
     assert val_bpb(row, cfg) == val_bpb(row, trained.run.cfg)
     assert val_bpb({**row, "val_set": "0000000000000000"}, cfg) is None  # data not in this lab home
     assert val_bpb({"step": 1, "loss": 3.0}, cfg) is None

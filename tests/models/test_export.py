@@ -79,7 +79,7 @@ def test_the_card_of_a_continued_run_tells_its_lineage(trained, tmp_path):
     from lab.kernel.checkpoint import list_checkpoints, place_checkpoint
     from lab.runs import Settled, create_run
     ckpt = list_checkpoints(trained.run.folder / "checkpoints")[-1]
-    child = create_run(Settled.whole(RunConfig.from_dict(trained.run.config)),
+    child = create_run(Settled.whole(trained.run.cfg),
                        parent={"run": trained.run.id, "checkpoint": str(ckpt), "step": 40})
     place_checkpoint(ckpt, child.folder / "checkpoints")  # as a continued run starts: the parent's checkpoint
     card = (export(child.id, tmp_path / "child") / "README.md").read_text()

@@ -71,7 +71,7 @@ def test_a_wrong_setting_is_said_beside_its_field_and_nothing_runs():
 
 
 def test_a_checkpoint_that_went_away_is_said_beside_the_run_and_refresh_finds_the_new_one(trained):
-    clone = create_run(Settled.whole(RunConfig.from_dict(trained.run.config)))
+    clone = create_run(Settled.whole(trained.run.cfg))
     shutil.copytree(trained.run.folder / "checkpoints", clone.folder / "checkpoints")
     panel = TryModel(clone.id)
     assert panel.run.value == clone.id
