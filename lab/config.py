@@ -47,7 +47,7 @@ class RunConfig:
     batch_per_card: int = _f(6)  # sequences of n tokens per card per step
     grad_accum: int = _f(1)  # micro-steps per optimizer step
     steps_until: int = _f(45000)  # the step training ends at; the schedule decays towards it
-    limit_min: float = _f(630)  # minutes of this session: at the limit it saves and stops
+    limit_min: float = _f(630)  # minutes a session may train (its machine may allow a link less), then save
     # More
     schedule: str = _f("wsd", choices=SCHEDULES)  # the learning rate by step
     lr: float = _f(1e-3)  # the peak learning rate

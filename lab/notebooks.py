@@ -1,59 +1,47 @@
-"""The training notebook: generated from the kernel-side modules, parameterized by papermill.
+"""The training notebook: generated from the kernel-side modules, parameterized by a link's spec.
 
-`notebooks/train.ipynb` holds the model, the loop and the saver in its own cells, so it
-runs on a bare Kaggle image without this package installed. The code lives once, in
-`lab/`; this module pastes it in (`scripts/make-train-notebook` writes the file, and a test
-fails when the committed notebook is stale). Each code cell starts with the
-`%%kernel_source` magic, which runs the cell and also appends it to a script: the script
-is what torchrun's workers run, since code defined in a notebook cannot be pickled into
-spawned processes.
+`notebooks/train.ipynb` reads as a story: this run's values (the parameters cell), then the
+model, the data, the learning rate, one step, the loop and the time-limit saver; then a markdown
+cell `## Appendix: the session's machinery` and everything else (the run's fields, launch,
+preflight, speed-ups, the CPU, signals, the session), whose last cells run it. So it runs on a
+bare Kaggle image without this package installed. The code lives once, in `lab/`; this module
+pastes it in (`scripts/make-train-notebook` writes the file, and a test fails when the committed
+notebook is stale). Each code cell starts with the `%%kernel_source` magic, which runs the cell
+and also appends it to a script: the script is what torchrun's workers run, since code defined in
+a notebook cannot be pickled into spawned processes.
+
+A link's notebook (`link_notebook`) is the template with its parameters cell written for the link's
+spec by this module, not by papermill's translator: one cell, its values one per line with what
+each means, Cyrillic as Cyrillic.
 """
 from __future__ import annotations
 
 import ast
-import dataclasses
+import copy
 import json
 import re
 from pathlib import Path
 
 import nbformat
 
-from lab.config import RunConfig
-from lab.fields import field_help
-from lab.kernel import READING_ORDER
+from lab.kernel import APPENDIX, READING_ORDER, STORY
+from lab.spec import LinkSpec
 
 PACKAGE = Path(__file__).resolve().parent
 TRAIN_NOTEBOOK = PACKAGE.parent / "notebooks" / "train.ipynb"
-# In the order a reader meets them; each may use only the ones before it.
+# In the order a reader meets them: the story, then the appendix.
 KERNEL_MODULES = READING_ORDER
 KAGGLE_LIMIT_BYTES = 1_000_000
-
-# Settings of one session, not of the run: they stay out of RunConfig.
-SESSION_PARAMETERS = {
-    "out_dir": ("", "where outputs go; empty: /kaggle/working on Kaggle, ./run elsewhere"),
-    "nproc": (0, "processes under torchrun; 0: one per GPU (DDP when there are two or more)"),
-    "allow_fallback": (False, "if the newest checkpoint is corrupt, continue from the previous good one"),
-    "plot_every_s": (30, "seconds between redraws of the loss plot"),
-    "plot_x": ("step", "x axis of the plot: step or tokens"),
-    "expect_data_sha256": ("", "sha256 of the data's manifest.json this session must find; empty: any"),
-    "expect_ckpt_sha256": ("", "sha256 of the checkpoint this session must resume from; empty: any"),
-    "expect_cards": ("", "the cards this session was pushed for ('2xT4'): without them it stops before training "
-                         "and leaves no-gpu.json; empty: no check"),
-    "allow_cpu": (False, "with expect_cards: train on the CPU when the cards are missing (the person set "
-                         "LAB_KAGGLE_ALLOW_CPU to 1)"),
-    "nccl_env": ({}, "NCCL settings for this session's workers, from the account's probe, e.g. "
-                     "{'NCCL_P2P_DISABLE': '1'}"),
-    "nnodes": (1, "hosts that train this run together under torchrun (a group of the lab's boxes); 1: this one"),
-    "node_rank": (0, "this host's place in the group: 0 for the first, whose outputs are the run's"),
-    "rdzv_endpoint": ("", "where the group's hosts meet: HOST:PORT on the first host"),
-}
+APPENDIX_HEADING = "## Appendix: the session's machinery"
+# The run's fields a link's session holds instead (LinkSpec.of empties them in the run): not shown twice.
+HELD_BY_SESSION = ("resume_from", "data_dir")
 
 _LAB_IMPORT = re.compile(r"^(from lab(\.\w+)* import .*|import lab(\.\w+)*.*)$")
 
 
 def module_path(module: str) -> Path:
-    """`config` is the package's own (the control side shares it); the rest is `lab/kernel/`."""
-    return PACKAGE / "config.py" if module == "config" else PACKAGE / "kernel" / f"{module}.py"
+    """`config` and `spec` are the package's own (the control side shares them); the rest is `lab/kernel/`."""
+    return PACKAGE / f"{module}.py" if module in ("config", "spec") else PACKAGE / "kernel" / f"{module}.py"
 
 
 def kernel_source(module: str) -> str:
@@ -97,43 +85,100 @@ def check_no_clashes() -> None:
             seen[name] = module
 
 
-def parameters_source() -> str:
-    lines = ["# Parameters: papermill, `lab run` and the New run form replace these values.",
-             "# The run (the same fields as `lab train` and the form):"]
-    defaults = RunConfig()
-    for f in dataclasses.fields(RunConfig):
-        lines.append(f"{f.name} = {getattr(defaults, f.name)!r}  # {field_help(f.name)}")
-    lines.append("# This session:")
-    for name, (value, help_text) in SESSION_PARAMETERS.items():
-        lines.append(f"{name} = {value!r}  # {help_text}")
+# --- the parameters cell -----------------------------------------------------------------------
+
+TEMPLATE_PARAMETERS = """# This run's values: `lab run`, the control notebook and the lab's machines write this cell for each
+# session (lab.spec.LinkSpec: the run's fields, then the session's own). Empty: every field's default.
+run = {}
+session = {}
+"""
+
+
+def field_comments(module: str, cls: str) -> dict[str, str]:
+    """Each field of class `cls` in `module` with the comment beside it there: what a field means
+    is written once, in its dataclass."""
+    lines = module_path(module).read_text(encoding="utf-8").splitlines()
+    body = next(n for n in ast.parse("\n".join(lines)).body if isinstance(n, ast.ClassDef) and n.name == cls).body
+    return {n.target.id: lines[n.lineno - 1].partition("  # ")[2].strip() for n in body
+            if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)}
+
+
+def literal(value) -> str:
+    """A value as Python source a person reads: strings in double quotes with their own letters
+    (papermill's translator writes Cyrillic as \\u escapes), lists and dicts the same inside."""
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(map(literal, value)) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{literal(str(k))}: {literal(v)}" for k, v in value.items()) + "}"
+    return repr(value)
+
+
+def _assignment(name: str, values: dict, comments: dict[str, str]) -> list[str]:
+    lines = [f"{name} = {{"]
+    for key, value in values.items():
+        comment = comments.get(key)
+        lines.append(f"    {literal(key)}: {literal(value)}," + (f"  # {comment}" if comment else ""))
+    return lines + ["}"]
+
+
+def parameters_source(spec: LinkSpec) -> str:
+    """The parameters cell of a link's notebook: this run's values once, one per line, with what
+    each means; the run's fields its session holds instead (`HELD_BY_SESSION`) only when set."""
+    run = {k: v for k, v in spec.run.to_dict().items() if k not in HELD_BY_SESSION or v}
+    lines = ["# This run's values: the run's fields, then this session's own (lab.spec.LinkSpec).",
+             *_assignment("run", run, field_comments("config", "RunConfig")),
+             *_assignment("session", spec.session.to_dict(), field_comments("spec", "Session"))]
     return "\n".join(lines) + "\n"
 
 
-def _module_title(module: str) -> str:
-    doc = ast.get_docstring(ast.parse(module_path(module).read_text(encoding="utf-8"))) or module
-    return f"## `{module}`: {doc.splitlines()[0]}"
+def parameterized(spec: LinkSpec) -> dict:
+    """papermill's parameters for a link: its spec's one JSON form, `run` and `session` (where
+    papermill writes the cell itself, as a box's remote half does)."""
+    return spec.to_dict()
 
+
+def link_notebook(spec: LinkSpec) -> nbformat.NotebookNode:
+    """The training notebook of one link, as it is pushed to Kaggle or executed by papermill: the
+    template with its parameters cell written for `spec` (tagged as papermill tags the cell it
+    writes, so that papermill given parameters replaces this one rather than adding a second)."""
+    nb = nbformat.reads(TRAIN_NOTEBOOK.read_text(encoding="utf-8"), as_version=4)
+    cell = next(c for c in nb.cells if "parameters" in c.metadata.get("tags", []))
+    cell.source = parameters_source(spec)
+    cell.metadata["tags"] = ["parameters", "injected-parameters"]
+    nb.metadata["papermill"] = {"parameters": spec.to_dict()}
+    return nb
+
+
+def write_link_notebook(spec: LinkSpec, path: Path) -> Path:
+    """A link's notebook written to `path`, for papermill to execute from there (given a notebook
+    object instead, papermill would keep a whole copy of it in the executed notebook's metadata)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(link_notebook(spec), str(path))
+    return path
+
+
+# --- the cells around the modules --------------------------------------------------------------
 
 INTRO = """# Train a GPT
 
-The lab kit's training notebook. It runs the same on Kaggle (*GPU T4 ×2*) and on your own
-card: `lab run` and the control notebook fill the **parameters** cell below and execute it with
-papermill; on Kaggle it is pushed as a private kernel. Everything it needs is in these cells —
-the model, the training loop and the time-limit saver — so you can read it top to bottom.
+The lab kit's training notebook. It runs the same on Kaggle (*GPU T4 ×2*) and on your own card:
+`lab run` and the control notebook write this run's values into the **parameters** cell below and
+execute it with papermill; on Kaggle it is pushed as a private kernel.
+
+Read it top to bottom: this run's values, then the story — **the model, the data, the learning
+rate, one step, the loop and the time-limit saver**. Below the story, the
+*Appendix: the session's machinery* holds everything else (the run's fields, the checkpoint's
+files, launch, preflight, speed-ups, the CPU, signals, the session); its last cells run the story.
 
 * Data: a folder prepared by `lab prepare` (`manifest.json`, `tokenizer.model`, uint16 shards),
   found under `/kaggle/input` (either of Kaggle's layouts) or next to the notebook.
 * Outputs: `metrics.jsonl`, `checkpoints/`, `loss.png` in `/kaggle/working` (or `./run`).
-* At `limit_min` minutes, on SIGTERM, or at the stop button, training saves a checkpoint and stops.
-* `resume_from` continues from a checkpoint with the fields as this cell gives them: `lab run --resume`
-  and the control notebook fill in every field as the run had it; by hand, give them all.
-
-The cells below read top to bottom: the model, the learning-rate schedule, the data, the stop signals
-and the checkpoint saver, the metrics, the run's fields, the launcher and the speed-ups, one training
-step, the loop's parts and the loop, the plot, and the session (inputs, cards) around them.
+* At the session's time limit, on SIGTERM, or at the stop button, training saves a checkpoint and stops.
 """
 
-SETUP = '''import atexit, os, shutil, sys, tempfile, time
+SETUP = '''import __future__, atexit, os, shutil, sys, tempfile, time
 from pathlib import Path
 from IPython import get_ipython
 from IPython.core.magic import register_cell_magic
@@ -147,16 +192,20 @@ KERNEL_PY.write_text("from __future__ import annotations\\n# The code of the tra
 
 @register_cell_magic
 def kernel_source(line, cell):
-    """Runs the cell here and appends it to the script that torchrun workers run."""
+    """Runs the cell here as its module runs (annotations not evaluated), and appends it to the
+    script that torchrun workers run."""
     with KERNEL_PY.open("a", encoding="utf-8") as f:
         f.write(f"# --- {line}\\n{cell}\\n\\n")
-    exec(compile(cell, f"<{line}>", "exec"), get_ipython().user_ns)
-
-
-import torch
-print(f"python {sys.version.split()[0]}, torch {torch.__version__}, "
-      f"{torch.cuda.device_count()} GPU(s): {[torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]}")
+    exec(compile(cell, f"<{line}>", "exec", __future__.annotations.compiler_flag), get_ipython().user_ns)
 '''
+
+APPENDIX_INTRO = APPENDIX_HEADING + """
+
+Everything the story calls that is not the story: the run's fields and this session's own
+(`config`, `spec`), the checkpoint's files, the metrics file, the CPU, the ranks agreeing, the
+speed-ups (compiling, DDP's settings, one host sync per sync point), the launcher, where this
+process trains, what to do when a step does not fit the card, the plot, the session (its inputs,
+torchrun) and its first checks (preflight). The last cells run the story."""
 
 WORKER_ENTRY = '''# A torchrun worker runs this script with LOCAL_RANK set; the notebook itself skips it.
 if __name__ == "__main__" and "LOCAL_RANK" in os.environ:
@@ -165,33 +214,42 @@ if __name__ == "__main__" and "LOCAL_RANK" in os.environ:
 
 # The control side settled the run's fields once (`lab.settle`) and sends every one of them: the
 # session takes them as they are and the loop checks them against the data and the checkpoint it opens.
-RUN = '''timeline = preflight(expect_cards, allow_cpu, nccl_env, output_dir(out_dir), SESSION_STARTED_AT)
-cfg = RunConfig.from_dict({name: globals()[name] for name in field_names()})
-session = inputs_as_sent(cfg, out_dir, expect_data_sha256, expect_ckpt_sha256)
+RUN = '''spec = LinkSpec.from_dict({"run": run, "session": session})  # this run's values, once
+timeline = preflight(spec.session.expect_cards, spec.session.allow_cpu, spec.session.nccl_env,
+                     output_dir(spec.session.out_dir), SESSION_STARTED_AT)
+paths = inputs_as_sent(spec)
 timeline.mark("inputs_checked")'''
 
 TRAIN = '''try:
-    result = run_session(cfg, session, KERNEL_PY, nproc=nproc, allow_fallback=allow_fallback,
-                         plot_every_s=plot_every_s, plot_x=plot_x, started=SESSION_STARTED,
-                         nodes=Nodes(nnodes, node_rank, rdzv_endpoint))
+    result = run_session(spec, paths, KERNEL_PY, started=SESSION_STARTED)
 finally:
     timeline.mark("ended")
 result'''
 
 
+def _module_title(module: str) -> str:
+    doc = ast.get_docstring(ast.parse(module_path(module).read_text(encoding="utf-8"))) or module
+    return f"## `{module}`: {doc.splitlines()[0]}"
+
+
+def _module_cells(modules: list[str]) -> list:
+    md, code = nbformat.v4.new_markdown_cell, nbformat.v4.new_code_cell
+    return [cell for module in modules
+            for cell in (md(_module_title(module)), code(f"%%kernel_source {module}\n" + kernel_source(module)))]
+
+
 def build_train_notebook() -> nbformat.NotebookNode:
     check_no_clashes()
     md, code = nbformat.v4.new_markdown_cell, nbformat.v4.new_code_cell
-    cells = [md(INTRO), code(parameters_source(), metadata={"tags": ["parameters"]}),
-             md("## Setup\nThe `%%kernel_source` magic used by the cells below."), code(SETUP)]
-    for module in KERNEL_MODULES:
-        cells += [md(_module_title(module)), code(f"%%kernel_source {module}\n" + kernel_source(module))]
-    cells += [code("%%kernel_source entry\n" + WORKER_ENTRY),
-              md("## Run\nThe session's cards and image checked, the run's config from the parameters, and where "
-                 "this session reads and writes."),
-              code(RUN),
-              md("## Train\nProgress below; the loss plot refreshes while it trains and is saved as `loss.png`."),
-              code(TRAIN)]
+    cells = [md(INTRO), code(TEMPLATE_PARAMETERS, metadata={"tags": ["parameters"]}),
+             md("## Setup\nThe `%%kernel_source` magic the cells below run under."), code(SETUP),
+             *_module_cells(STORY), md(APPENDIX_INTRO), *_module_cells(APPENDIX),
+             code("%%kernel_source entry\n" + WORKER_ENTRY),
+             md("## Run\nThis run's spec from the parameters, built once; the session's cards and image checked; "
+                "where it reads and writes."),
+             code(RUN),
+             md("## Train\nProgress below; the loss plot refreshes while it trains and is saved as `loss.png`."),
+             code(TRAIN)]
     nb = nbformat.v4.new_notebook(cells=cells)
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     nb.metadata["language_info"] = {"name": "python"}
@@ -199,6 +257,12 @@ def build_train_notebook() -> nbformat.NotebookNode:
     for i, cell in enumerate(nb.cells):
         cell["id"] = f"cell-{i:02d}"
     return nb
+
+
+def story_cells(nb: nbformat.NotebookNode) -> list:
+    """The cells before the appendix's heading: this run's values and the story."""
+    end = next(i for i, c in enumerate(nb.cells) if c.cell_type == "markdown" and c.source.startswith(APPENDIX_HEADING))
+    return nb.cells[:end]
 
 
 def notebook_text(nb: nbformat.NotebookNode | None = None) -> str:
@@ -212,14 +276,6 @@ def write_train_notebook(path: Path = TRAIN_NOTEBOOK) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text, encoding="utf-8")
     return path
-
-
-def parameterized(cfg: RunConfig, **session) -> dict:
-    """papermill parameters for a run: every RunConfig field plus session settings."""
-    unknown = set(session) - set(SESSION_PARAMETERS)
-    if unknown:
-        raise ValueError(f"unknown session parameters: {sorted(unknown)}")
-    return {**json.loads(cfg.to_json()), **session}
 
 
 # =======================================================================================

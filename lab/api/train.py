@@ -1,15 +1,15 @@
 """`lab train`: a run's loop here, without the registry (into a folder the person names): in this
 process, or under torchrun with one process per card. Its fields are settled as a registered run's
-are (`lab.settle.preview`: a resume continues the run as it was, the given fields on top), once;
-torchrun's workers get that config whole from a file.
+are (`lab.settle.preview`: a resume continues the run as it was, the given fields on top), once,
+into a link's spec (`lab.spec.LinkSpec`: the run and this session's data, checkpoint and folder),
+which the loop takes whole and torchrun's workers read from a file, as the training notebook's do.
+`lab train --spec FILE` takes a spec as a link records it.
 """
 from __future__ import annotations
 
-import argparse
 import os
 import sys
-from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -17,14 +17,14 @@ import torch
 from lab.config import RunConfig, UserError
 from lab.kernel.checkpoint import CheckpointError
 from lab.kernel.data import DataError
-from lab.kernel.launch import launch, report_result, reporting_failure, stop_file_from_env
-from lab.kernel.train import OutOfMemory, train
+from lab.kernel.fitting import OutOfMemory
+from lab.kernel.launch import launch, stop_file_from_env
+from lab.kernel.session import WORKER_SPEC, train_link, worker_main
 from lab.machines.local import local_gpu
 from lab.machines.needs import find_data
 from lab.settle import checked, preview
 from lab.sizing.calibration import record_prediction
-
-WORKER_CONFIG = "session-config.json"  # in the out folder: the settled config torchrun's workers train with
+from lab.spec import LinkSpec
 
 
 @dataclass(frozen=True)
@@ -54,16 +54,38 @@ def train_here(given: dict, resume: str | None, how: Here) -> dict:
     if pv.grown is not None and pv.grown.set_aside:
         set_aside(pv.grown.set_aside, Path(how.out))
     data = Path(cfg.data_dir) if cfg.data_dir else find_data(cfg)  # not prepared: says how
-    nproc = processes_wanted(cfg, how.nproc)
-    if nproc > 1 and "WORLD_SIZE" not in os.environ:
-        return _under_torchrun(cfg, data, ckpt, nproc, how)
+    return train_spec(LinkSpec.of(cfg, data_dir=str(data), resume_from=str(ckpt or ""), out_dir=how.out,
+                                  allow_fallback=how.allow_fallback), how.nproc)
+
+
+def train_spec(spec: LinkSpec, nproc: int | None = None) -> dict:
+    """Trains one link's spec here, as its session would: in this process, or under torchrun with
+    `nproc` processes (None: the spec's, else one per card when the run's `parallel` is auto or ddp)."""
+    if not spec.session.out_dir or not spec.session.data_dir:
+        raise UserError("a spec for `lab train` names its session's out_dir and data_dir")
+    procs = processes_wanted(spec.run, nproc if nproc is not None else spec.session.nproc or None)
+    cfg, out = replace(spec.run, data_dir=spec.session.data_dir), Path(spec.session.out_dir)  # for the calculator
+    if procs > 1 and "WORLD_SIZE" not in os.environ:
+        return _under_torchrun(spec, procs, cfg)
     try:
-        result = train(cfg, how.out, data, resume=ckpt, allow_fallback=how.allow_fallback,
-                       log=lambda s: print(s, flush=True), stop_file=stop_file_from_env(),
-                       on_metrics=_prediction_once(Path(how.out), cfg))
+        return train_link(spec, log=lambda s: print(s, flush=True), stop_file=stop_file_from_env(),
+                          on_metrics=_prediction_once(out, cfg))
     except (CheckpointError, DataError, OutOfMemory) as e:
         raise UserError(str(e)) from None
-    return result
+
+
+def train_spec_file(path: str, how: Here) -> dict:
+    """`lab train --spec FILE`: the link's spec in `path`, its session's folder `how.out` when given
+    and its fallback when asked for, trained here."""
+    try:
+        spec = LinkSpec.from_json(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise UserError(f"cannot read the spec {path}: {e}") from None
+    if how.out:
+        spec = spec.with_session(out_dir=how.out)
+    if how.allow_fallback:
+        spec = spec.with_session(allow_fallback=True)
+    return train_spec(spec, how.nproc)
 
 
 def set_aside(checkpoints: tuple[Path, ...], out: Path) -> None:
@@ -78,15 +100,12 @@ def set_aside(checkpoints: tuple[Path, ...], out: Path) -> None:
                     part.rename(aside / part.name)
 
 
-def _under_torchrun(cfg: RunConfig, data: Path, ckpt: str | None, nproc: int, how: Here) -> dict:
-    """The settled config written whole for the workers (`python -m lab.api.train`), then torchrun."""
-    out = Path(how.out)
+def _under_torchrun(spec: LinkSpec, nproc: int, cfg: RunConfig) -> dict:
+    """The spec written whole for the workers (`python -m lab.api.train --spec FILE`), then torchrun."""
+    out = Path(spec.session.out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    (out / WORKER_CONFIG).write_text(cfg.to_json(), encoding="utf-8")
-    target = ["-m", "lab.api.train", "--config", str(out / WORKER_CONFIG), "--out", str(out), "--data", str(data)]
-    target += ["--resume", ckpt] if ckpt else []
-    target += ["--allow-fallback"] if how.allow_fallback else []
-    ended = launch(nproc, target)
+    (out / WORKER_SPEC).write_text(spec.to_json(), encoding="utf-8")
+    ended = launch(nproc, ["-m", "lab.api.train", "--spec", str(out / WORKER_SPEC)])
     if ended.failed:
         raise UserError(f"{ended.failure_text()}; the newest checkpoint in {out} continues it (`lab train --resume "
                         f"{out} --out {out}`)")
@@ -107,21 +126,5 @@ def _prediction_once(out: Path, cfg: RunConfig):
     return note
 
 
-def worker(argv: list[str]) -> None:
-    """One torchrun worker: the loop with the config the launcher settled and wrote."""
-    p = argparse.ArgumentParser()
-    for flag in ("--config", "--out", "--data"):
-        p.add_argument(flag, required=True)
-    p.add_argument("--resume")
-    p.add_argument("--allow-fallback", action="store_true")
-    a = p.parse_args(argv)
-    rank = int(os.environ.get("RANK", "0"))
-    with reporting_failure(rank) if "WORLD_SIZE" in os.environ else nullcontext():
-        result = train(RunConfig.from_json_file(a.config), a.out, a.data, resume=a.resume,
-                       allow_fallback=a.allow_fallback, log=lambda s: print(s, flush=True),
-                       stop_file=stop_file_from_env())
-    report_result(result, rank)
-
-
-if __name__ == "__main__":  # what torchrun runs
-    worker(sys.argv[1:])
+if __name__ == "__main__":  # what torchrun runs: the training notebook's own worker
+    worker_main(sys.argv[1:])

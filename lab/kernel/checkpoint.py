@@ -1,14 +1,15 @@
-"""Checkpoints: one commit point per save, integrity, and the time-limit saver.
+"""Checkpoints on disk: one commit point per save, integrity, finding one to resume from.
 
 A checkpoint is `ckpt_<step>.pt` plus its sidecar `ckpt_<step>.json` (step, sha256, bytes,
 the run's config). A save writes the .pt to a temporary name while hashing it, fsyncs it and
 renames it into place; then it writes the sidecar the same way, and **the sidecar's rename is
 the commit point**: a .pt without a sidecar is no checkpoint (the listing ignores it), only
 the leftover of a save that was interrupted, removed by the next save. So a kill at any moment
-leaves the previous checkpoint whole and nothing that looks like a newer one. The newest two
-are kept, and the newest before the decay (`pre_decay_checkpoint`). The .pt holds tensors and plain Python values only, so it loads with
+leaves the previous checkpoint whole and nothing that looks like a newer one. Which are kept is
+the saver's rule (`saver.kept_steps`: the newest two and a WSD run's stable-phase marks, the
+pre-decay one among them). The .pt holds tensors and plain Python values only, so it loads with
 `torch.load(weights_only=True)`: a checkpoint downloaded from another account's output is
-data, never code.
+data, never code. Stdlib at the top: the control side uses these file helpers without torch.
 """
 from __future__ import annotations
 
@@ -19,14 +20,12 @@ import os
 import pickle
 import re
 import shutil
-import time
 from pathlib import Path
 from types import SimpleNamespace
 
+from lab.kernel.saver import KEEP, kept_steps
 from lab.kernel.schedule import decay_start_for_config
-from lab.kernel.signals import catching_stop_signals
 
-KEEP = 2
 FORMAT = 2  # 1: RNG states as NumPy objects (loaded through an allow-list); 2: tensors and plain values
 # The marker a session leaves in its outputs when its inputs (data, checkpoint) are not the ones sent.
 INPUT_NOT_READY = "input-not-ready.json"
@@ -159,25 +158,34 @@ def remove_leftovers(folder: str | os.PathLike) -> list[Path]:
 
 
 def prune_checkpoints(folder: str | os.PathLike, keep: int = KEEP) -> None:
-    """Removes all but the newest `keep` checkpoints and the pre-decay one, and leftovers."""
+    """Removes the checkpoints the saver does not keep (`saver.kept_steps`: the newest `keep`, and
+    the newest at or before each of the run's stable-phase marks, as the newest one's config
+    says), and leftovers."""
     found = list_checkpoints(folder)
-    spared = {*found[-keep:], pre_decay_checkpoint(found)}
+    spared = kept_steps([checkpoint_step(p) for p in found], _schedule_of(found[-1]) if found else None, keep)
     for old in found:
-        if old not in spared:
+        if checkpoint_step(old) not in spared:
             old.with_suffix(".json").unlink(missing_ok=True)  # uncommit first: never a sidecar without its .pt
             old.unlink(missing_ok=True)
     remove_leftovers(folder)
 
 
+def _schedule_of(path: Path) -> SimpleNamespace | None:
+    """The run's schedule fields as a checkpoint's sidecar recorded them (RunConfig.to_dict, whole or
+    in part); None for a sidecar without them."""
+    try:
+        config = checkpoint_meta(path)["config"]
+        whole = config.get("schedule") and "steps_until" in config
+        return SimpleNamespace(**{"decay_start": 0, "decay_frac": 0.2, **config}) if whole else None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
 def pre_decay_checkpoint(found: list[Path]) -> Path | None:
     """Of checkpoints oldest first, the newest at or before the decay's start (the newest one's
     config says where): where a finished run grows from (lab.settle.grow)."""
-    if not found:
-        return None
-    try:  # the sidecar's config is the run's whole (RunConfig.to_dict); only its schedule fields are read
-        start = decay_start_for_config(SimpleNamespace(**checkpoint_meta(found[-1])["config"]))
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return None  # a sidecar without the run's config
+    schedule = _schedule_of(found[-1]) if found else None
+    start = decay_start_for_config(schedule) if schedule is not None else None
     before = [p for p in found if start is not None and checkpoint_step(p) <= start]
     return before[-1] if before else None
 
@@ -299,53 +307,3 @@ def _numpy_array_globals() -> list:
     import numpy as np  # numpy: only for a format-1 checkpoint
     core = getattr(np, "_core", None) or np.core
     return [core.multiarray._reconstruct, np.ndarray, np.dtype, type(np.dtype(np.uint32))]
-
-
-class StopGuard:
-    """Decides when training must stop: at the time limit, when SIGTERM or SIGINT arrive, or
-    when the launcher writes `stop_file` (a stop meant for every rank of a multi-process run).
-
-    The handlers only set a flag; the loop saves at the next step boundary. Stopping at
-    the limit leaves room for one more step and the save, with a second's margin: the margin
-    for the session's boot, the output copy and Kaggle's kill lies in the session timeout the
-    control side asks for (the limit plus a margin sized from the account's measured sessions,
-    at least ten minutes), not here.
-    """
-
-    def __init__(self, limit_min: float, started: float | None = None, margin_s: float = 1.0,
-                 stop_file: str | os.PathLike | None = None):
-        self.started = time.monotonic() if started is None else started
-        self.deadline = self.started + limit_min * 60
-        self.margin_s = margin_s
-        self.stop_file = Path(stop_file) if stop_file else None
-        self.signal_name: str | None = None
-        self._catching = None
-
-    def __enter__(self) -> "StopGuard":
-        # Every signal only asks again: the save at the next step boundary is never abandoned here.
-        self._catching = catching_stop_signals(self._on_signal, again_interrupts=False)
-        self._catching.__enter__()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._catching.__exit__(*exc)
-
-    def _on_signal(self, name: str) -> None:
-        self.signal_name = name
-
-    def reason(self, step_s: float, save_s: float) -> str | None:
-        if self.signal_name:
-            return f"{self.signal_name} received"
-        if self.stop_file is not None and self.stop_file.exists():
-            return self.stop_file.read_text(encoding="utf-8").strip() or "stop requested"
-        if time.monotonic() + 1.5 * step_s + 1.5 * save_s + self.margin_s >= self.deadline:
-            return "time limit"
-        return None
-
-    def left_s(self) -> float:
-        """Seconds to the time limit. Sync points come closer as it nears, so the loop stops
-        close to the limit rather than a whole sync interval early."""
-        return max(0.0, self.deadline - time.monotonic())
-
-    def elapsed(self) -> float:
-        return time.monotonic() - self.started

@@ -133,36 +133,3 @@ def _windows(starts, context) -> tuple[torch.Tensor, torch.Tensor]:
     chunk = np.stack([np.asarray(a[o:o + context + 1], dtype=np.int64) for a, o in starts])
     t = torch.from_numpy(chunk)
     return t[:, :-1], t[:, 1:]
-
-
-def find_data(roots: list[str | os.PathLike], constellations: list[str], max_depth: int = 6) -> Path:
-    """The prepared data folder under `roots` whose constellations are exactly these.
-
-    Kaggle mounts inputs under /kaggle/input/datasets/<owner>/<slug>/ (older sessions:
-    /kaggle/input/<slug>/), so the folder is searched for, not assumed.
-    """
-    wanted = sorted(constellations)
-    seen = []
-    for root in map(Path, roots):
-        if not root.is_dir():
-            continue
-        for manifest in _manifests(root, max_depth):
-            try:
-                names = sorted(json.loads(manifest.read_text(encoding="utf-8"))["constellations"])
-            except (OSError, ValueError, KeyError):
-                continue
-            seen.append((manifest.parent, names))
-            if names == wanted:
-                return manifest.parent
-    found = "; ".join(f"{p} ({'+'.join(n)})" for p, n in seen) or "none"
-    raise DataError(f"no prepared data for constellations {'+'.join(wanted)} under "
-                    f"{', '.join(map(str, roots))} (found: {found}): run `lab prepare` for them")
-
-
-def _manifests(root: Path, max_depth: int):
-    for dirpath, dirnames, filenames in os.walk(root, followlinks=True):
-        if MANIFEST in filenames:
-            yield Path(dirpath) / MANIFEST
-        if len(Path(dirpath).relative_to(root).parts) >= max_depth:
-            dirnames.clear()
-        dirnames.sort()

@@ -57,6 +57,20 @@ def write_metrics_lines(path: str | os.PathLike, lines: list[str]) -> None:
     atomic_write(Path(path), lambda f: f.write("".join(line + "\n" for line in lines).encode("utf-8")))
 
 
+def continue_metrics(out: Path, ckpt_path: Path, step: int) -> None:
+    """Makes the run folder's metrics end at the checkpoint's step, so the curve reads as one
+    line: rows a killed session logged after its last checkpoint are dropped, and a fresh folder
+    (a new Kaggle session) starts with the earlier links' rows, from the checkpoint's run folder."""
+    run_dir = ckpt_path.parent.parent if ckpt_path.parent.name == "checkpoints" else ckpt_path.parent
+    mine, theirs = out / METRICS, run_dir / METRICS
+    source = mine if mine.exists() else theirs
+    if not source.exists():
+        return
+    rows = metrics_lines(source, upto=step)
+    out.mkdir(parents=True, exist_ok=True)
+    write_metrics_lines(mine, rows)
+
+
 class MetricsTail:
     """The rows appended to a metrics.jsonl since the last read, for a live plot that must not
     parse a 12-hour curve at every redraw. A half-written last line waits for the next read. A

@@ -72,6 +72,16 @@ def image_facts() -> dict:
             "cudnn": cudnn, "driver": nvidia_smi("driver_version") if torch.cuda.is_available() else None}
 
 
+def image_line(image: dict) -> str:
+    """The session's start line: the image where it has version files (Kaggle's), and the versions
+    it runs; what this machine does not have (CUDA, a driver) is left out, not shown as unknown."""
+    built = " ".join(filter(None, [image.get("git_commit"), image.get("build_date") and f"({image['build_date']})"]))
+    parts = [f"python {image['python']}", f"torch {image['torch']}"]
+    parts += [f"CUDA {image['cuda']}"] if image.get("cuda") else []
+    parts += [f"driver {image['driver']}"] if image.get("driver") else []
+    return (f"image      {built}, " if built else "software   ") + ", ".join(parts)
+
+
 def cards_found() -> list[dict]:
     """The CUDA devices torch sees: name, compute capability, memory."""
     import torch  # torch: the cards as torch sees them (the module's timeline needs none)
@@ -122,10 +132,8 @@ def preflight(expect_cards: str, allow_cpu: bool, nccl_env: dict, out: Path, sta
     out.mkdir(parents=True, exist_ok=True)
     (out / PREFLIGHT).write_text(json.dumps(facts, indent=1), encoding="utf-8")
     timeline = Timeline(out, started_at)
-    print(f"image      {image['git_commit'] or '?'} ({image['build_date'] or '?'}), python {image['python']}, "
-          f"torch {image['torch']}, CUDA {image['cuda']}, driver {image['driver']}"
-          + (f"; NCCL {' '.join(f'{k}={v}' for k, v in nccl_env.items())} (the account's probe)" if nccl_env else ""),
-          flush=True)
+    print(image_line(image) + (f"; NCCL {' '.join(f'{k}={v}' for k, v in nccl_env.items())} (the account's probe)"
+                               if nccl_env else ""), flush=True)
     if missing and allow_cpu:
         print(f"warning: {missing}: training on the CPU (LAB_KAGGLE_ALLOW_CPU=1)", flush=True)
     elif missing:

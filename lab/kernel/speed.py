@@ -82,6 +82,23 @@ def compile_or_eager(module: nn.Module, trial: Callable[[nn.Module], None], log:
     return compiled, seconds
 
 
+class EagerOnFailure:
+    """A compiled model for evaluations that turns to `eager` for good the first time it fails (an
+    evaluation can fail to compile where training did not): a failure costs speed, never the run."""
+
+    def __init__(self, compiled: Callable, eager: Callable, log: Callable[[str], None]):
+        self.compiled, self.eager, self.log = compiled, eager, log
+
+    def __call__(self, *args):
+        if self.compiled is not None:
+            try:
+                return self.compiled(*args)
+            except Exception as e:  # noqa: BLE001 -- a compiler or backend of any kind: evaluate uncompiled
+                self.compiled = None
+                self.log(f"torch.compile failed on the evaluation ({type(e).__name__}); evaluating uncompiled")
+        return self.eager(*args)
+
+
 def _reset_compiler() -> None:
     try:
         torch._dynamo.reset()  # drop half-made graphs, so the uncompiled module runs plainly

@@ -1,101 +1,57 @@
-"""The training loop: one process, DDP under torchrun, or DataParallel.
+"""The training loop: one session of a run, from its start (or its checkpoint) to its stop.
 
-Read it top to bottom: pick the device and precision, open the data, build or restore the model
-and optimizer (`Trainer.__init__`), then `Trainer.run`: a short loop that takes steps
-(`step.one_step`) and, at each sync point, reads the losses, agrees on stopping and saving,
-evaluates, writes the metrics and saves (the parts it composes are in `loop`).
+`Trainer.__init__` opens the data and builds the model and its optimizer, or restores them from
+the checkpoint. `Trainer.run` is the loop: take a step (`step.one_step`); at each sync point,
+about once a second, read the losses of the steps since the last one, agree with the other
+ranks on stopping and saving, evaluate now and then, write the metrics and save; stop at
+`steps_until`, at the time limit or at a signal, always after a save. The same loop runs in one
+process, in each of torchrun's processes (DDP) or over one process's cards (DataParallel).
+Names from the appendix (where this process trains, speed-ups, files) are said where they are used.
 """
 from __future__ import annotations
 
 import json
 import os
-import random
-from datetime import timedelta
+import time
 from pathlib import Path
 from typing import Callable
 
-import numpy as np
 import torch
 import torch.distributed as dist
-import torch.nn as nn
 
-from lab.config import (RunConfig, card_set, check, check_against_data, check_resume, flops_per_token,
-                        raise_on_errors)
-from lab.kernel.checkpoint import (FORMAT, CheckpointError, CheckpointSaveError, StopGuard, checkpoint_step,
-                                   load_checkpoint, newest_whole_checkpoint, resolve_checkpoint, save_checkpoint)
+from lab.config import RunConfig, check, check_against_data, check_resume, raise_on_errors
+from lab.kernel.checkpoint import (FORMAT, CheckpointError, CheckpointSaveError, checkpoint_step, load_checkpoint,
+                                   newest_whole_checkpoint, resolve_checkpoint, save_checkpoint)
 from lab.kernel.data import Prefetcher, TokenData
-from lab.kernel.launch import COLLECTIVE_TIMEOUT_MIN
-from lab.kernel.loop import MetricsSink, Progress, Saver, SyncWindow, agree, all_ranks
-from lab.kernel.metrics import METRICS, metrics_lines, write_metrics_lines
+from lab.kernel.fitting import OutOfMemory, out_of_memory_advice
+from lab.kernel.metrics import METRICS, continue_metrics
 from lab.kernel.model import GPT
-from lab.kernel.schedule import decay_start_for_config, lr_for_config
-from lab.kernel.speed import compile_choice, compile_or_eager, trial_context
-from lab.kernel.step import (OutOfMemory, Runtime, StepParts, autocast, make_optimizer, one_step,
-                             out_of_memory_advice, pick_precision, precision_warning, wrap_for)
-
-
-def setup_runtime(cfg: RunConfig) -> Runtime:
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    rank = int(os.environ.get("RANK", "0"))
-    if world > 1:
-        local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-        if torch.cuda.is_available():
-            torch.cuda.set_device(local_rank)
-            device = torch.device("cuda", local_rank)
-        else:
-            device = torch.device("cpu")
-        if not dist.is_initialized():
-            # A rank left waiting in a collective (its peer crashed or hangs) fails within minutes.
-            dist.init_process_group("nccl" if device.type == "cuda" else "gloo",
-                                    timeout=timedelta(minutes=COLLECTIVE_TIMEOUT_MIN))
-        return Runtime(rank, world, device, pick_precision(device, cfg.precision), cards=world)
-    device = torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
-    gpus = torch.cuda.device_count()
-    use_dp = cfg.parallel == "dp" and gpus > 1
-    return Runtime(0, 1, device, pick_precision(device, cfg.precision), cards=gpus if use_dp else 1,
-                   data_parallel=use_dp)
-
-
-def rng_state() -> dict:
-    """This process's RNG states as tensors and plain values (a checkpoint loads as data)."""
-    name, keys, pos, has_gauss, gauss = np.random.get_state()
-    return {"python": random.getstate(),
-            "numpy": (name, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, gauss),
-            "torch": torch.get_rng_state(),
-            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []}
-
-
-def set_rng_state(state: dict) -> None:
-    random.setstate(state["python"])
-    name, keys, *rest = state["numpy"]
-    # Format 1 kept NumPy's own array; format 2 a tensor of the same keys.
-    keys = keys.numpy() if isinstance(keys, torch.Tensor) else keys
-    np.random.set_state((name, keys.astype(np.uint32), *rest))
-    torch.set_rng_state(state["torch"])
-    if state["cuda"] and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
-
-
-def seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
-    torch.manual_seed(seed)
+from lab.kernel.ranks import agree, all_ranks
+from lab.kernel.runtime import (compile_model, describe_runtime, precision_warning, rng_state, seed_everything,
+                                set_rng_state, setup_runtime)
+from lab.kernel.saver import Saver, StopGuard, stable_marks
+from lab.kernel.schedule import lr_for_config
+from lab.kernel.step import StepParts, autocast, make_optimizer, one_step, wrap_for
+from lab.kernel.sync import MetricsSink, Progress, SyncWindow
 
 
 class Trainer:
-    """One session of a run. `cfg` is the run as it continues: for a resumed run, settled
-    before (the checkpoint's fields with what was given now on top, `config.resumed_config`,
-    when the notebook starts or `lab train` reads its flags); here it is only checked."""
+    """One session of a run. `cfg` is the run as it continues: for a resumed run, settled before
+    (the checkpoint's fields with what was given now on top, by the control side); here it is only
+    checked. `limit_min` is this session's own time limit (None: the run's `limit_min`); it counts
+    from `started` (a `time.monotonic()`; None: now)."""
 
     def __init__(self, cfg: RunConfig, out_dir: str | os.PathLike, data_dir: str | os.PathLike,
                  resume: str | os.PathLike | None = None, allow_fallback: bool = False,
                  log: Callable[[str], None] = print, on_metrics: Callable[[dict], None] | None = None,
-                 started: float | None = None, stop_file: str | os.PathLike | None = None):
-        self.cfg, self.out = cfg, Path(out_dir)
-        self.log_fn, self.on_metrics, self.started, self.stop_file = log, on_metrics, started, stop_file
+                 started: float | None = None, stop_file: str | os.PathLike | None = None,
+                 limit_min: float | None = None):
+        self.cfg, self.out, self.log_fn, self.on_metrics, self.stop_file = cfg, Path(out_dir), log, on_metrics, stop_file
+        self.limit_min = cfg.limit_min if limit_min is None else limit_min
+        self.started = time.monotonic() if started is None else started
         self.data = TokenData(data_dir)
         self.ckpt = self._load_resume(resume, allow_fallback)
-        self.rt = setup_runtime(cfg)
+        self.rt = setup_runtime(cfg)  # one process, one of torchrun's, or DataParallel (runtime)
         if self.ckpt is not None:
             self.log(f"resuming from {self.resume_path} at step {self.ckpt['step']:,}")
         raise_on_errors(check(cfg) + check_against_data(cfg, self.data.shortest_split))
@@ -106,7 +62,6 @@ class Trainer:
             self.log(warning)
         self._build()
 
-    # --- setup -------------------------------------------------------------------------
     def log(self, text: str) -> None:
         if self.rt.main:
             self.log_fn(text)
@@ -125,19 +80,6 @@ class Trainer:
                 "constellations that include the checkpoint's, so `lab prepare` reuses its tokenizer")
         self.resume_path = path
         return state
-
-    def _continue_metrics(self, ckpt_path: Path, step: int) -> None:
-        """Makes the run folder's metrics end at the checkpoint's step, so the curve reads as
-        one line: rows a killed session logged after its last checkpoint are dropped, and a
-        fresh folder (a new Kaggle session) starts with the earlier links' rows."""
-        run_dir = ckpt_path.parent.parent if ckpt_path.parent.name == "checkpoints" else ckpt_path.parent
-        mine, theirs = self.out / METRICS, run_dir / METRICS
-        source = mine if mine.exists() else theirs
-        if not source.exists():
-            return
-        rows = metrics_lines(source, upto=step)
-        self.out.mkdir(parents=True, exist_ok=True)
-        write_metrics_lines(mine, rows)
 
     def _build(self) -> None:
         cfg, rt = self.cfg, self.rt
@@ -164,39 +106,18 @@ class Trainer:
         self.val = self.data.val_batches(rank=rt.rank, world=rt.world, rows=self.rows,
                                          batches=cfg.eval_batches, context=cfg.context)
         self.batches = Prefetcher(self._read_batch, rt.device)
-        self.compile_s, self.eval_failed = None, False  # compile(): the seconds compiling took, None uncompiled
-        self.first_step_s: float | None = None  # from the loop's clock start to the first steps synced
+        # Evaluation: a DDP rank scores its own windows on its bare model; DataParallel spreads them
+        # over its cards. A compiled run evaluates compiled too (runtime.compile_model).
+        self.eval_model = self.model if rt.world > 1 else self.parts.wrapped
+        self.compile_s: float | None = None  # the seconds compiling took; None: uncompiled
+        self.first_step_s: float | None = None  # from the session's start to its first steps synced
 
     def _read_batch(self, step: int, micro: int) -> tuple[torch.Tensor, torch.Tensor]:
         cfg, rt = self.cfg, self.rt
         return self.data.train_batch(seed=cfg.seed, step=step, micro=micro, accum=cfg.grad_accum,
                                      rank=rt.rank, world=rt.world, rows=self.rows, context=cfg.context)
 
-    def compile(self) -> None:
-        """Compiles the training forward when the config and the machine call for it (see
-        `compile_choice`), with one trial pass so compiling happens now, not in step one."""
-        cfg = self.cfg
-        work = flops_per_token(cfg.layers, cfg.width, self.data.vocab, cfg.context) * self.tokens_per_step \
-            * (cfg.steps_until - self.step)
-        wanted, why = compile_choice(self.cfg.torch_compile, self.rt.device, work)
-        if not wanted:
-            self.log(f"not compiling: {why}")
-            return
-        self.log(f"compiling the model: {why}")
-        self.parts.forward, self.compile_s = compile_or_eager(
-            self.parts.wrapped, self._trial_pass, self.log,
-            agree_ok=lambda ok: agree([0.0 if ok else 1.0], self.rt)[0] == 0.0)
-
-    def _trial_pass(self, forward: nn.Module) -> None:
-        x = torch.zeros(self.rows, self.cfg.context, dtype=torch.long, device=self.rt.device)
-        try:
-            with trial_context(self.parts.wrapped), autocast(self.rt):
-                loss = forward(x, x).mean()
-            loss.backward()
-        finally:
-            self.parts.optimizer.zero_grad(set_to_none=True)
-
-    # --- one step ----------------------------------------------------------------------
+    # --- one step, an evaluation, a save --------------------------------------------------
     def train_step(self) -> tuple[torch.Tensor, torch.Tensor]:
         """One optimizer step over `grad_accum` micro-batches; returns (loss, grad norm) on device."""
         cfg = self.cfg
@@ -211,35 +132,21 @@ class Trainer:
             return self.train_step()
         except torch.cuda.OutOfMemoryError:
             pass  # leave the except block first, so the failed step's tensors can be freed
-        raise OutOfMemory(out_of_memory_advice(self.parts, self.cfg)) from None
+        raise OutOfMemory(out_of_memory_advice(self.parts, self.cfg)) from None  # which batch fits (fitting)
 
     @torch.no_grad()
     def evaluate(self) -> float:
-        # Each DDP rank scores its own windows; DataParallel spreads them over its cards. When
-        # training is compiled, so is the evaluation (under DDP too, through the compiled wrapper):
-        # it must stay within 3% of a session. Uncompiled, a DDP rank evaluates its bare model.
-        eager = self.model if self.rt.world > 1 else self.parts.wrapped
-        model = self.parts.forward if self.compile_s is not None and not self.eval_failed else eager
+        """The mean loss over the run's val windows: the same text at every evaluation of the run."""
+        total = torch.zeros((), device=self.rt.device)
         self.model.eval()
         try:
-            total = self._val_loss_sum(model)
-        except Exception as e:  # noqa: BLE001 -- only a compiled evaluation is retried, see below
-            if model is eager:
-                raise
-            self.eval_failed = True
-            self.log(f"torch.compile failed on the evaluation ({type(e).__name__}); evaluating uncompiled")
-            total = self._val_loss_sum(eager)
+            for x, y in self.val:
+                with autocast(self.rt):
+                    total += self.eval_model(x.to(self.rt.device), y.to(self.rt.device)).mean().float()
         finally:
             self.model.train()
-        summed, count = agree([total.item(), len(self.val)], self.rt)
+        summed, count = agree([total.item(), len(self.val)], self.rt)  # every rank's windows (ranks)
         return summed / count
-
-    def _val_loss_sum(self, model: nn.Module) -> torch.Tensor:
-        total = torch.zeros((), device=self.rt.device)
-        for x, y in self.val:
-            with autocast(self.rt):
-                total += model(x.to(self.rt.device), y.to(self.rt.device)).mean().float()
-        return total
 
     @torch.no_grad()
     def sample(self, tokens: int = 48) -> str:
@@ -264,7 +171,6 @@ class Trainer:
             rows[-1]["sample"] = self.sample()
             self.log(f"step {self.step:,}: val {rows[-1]['val_loss']:.4f} | {rows[-1]['sample']!r}")
 
-    # --- checkpoints -------------------------------------------------------------------
     def save(self, elapsed: float) -> Path | None:
         """Saves on rank 0 (every rank calls it: the RNG states are gathered). A failed save (a
         full disk) is said and training goes on: the previous checkpoint is kept, and the next
@@ -280,7 +186,7 @@ class Trainer:
                  "val_set": self.data.val_set, "weights": self.model.num_weights(),
                  "elapsed_s": self.elapsed_before + elapsed, "session": self.session}
         try:
-            return save_checkpoint(state, self.out / "checkpoints")
+            return save_checkpoint(state, self.out / "checkpoints")  # one commit point (checkpoint)
         except CheckpointSaveError as e:
             self.log(f"warning: {e}")
             self.save_failure = str(e)
@@ -291,12 +197,12 @@ class Trainer:
         """Trains until steps_until, the time limit or a stop; returns where it stopped and why."""
         cfg = self.cfg
         self._start_outputs()
-        guard = StopGuard(cfg.limit_min, started=self.started, stop_file=self.stop_file)
-        self.compile()  # before the loop: the compile time stays out of the step time
+        guard = StopGuard(self.limit_min, started=self.started, stop_file=self.stop_file)
+        compile_model(self)  # where it pays, before the loop: the step time stays the steps' (runtime)
         window = SyncWindow(self.rt, self.step, self.tokens, scaled=self.parts.scaler.is_enabled())
         saver = Saver(lambda: self.save(guard.elapsed()), self.model.num_weights(), cfg.checkpoint_every_min)
         progress, reason, last_eval = Progress(cfg.steps_until, self.log), None, self.step
-        decay_at, first = decay_start_for_config(cfg), self.step
+        marks, first = set(stable_marks(cfg)), self.step  # branches start, and a run grows, from these
         with guard, MetricsSink(self.out / METRICS if self.rt.main else None, self.on_metrics) as sink:
             while True:
                 if reason is None and self.step >= cfg.steps_until:
@@ -306,8 +212,8 @@ class Trainer:
                     window.stepped(loss, norm, self._row(guard) if self.step % cfg.log_every == 0 else None)
                 eval_due = self.step != last_eval and (self.step % cfg.eval_every == 0
                                                        or reason == "steps_until reached")
-                at_decay = self.step == decay_at != first and self.step < cfg.steps_until  # a run grows from it
-                if not (reason or eval_due or at_decay or window.due(self.step)):
+                at_mark = self.step in marks and self.step != first and self.step < cfg.steps_until
+                if not (reason or eval_due or at_mark or window.due(self.step)):
                     continue  # no host sync between sync points: the card never waits for us
                 rows, reason, save_due = self._sync_point(window, guard, saver, reason)
                 if self.first_step_s is None:  # the session's time to its first steps, for the control side
@@ -316,7 +222,7 @@ class Trainer:
                     last_eval = self.step
                     self._evaluate_into(rows)
                 sink.write(rows)
-                if reason or save_due or at_decay:
+                if reason or save_due or at_mark:
                     saver.save()
                 if reason:
                     break
@@ -330,7 +236,7 @@ class Trainer:
         cfg, rt = self.cfg, self.rt
         self.out.mkdir(parents=True, exist_ok=True)
         if rt.main and self.ckpt is not None:
-            self._continue_metrics(self.resume_path, self.ckpt["step"])
+            continue_metrics(self.out, self.resume_path, self.ckpt["step"])
         if rt.main:
             (self.out / "config.json").write_text(cfg.to_json(), encoding="utf-8")
             (self.out / "device.json").write_text(json.dumps(describe_runtime(rt, self.data.vocab)), encoding="utf-8")
@@ -377,13 +283,6 @@ class Trainer:
         return {"step": step, "tokens": tokens, "reason": f"{reason}; the final save failed",
                 "checkpoint": str(newest[0]) if newest else None, "trained_to": self.step,
                 "save_failed": self.save_failure, "steps_until": self.cfg.steps_until, "done": False}
-
-
-def describe_runtime(rt: Runtime, vocab: int) -> dict:
-    name = torch.cuda.get_device_name(rt.device) if rt.device.type == "cuda" else "cpu"
-    return {"gpu": card_set(name, rt.cards), "device": rt.device.type, "name": name, "cards": rt.cards,
-            "precision": rt.precision, "world": rt.world, "vocab": vocab, "torch": torch.__version__,
-            "threads": torch.get_num_threads()}  # a CPU's speed is its threads' (lab.sizing.priors)
 
 
 def train(cfg: RunConfig, out_dir, data_dir, **kwargs) -> dict:

@@ -21,7 +21,7 @@ from lab.corpus.manifests import prepared_folders, read_manifest
 from lab.corpus.tokenizer import list_tokenizers
 from lab.kernel.checkpoint import CheckpointError, load_checkpoint, resolve_checkpoint
 from lab.kernel.model import GPT
-from lab.kernel.train import pick_precision
+from lab.kernel.step import pick_precision
 from lab.runs import RECORD, Run, load_run
 
 

@@ -3,12 +3,15 @@ import random
 import resource
 import signal
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 import torch
 
 from conftest import ROOT
 from lab.kernel import checkpoint as checkpoint
+from lab.kernel import saver
 
 
 def _state(step):
@@ -23,14 +26,36 @@ def test_saves_atomically_and_keeps_the_newest_two(tmp_path):
     assert checkpoint.load_checkpoint(checkpoint.resolve_checkpoint(tmp_path))["step"] == 30
 
 
-@pytest.mark.parametrize("schedule,kept", [("wsd", [80, 95, 100]), ("inv_sqrt", [80, 95, 100]), ("cosine", [95, 100])])
-def test_pruning_keeps_the_newest_checkpoint_before_the_decay_where_the_schedule_has_one(tmp_path, schedule, kept):
-    # 100 steps decaying over the last 20%: a finished run grows from step 80 (lab.settle.grow).
+@pytest.mark.parametrize("schedule,kept", [("wsd", [20, 40, 60, 80, 95, 100]), ("inv_sqrt", [80, 95, 100]),
+                                           ("cosine", [95, 100])])
+def test_pruning_keeps_the_stable_phases_quarters_and_the_pre_decay_checkpoint(tmp_path, schedule, kept):
+    # 100 steps decaying over the last 20%: a WSD run keeps the quarters of its constant phase (20, 40,
+    # 60 and 80, where its decay begins) for cooldown branches; a finished run grows from step 80.
     config = {"schedule": schedule, "steps_until": 100, "decay_frac": 0.2, "decay_start": 0}
-    for step in (50, 70, 80, 90, 95, 100):
+    for step in (10, 20, 30, 40, 50, 60, 70, 80, 90, 95, 100):
         checkpoint.save_checkpoint({**_state(step), "config": config}, tmp_path)
     assert [checkpoint.checkpoint_step(p) for p in checkpoint.list_checkpoints(tmp_path)] == kept
     assert checkpoint.pre_decay_checkpoint(checkpoint.list_checkpoints(tmp_path)) == (tmp_path / "ckpt_00000080.pt" if schedule != "cosine" else None)
+
+
+def test_between_its_marks_a_wsd_run_keeps_the_newest_checkpoint_before_each():
+    cfg = SimpleNamespace(schedule="wsd", steps_until=1000, decay_frac=0.2, decay_start=0)
+    assert saver.stable_marks(cfg) == [200, 400, 600, 800]
+    assert saver.kept_steps([150, 300, 350, 700, 790, 810, 820], cfg) == {150, 350, 790, 810, 820}
+    assert saver.stable_marks(SimpleNamespace(schedule="wsd", steps_until=3000, decay_frac=0.2, decay_start=2000)) \
+        == [500, 1000, 1500, 2000]  # a branch's or a stage's own decay start
+
+
+def test_a_wsd_run_saves_at_its_stable_phases_quarters_and_keeps_them_to_branch_from(pydoc_data, tmp_path):
+    from lab.config import RunConfig
+    from lab.kernel.train import train
+    cfg = RunConfig(context=32, width=32, heads=2, layers=2, batch_per_card=2, eval_every=100, eval_batches=1,
+                    warmup_steps=2, steps_until=40, schedule="wsd", precision="fp32", torch_compile="off")
+    result = train(cfg, tmp_path, pydoc_data, log=lambda s: None)
+    assert result["done"] and result["step"] == 40
+    # Decay from step 32 (the last 20%): saved at 8, 16, 24 and 32 without a timed save, and kept.
+    assert [checkpoint.checkpoint_step(p) for p in checkpoint.list_checkpoints(tmp_path / "checkpoints")] == \
+        [8, 16, 24, 32, 40]
 
 
 def test_a_truncated_newest_checkpoint_is_detected_and_not_silently_skipped(tmp_path):
@@ -72,7 +97,7 @@ def test_the_sidecar_records_the_sha256_and_size_of_the_bytes_on_disk(tmp_path):
 
 
 def test_a_checkpoint_loads_as_data_with_weights_only(tmp_path):
-    from lab.kernel.train import rng_state, set_rng_state
+    from lab.kernel.runtime import rng_state, set_rng_state
     state = {**_state(5), "rng": [rng_state()], "format": checkpoint.FORMAT}
     path = checkpoint.save_checkpoint(state, tmp_path)
     loaded = torch.load(path, weights_only=True)
@@ -82,7 +107,7 @@ def test_a_checkpoint_loads_as_data_with_weights_only(tmp_path):
 
 
 def test_a_format_1_checkpoint_with_numpy_rng_state_still_loads_and_resumes_its_rngs(tmp_path):
-    from lab.kernel.train import set_rng_state
+    from lab.kernel.runtime import set_rng_state
     old_rng = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(), "cuda": []}
     torch.save({**_state(5), "rng": [old_rng], "format": 1}, tmp_path / "old.pt")
     expected = np.random.rand()
@@ -127,14 +152,14 @@ def test_a_folder_without_checkpoints_says_so(tmp_path):
 
 
 def test_stop_guard_turns_sigterm_into_a_flag():
-    with checkpoint.StopGuard(limit_min=60) as guard:
+    with saver.StopGuard(limit_min=60) as guard:
         os.kill(os.getpid(), signal.SIGTERM)
         assert guard.reason(step_s=0.1, save_s=0.1) == "SIGTERM received"
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
 
 
 def test_stop_guard_stops_before_the_limit_leaving_time_for_a_step_and_a_save():
-    guard = checkpoint.StopGuard(limit_min=1.0, margin_s=0)
+    guard = saver.StopGuard(limit_min=1.0, margin_s=0)
     assert guard.reason(step_s=1, save_s=1) is None
     assert guard.reason(step_s=30, save_s=15) == "time limit"
 
@@ -153,7 +178,7 @@ def test_kill_9_at_random_moments_never_needs_a_flag_nor_leaves_a_corrupt_checkp
 
 
 def test_stop_guard_stops_when_the_launcher_writes_the_stop_file(tmp_path):
-    guard = checkpoint.StopGuard(limit_min=60, stop_file=tmp_path / "stop")
+    guard = saver.StopGuard(limit_min=60, stop_file=tmp_path / "stop")
     assert guard.reason(step_s=0.1, save_s=0.1) is None
     (tmp_path / "stop").write_text("SIGINT received")
     assert guard.reason(step_s=0.1, save_s=0.1) == "SIGINT received"
@@ -162,7 +187,8 @@ def test_stop_guard_stops_when_the_launcher_writes_the_stop_file(tmp_path):
 def test_training_whose_final_save_fails_goes_on_and_names_the_previous_checkpoint(pydoc_data, tmp_path):
     from lab.config import RunConfig
     from lab.kernel.train import train
-    cfg = dict(context=32, width=32, heads=2, layers=2, batch_per_card=4, eval_every=100, warmup_steps=2)
+    cfg = dict(context=32, width=32, heads=2, layers=2, batch_per_card=4, eval_every=100, warmup_steps=2,
+               schedule="cosine")  # no stable phase: its only checkpoint is its last
     train(RunConfig(**cfg, steps_until=3), tmp_path, pydoc_data, log=lambda s: None)
     said = []
     old_limit = resource.getrlimit(resource.RLIMIT_FSIZE)

@@ -9,8 +9,9 @@ import time
 import pytest
 import torch
 
-from lab.kernel import loop
-from lab.kernel.loop import MetricsSink, Progress, Saver, SyncWindow
+from lab.kernel import sync
+from lab.kernel.saver import Saver
+from lab.kernel.sync import MetricsSink, Progress, SyncWindow
 from lab.kernel.metrics import METRICS_MARK, MetricsTail
 from lab.kernel.plots import LiveCurve
 from lab.kernel.signals import catching_stop_signals, run_group
@@ -98,7 +99,7 @@ def test_progress_lines_come_at_once_then_at_most_every_ten_seconds():
     progress.show([row])
     progress.show([row])
     assert said == ["step 3/50 loss 2.0000 lr 1.00e-03 1,234 tok/s 5s"]
-    progress.last -= loop.PROGRESS_EVERY_S
+    progress.last -= sync.PROGRESS_EVERY_S
     progress.show([row])
     assert len(said) == 2
 

@@ -40,3 +40,16 @@ def test_a_session_without_its_cards_stops_with_what_it_found_unless_the_cpu_is_
     timeline.mark("inputs_checked")
     marks = json.loads((tmp_path / "cpu" / TIMELINE).read_text())
     assert marks["first_cell"] <= marks["cards_checked"] <= marks["inputs_checked"]
+
+
+def test_the_start_line_says_the_image_where_there_is_one_and_nothing_unknown_elsewhere(tmp_path, monkeypatch, capsys):
+    monkeypatch.delenv("GIT_COMMIT", raising=False)
+    monkeypatch.delenv("BUILD_DATE", raising=False)
+    preflight("", False, {}, tmp_path / "here", time.time())  # this computer: no image files, no card
+    line = capsys.readouterr().out.splitlines()[0]
+    assert "?" not in line and "None" not in line and line.startswith("software   python ") and "torch " in line
+
+    monkeypatch.setenv("GIT_COMMIT", "abc123")
+    monkeypatch.setenv("BUILD_DATE", "20261201-000000")
+    preflight("", False, {}, tmp_path / "kaggle", time.time())
+    assert capsys.readouterr().out.splitlines()[0].startswith("image      abc123 (20261201-000000), python ")

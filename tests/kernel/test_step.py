@@ -13,8 +13,9 @@ import torch.nn as nn
 from conftest import ROOT
 from lab.config import RunConfig
 from lab.kernel.model import GPT
-from lab.kernel.step import (Autocast, Runtime, StepParts, largest_fitting, make_optimizer, one_step,
-                             precision_warning, state_to_come_bytes)
+from lab.kernel.fitting import largest_fitting, state_to_come_bytes
+from lab.kernel.runtime import precision_warning
+from lab.kernel.step import Autocast, Runtime, StepParts, make_optimizer, one_step
 from lab.kernel.train import Trainer
 
 CPU = torch.device("cpu")

@@ -33,7 +33,7 @@ def losses(run_dir):
 @pytest.fixture(scope="module")
 def trained(pydoc_data, tmp_path_factory):
     """A finished 20-step run with a checkpoint every logged step (so the newest two are kept, and the
-    one at step 16, where its decay began)."""
+    quarters of its stable phase: steps 4, 8, 12 and 16, where its decay began)."""
     out = tmp_path_factory.mktemp("runs") / "base"
     code, stdout, err = lab_here("train", "-c", "pydoc", *TINY, "--steps-until", "20", "--checkpoint-every-min",
                                  "0.0001", "--out", str(out))
@@ -166,12 +166,13 @@ def test_model_fields_come_from_the_checkpoint_when_not_given(trained, tmp_path)
 def test_a_corrupt_checkpoint_is_refused_and_the_previous_used_only_when_asked(trained, tmp_path):
     run = tmp_path / "run"
     shutil.copytree(trained[0], run)
-    pre_decay, previous, newest = sorted((run / "checkpoints").glob("ckpt_*.pt"))  # and where the decay began
-    assert (pre_decay.name, newest.name) == ("ckpt_00000016.pt", "ckpt_00000020.pt")
-    # Without the pre-decay checkpoint, more steps go on from the newest (re-warmed: lab.settle.grow);
-    # with it, the run would grow from there and never read the newest.
-    pre_decay.unlink()
-    pre_decay.with_suffix(".json").unlink()
+    *stable, previous, newest = sorted((run / "checkpoints").glob("ckpt_*.pt"))  # and its stable phase's quarters
+    assert [p.name for p in stable] == [f"ckpt_{s:08d}.pt" for s in (4, 8, 12, 16)] and newest.name == "ckpt_00000020.pt"
+    # Without the stable phase's checkpoints, more steps go on from the newest (re-warmed: lab.settle.grow);
+    # with one, the run would grow from there and never read the newest.
+    for ckpt in stable:
+        ckpt.unlink()
+        ckpt.with_suffix(".json").unlink()
     newest.write_bytes(newest.read_bytes()[:1000])
     before = (run / "metrics.jsonl").read_text()
     err = _fails("train", "-c", "pydoc", *TINY, "--resume", str(run), "--steps-until", "25", "--out", str(run))
@@ -239,7 +240,7 @@ def test_bf16_autocast_trains_on_any_cpu(pydoc_data, tmp_path):
 def test_cuda_out_of_memory_says_to_lower_the_batch_and_which_batch_fits(pydoc_data, tmp_path, monkeypatch):
     from lab.config import RunConfig
     from lab.kernel.model import GPT
-    from lab.kernel.step import OutOfMemory
+    from lab.kernel.fitting import OutOfMemory
     from lab.kernel.train import Trainer
 
     real_forward = GPT.forward

@@ -1,5 +1,6 @@
 """The training notebook: generated, parameterized, executed by papermill as Kaggle would run it."""
 import ast
+import dataclasses
 import json
 import os
 import shutil
@@ -15,13 +16,23 @@ import pytest
 
 from conftest import lab
 from lab import notebooks as notebook
-from lab.config import field_names
+from lab.config import RunConfig
+from lab.kernel import APPENDIX, STORY
 from lab.kernel.checkpoint import checkpoint_step, list_checkpoints
 from lab.kernel.metrics import read_metrics
 from lab.procs import descendants
+from lab.spec import LinkSpec, Session
 
 TINY_PARAMS = dict(context=32, width=32, heads=2, layers=2, batch_per_card=4, eval_every=20, eval_batches=2,
                    lr=3e-3, warmup_steps=2, plot_every_s=1)
+SESSION_FIELDS = {f.name for f in dataclasses.fields(Session)}
+
+
+def _spec(**params) -> LinkSpec:
+    """A link's spec from flat values: a session's own field (limit_min, resume_from, ...) goes to the
+    session, the rest to the run."""
+    run = {k: v for k, v in params.items() if k not in SESSION_FIELDS}
+    return LinkSpec.of(RunConfig.from_dict(run), **{k: v for k, v in params.items() if k in SESSION_FIELDS})
 
 
 def test_the_committed_notebook_is_generated_from_the_current_modules():
@@ -35,12 +46,50 @@ def test_the_notebook_has_no_outputs_and_fits_kaggles_limit():
     assert notebook.TRAIN_NOTEBOOK.stat().st_size < 200_000  # well under Kaggle's 1 MB
 
 
-def test_every_run_field_is_a_papermill_parameter_with_the_guides_default():
+def test_the_template_takes_a_links_spec_as_its_two_parameters_and_shows_no_defaults():
     params = pm.inspect_notebook(str(notebook.TRAIN_NOTEBOOK))
-    assert set(params) == set(field_names()) | set(notebook.SESSION_PARAMETERS)
-    defaults = {k: v["default"] for k, v in params.items()}
-    assert (defaults["context"], defaults["width"], defaults["heads"], defaults["layers"]) == ("1024", "512", "8", "8")
-    assert (defaults["batch_per_card"], defaults["limit_min"]) == ("6", "630")
+    assert set(params) == {"run", "session"} and params["run"]["default"] == params["session"]["default"] == "{}"
+
+
+def _code_lines(cells) -> int:
+    return sum(len(c.source.splitlines()) for c in cells if c.cell_type == "code")
+
+
+def test_a_links_notebook_reads_as_a_story_with_this_runs_values_once():
+    spec = LinkSpec.of(RunConfig(constellations=["сказки", "pydoc"], context=256, width=128, heads=4, layers=4,
+                                 limit_min=700.0, steps_until=3000, data_dir="/home/me/lab-home/data/x"),
+                       limit_min=90.0, resume_from="lab-ckpt-run-1", expect_cards="2xT4",
+                       nccl_env={"NCCL_P2P_DISABLE": "1"})
+    nb = json.loads(json.dumps(notebook.link_notebook(spec)))  # as pushed, and as Kaggle opens it
+    nb = nbformat.from_dict(nb)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    params = [c for c in code if "parameters" in c.metadata.get("tags", [])]
+    assert len(params) == 1 and params[0] is code[0], "one parameters cell, the first code cell"
+    source = params[0].source
+    assert '"constellations": ["сказки", "pydoc"],' in source and "\\u" not in source
+    for line in ('    "context": 256,', '    "limit_min": 700.0,', '    "limit_min": 90.0,', '    "nccl_env": {"NCCL_P2P_DISABLE": "1"},',
+                 '    "resume_from": "lab-ckpt-run-1",'):
+        assert source.count(line + "  #") == 1 or source.count(line + "\n") == 1, line
+    assert "/home/me" not in json.dumps(nb) and "1024" not in source  # no place of this computer, no default of another run
+    run_lines = source.split("session = {")[0].splitlines()
+    for name, value in spec.run.to_dict().items():  # one per line, once
+        assert sum(line.startswith(f'    "{name}": ') for line in run_lines) == (
+            0 if name in notebook.HELD_BY_SESSION and not value else 1), name
+    namespace: dict = {}
+    exec(source, namespace)
+    assert LinkSpec.from_dict({"run": namespace["run"], "session": namespace["session"]}) == spec
+    assigned = {line.split(" =")[0] for c in code[1:] for line in c.source.splitlines() if " = " in line}
+    assert not assigned & {"run", "session", "context", "limit_min", "steps_until"}, "no second cell of values"
+
+    story = notebook.story_cells(nb)
+    titles = [c.source.split("`")[1] for c in story if c.cell_type == "markdown" and c.source.startswith("## `")]
+    assert titles == STORY == ["model", "data", "schedule", "step", "train", "saver"]
+    assert _code_lines(story) <= 1200, f"the story is {_code_lines(story)} code lines"
+    appendix = nb.cells[len(story):]
+    assert appendix[0].cell_type == "markdown" and appendix[0].source.splitlines()[0] == notebook.APPENDIX_HEADING
+    told = [c.source.split("`")[1] for c in appendix if c.cell_type == "markdown" and c.source.startswith("## `")]
+    assert told == APPENDIX and {"launch", "preflight", "speed", "cpu", "signals", "session"} <= set(told)
+    assert "class Trainer" in "".join(c.source for c in story) and "def launch(" not in "".join(c.source for c in story)
 
 
 def test_module_names_do_not_clash_in_the_notebooks_namespace():
@@ -71,14 +120,20 @@ def _kaggle(tmp_path, data, layout):
     return root
 
 
-def _execute(tmp_path, name, root, monkeypatch, **params):
+def _execute(tmp_path, name, root, monkeypatch, by_papermill=False, **params):
+    """The link's notebook alone, as pushed, executed; `by_papermill`: the template with papermill
+    writing the parameters, as a box's remote half runs it."""
     folder = tmp_path / name
     folder.mkdir()
-    shutil.copy(notebook.TRAIN_NOTEBOOK, folder / "train.ipynb")  # the notebook alone, as pushed
+    spec = _spec(**{**TINY_PARAMS, **params})
+    if by_papermill:
+        shutil.copy(notebook.TRAIN_NOTEBOOK, folder / "train.ipynb")
+    else:
+        nbformat.write(notebook.link_notebook(spec), str(folder / "train.ipynb"))
     monkeypatch.setenv("LAB_KAGGLE_ROOT", str(root))
     monkeypatch.chdir(folder)
-    pm.execute_notebook(str(folder / "train.ipynb"), str(folder / "out.ipynb"), cwd=str(folder),
-                        parameters={**TINY_PARAMS, **params}, kernel_name="python3", progress_bar=False)
+    pm.execute_notebook(str(folder / "train.ipynb"), str(folder / "out.ipynb"), cwd=str(folder), kernel_name="python3",
+                        parameters=notebook.parameterized(spec) if by_papermill else None, progress_bar=False)
     return nbformat.read(folder / "out.ipynb", as_version=4)
 
 
@@ -122,7 +177,8 @@ def test_two_processes_under_torchrun_from_inside_the_notebook(pydoc_data, tmp_p
     temp = tmp_path / "tmp"  # the session's temporary files: the workers' script lies here while they run
     temp.mkdir()
     monkeypatch.setenv("TMPDIR", str(temp))
-    nb = _execute(tmp_path, "ddp", root, monkeypatch, steps_until=6, nproc=2, batch_per_card=2)
+    nb = _execute(tmp_path, "ddp", root, monkeypatch, by_papermill=True, steps_until=6, nproc=2, batch_per_card=2,
+                  constellations=["pydoc"])
     text = _text(nb)
     assert "launching 2 processes under torchrun" in text and "cpu x2" in text
     assert json.loads((root / "working" / "result.json").read_text())["step"] == 6

@@ -1,13 +1,10 @@
-"""The loop's parts, each with one job, that `Trainer.run` composes (torchtitan's way).
+"""What the loop does at its sync points, each part with one job (torchtitan's way).
 
-
-* the ranks agreeing on a few numbers in one collective (`agree`, `sum_ranks`, `all_ranks`);
 * `SyncWindow`: the steps between two sync points: their readings stay on the device, and at
   the sync point one collective reads them and settles what every rank must share (stop,
   save, where the next sync point is); it also times the window (tokens/s, seconds per step,
   and on a CPU how much of the machine other work took meanwhile);
 * `MetricsSink`: where the rows go (metrics.jsonl, the log's `@lab-metrics` lines, a callback);
-* `Saver`: when to save and what a save costs;
 * `Progress`: the progress line, now and then.
 """
 from __future__ import annotations
@@ -18,33 +15,11 @@ from pathlib import Path
 from typing import Callable
 
 import torch
-import torch.distributed as dist
 
 from lab.kernel.cpu import OthersLoad
 from lab.kernel.metrics import echo_metrics
+from lab.kernel.ranks import sum_ranks
 from lab.kernel.speed import Readings, next_sync_steps
-from lab.kernel.step import Runtime
-
-
-def all_ranks(obj, rt: Runtime) -> list:
-    if rt.world == 1:
-        return [obj]
-    out = [None] * rt.world
-    dist.all_gather_object(out, obj)
-    return out
-
-
-def agree(values: list[float], rt: Runtime) -> list[float]:
-    """Sums small numbers across ranks (losses, stop flags) in one collective."""
-    t = torch.tensor(values, dtype=torch.float64, device=rt.device if rt.device.type == "cuda" else "cpu")
-    sum_ranks(t, rt)
-    return t.tolist()
-
-
-def sum_ranks(t: torch.Tensor, rt: Runtime) -> None:
-    """Sums `t` across ranks in place (nothing to do in one process)."""
-    if rt.world > 1:
-        dist.all_reduce(t)
 
 
 class SyncWindow:
@@ -52,9 +27,10 @@ class SyncWindow:
 
     Steps are the same on every rank, so every rank reaches a sync point at the same step; there
     one collective sums the window's losses and the flags each rank brings, so no rank ever
-    waits for another between sync points, and the card never waits for the host."""
+    waits for another between sync points, and the card never waits for the host. `rt` is this
+    process's `step.Runtime`."""
 
-    def __init__(self, rt: Runtime, step: int, tokens: int, scaled: bool = False):
+    def __init__(self, rt, step: int, tokens: int, scaled: bool = False):
         self.rt, self.readings = rt, Readings(scaled)
         self.step_s, self.apart, self.next_sync = 0.0, 1, step + 1  # measured step time; steps between syncs
         # A CPU's speed moves with other work (with several ranks on one CPU, each would count the others).
@@ -135,27 +111,6 @@ class MetricsSink:
             if self.on_metrics:
                 self.on_metrics(row)
             echo_metrics(row)
-
-
-class Saver:
-    """When the loop saves, and what a save costs. A save is due every `every_min` minutes. Its
-    cost is measured at each save and, until the first, estimated from the weights (the model,
-    AdamW's two moments and their fp32 copies at ~200 MB/s), so that a stop for the time limit
-    leaves room for one. `save()` returns the checkpoint written, or None (a failed save: the
-    loop goes on); `path` is the newest this session wrote."""
-
-    def __init__(self, save: Callable[[], Path | None], weights: int, every_min: float):
-        self._save, self.every_s = save, every_min * 60
-        self.cost_s = 0.5 + weights * 16 / 200e6
-        self.last, self.path = time.monotonic(), None
-
-    def due(self) -> bool:
-        return time.monotonic() - self.last > self.every_s
-
-    def save(self) -> None:
-        t0 = time.monotonic()
-        self.path = self._save() or self.path
-        self.cost_s, self.last = time.monotonic() - t0, time.monotonic()
 
 
 PROGRESS_EVERY_S = 10  # a progress line at most this often: a 12-hour session stays readable
