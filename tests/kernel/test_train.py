@@ -104,6 +104,20 @@ def test_a_json_config_file_gives_the_same_run_as_flags(pydoc_data, tmp_path):
     assert losses(tmp_path / "a") == losses(tmp_path / "b")
 
 
+def test_a_links_spec_trains_here_with_the_sessions_own_limit_not_the_runs_wish(pydoc_data, tmp_path):
+    run = {"constellations": ["pydoc"], "context": 32, "width": 32, "heads": 2, "layers": 2, "batch_per_card": 4,
+           "eval_every": 10_000, "eval_batches": 1, "warmup_steps": 2, "steps_until": 100_000, "limit_min": 630}
+    spec = {"run": run, "session": {"limit_min": 0.05, "data_dir": str(pydoc_data), "out_dir": str(tmp_path / "a")}}
+    (tmp_path / "spec.json").write_text(json.dumps(spec, ensure_ascii=False))
+    code, out, err = lab_here("train", "--spec", str(tmp_path / "spec.json"))
+    assert code == 0, err
+    result = json.loads(out.strip().splitlines()[-1])
+    assert result["reason"] == "time limit" and 0 < result["step"] < 100_000  # 3 s, not 630 minutes
+    assert json.loads((tmp_path / "a" / "config.json").read_text())["limit_min"] == 630  # the run's wish, kept
+    err = _fails("train", "--spec", str(tmp_path / "spec.json"), "--layers", "3")
+    assert "--spec holds the run's fields" in err and "layers" in err
+
+
 # --- bad input: a clear error, exit status 2, nothing overwritten ---------------------------
 
 def _fails(*args):

@@ -183,6 +183,11 @@ def test_two_processes_under_torchrun_from_inside_the_notebook(pydoc_data, tmp_p
     assert "launching 2 processes under torchrun" in text and "cpu x2" in text
     assert json.loads((root / "working" / "result.json").read_text())["step"] == 6
     assert not list(temp.glob("lab-kernel-*")), "a local session leaves no copy of the kernel behind"
+    # The workers' file is the link's spec whole: the run as sent, the paths found, the limit's rest.
+    sent, given = _spec(**{**TINY_PARAMS, "steps_until": 6, "nproc": 2, "batch_per_card": 2}), \
+        LinkSpec.from_json((root / "working" / "worker-spec.json").read_text(encoding="utf-8"))
+    assert given.run == sent.run and given.session.out_dir == str(root / "working")
+    assert given.session.data_dir.endswith("lab-data-pydoc") and 0 < given.limit_min < sent.limit_min
 
 
 def _when(condition, then, timeout_s=300):
