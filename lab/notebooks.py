@@ -309,18 +309,17 @@ CONTROL_CELLS = [
     ("markdown", "## 3. Данные · Data\nСозвездия: объявить из папки или файлов, изменить, подготовить. "
                  "*Constellations: declare from a folder or files, edit, prepare.*"),
     ("code", "ui.data()"),
-    ("markdown", "## 4. Новый прогон и калькулятор · New run and the calculator"),
-    ("code", "form = ui.new_run(**form_values)"),
-    ("markdown", "## 5. Старт · Start"),
-    ("code", "ui.start(form, press=press_start)"),
-    ("markdown", "## 6. Монитор · Monitor\n«Стоп» и «Продолжить». *Stop and Continue.*"),
+    ("markdown", "## 4. Новый прогон · New run\nПоля, калькулятор рядом и «Старт» под ним. "
+                 "*The fields, the calculator beside them and Start under it.*"),
+    ("code", "form = ui.new_run(**form_values)\nui.start(form, press=press_start)"),
+    ("markdown", "## 5. Монитор · Monitor\n«Стоп» и «Продолжить». *Stop and Continue.*"),
     ("code", "monitor = ui.monitor(form, wait_minutes=wait_minutes)"),
-    ("markdown", "## 7. Прогоны · Runs\nСравнить кривые, продолжить законченный прогон, ветка охлаждения. "
+    ("markdown", "## 6. Прогоны · Runs\nСравнить кривые, продолжить законченный прогон, ветка охлаждения. "
                  "*Compare curves, continue a finished run, a cooldown branch.*"),
     ("code", "ui.runs()"),
-    ("markdown", "## 8. Рецепты · The recipe lab"),
+    ("markdown", "## 7. Рецепты · The recipe lab"),
     ("code", "# Points, the law L(N, D), cooldown branches\nfrom lab.ui.recipes import recipe_lab\n\nrecipe_lab()"),
-    ("markdown", "## 9. Модель в деле · Try the model\nПрогон, его чекпоинт, начало текста — и модель пишет дальше.\n\n"
+    ("markdown", "## 8. Модель в деле · Try the model\nПрогон, его чекпоинт, начало текста — и модель пишет дальше.\n\n"
                  "*A run, one of its checkpoints, a prompt: the model writes on.*"),
     ("code", "ui.try_model()"),
 ]

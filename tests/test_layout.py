@@ -142,12 +142,37 @@ def test_the_floor_check_catches_an_import_up_or_sideways(tmp_path):
     assert floor_violations(g, floors) == ["lab.corpus.b imports lab.machines.c", "lab.kernel.a imports lab.corpus.b"]
 
 
+# What the faces (the control notebook's widgets, the `lab` command) may import of the kit besides
+# themselves: the typed API, the run's fields and their words and flags, and where the lab lives.
+FACES = ("lab.ui", "lab.cli")
+FACES_USE = ("lab.api", "lab.config", "lab.fields", "lab.flags", "lab.home")
+
+
+def past_the_api(g: dict[str, set[str]]) -> dict[str, list[str]]:
+    """Each face module with the kit's modules it imports past `FACES_USE` (imports inside functions counted)."""
+    def within(name: str, packages: tuple[str, ...]) -> bool:
+        return any(name == p or name.startswith(p + ".") for p in packages)
+    found = {m: sorted(i for i in imports if not within(i, FACES + FACES_USE))
+             for m, imports in g.items() if within(m, FACES)}
+    return {m: i for m, i in found.items() if i}
+
+
 def test_the_notebook_and_the_command_reach_the_lab_through_its_api_only():
-    """ui/ and cli/ import nothing of the machines, the Kaggle client or the probe: lab.api does."""
-    behind = ("lab.machines", "lab.kaggle", "lab.probe", "lab.settle")
-    found = {m: sorted(i for i in imports if i.startswith(behind))
-             for m, imports in graph().items() if m.startswith(("lab.ui", "lab.cli"))}
-    assert not {m: i for m, i in found.items() if i}, f"imports past lab.api: {found}"
+    """ui/ and cli/ import of the kit only lab.api, lab.config, lab.fields, lab.flags and lab.home:
+    lab.api returns typed rows (a run's, a machine's, a run's status), so no face reads the registry,
+    the sizing, the kernel or the machines itself."""
+    found = past_the_api(graph())
+    assert not found, "imports past lab.api (ask lab.api for it): " + "; ".join(f"{m}: {', '.join(i)}"
+                                                                              for m, i in sorted(found.items()))
+
+
+def test_the_faces_rule_counts_imports_inside_functions(tmp_path):
+    source = tmp_path / "m.py"
+    source.write_text("from lab.api import runs\nfrom lab.ui.text import tr\n\ndef f():\n"
+                      "    from lab.runs import list_runs  # late\n    import lab.sizing.words  # late\n")
+    known = {"lab.api.runs", "lab.ui.text", "lab.runs", "lab.sizing", "lab.sizing.words", "lab.api"}
+    g = {"lab.ui.m": lab_imports(source, known, name="lab.ui.m"), "lab.runs": {"lab.config"}}
+    assert past_the_api(g) == {"lab.ui.m": ["lab.runs", "lab.sizing.words"]}
 
 
 def late_imports_without_a_reason(path: Path) -> list[int]:
@@ -202,9 +227,10 @@ def test_no_module_in_lab_or_the_emulator_is_over_550_lines():
     assert not long, f"modules over {MAX_LINES} lines (split them by concern): {long}"
 
 
-def test_the_kernel_imports_only_lab_config_and_lab_kernel():
+def test_the_kernel_imports_only_lab_config_lab_spec_and_lab_kernel():
     g = graph()
-    outside = {m: sorted(i for i in imports if i != "lab.config" and not (i == "lab.kernel" or i.startswith("lab.kernel.")))
+    outside = {m: sorted(i for i in imports if i not in ("lab.config", "lab.spec")
+                         and not (i == "lab.kernel" or i.startswith("lab.kernel.")))
                for m, imports in g.items() if m == "lab.kernel" or m.startswith("lab.kernel.")}
     assert not {m: i for m, i in outside.items() if i}, outside
 

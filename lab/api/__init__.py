@@ -7,7 +7,14 @@
     models     a trained model in use: sample, eval, export
     recipes    sweeps, the L(N, D) fit, cooldown branches
     train      `lab train`: a run's loop here, without the registry
+    curves     runs' loss curves as the faces draw them, and "when to grow"
+    words      numbers as a person reads them in the lab's two languages
 
 Each module is imported by whoever needs it (`from lab.api import runs`): the command's fast
 subcommands never pay for torch.
 """
+from __future__ import annotations
+
+import lab
+
+VERSION = lab.__version__  # the kit's version, as the faces say it (`lab --version`, the setup cell)

@@ -7,6 +7,8 @@ prepared; what is prepared and how many tokens each holds.
     add / update / remove             a constellation in `constellations.ini`, its comments kept
     check_vocab(vocab)                a vocabulary size the tokenizer can have, or why not
     prepare(names, progress, vocab)   `lab prepare -c NAME ... [--vocab N]` (None: the corpus's choice)
+    manifest(folder), splits(m)       what a prepare wrote: its manifest, each source's train and val
+    prepared_state(name)              where a constellation is prepared with its current text (`lab prepare --list`)
 """
 from __future__ import annotations
 
@@ -16,11 +18,11 @@ from typing import Callable
 
 from lab.corpus.constellations import TEXT_SUFFIXES, add_constellation, load_constellations, remove_constellation
 from lab.corpus.constellations import _check_name as check_name
-from lab.corpus.constellations import update_constellation
-from lab.corpus.manifests import SourceSplit, read_manifest, source_splits_by_constellation
-from lab.corpus.manifests import train_tokens_by_constellation, vocab_note
+from lab.corpus.constellations import scan, update_constellation
+from lab.corpus.manifests import SourceSplit, prepared_folders, read_manifest, source_splits
+from lab.corpus.manifests import source_splits_by_constellation, train_tokens_by_constellation, vocab_note
 from lab.corpus.prepared import prepare as prepare_data
-from lab.corpus.tokenizer import MAX_VOCAB
+from lab.corpus.tokenizer import DEFAULT_VOCAB, MAX_VOCAB  # `lab prepare --help` says both
 from lab.corpus.tokenizer import check_vocab as corpus_check_vocab
 from lab.config import UserError
 from lab.home import lab_home
@@ -100,3 +102,32 @@ def prepare(names: list[str], progress: Callable | bool = False, vocab: int | No
     if vocab is not None:
         kw["vocab"] = vocab
     return prepare_data(names, progress=progress, **kw)
+
+
+def manifest(folder: Path) -> dict:
+    """A prepared data folder's manifest: its tokens, tokenizer, val set, constellations."""
+    return read_manifest(folder)
+
+
+def splits(prepared: dict) -> list[SourceSplit]:
+    """What each source of a prepared folder's manifest gave train and val."""
+    return source_splits(prepared)
+
+
+def prepared_state(name: str) -> tuple[str, dict | None]:
+    """Where the constellation is prepared with its current text, in words ("no", "no (its text
+    changed since it was prepared)", the folders with their vocab and tokens), and the newest such
+    folder's manifest."""
+    c = load_constellations()[name]
+    mentions = [(f, m) for f, m in prepared_folders() if c.name in m["constellations"]]
+    if not mentions:
+        return "no", None
+    try:
+        sha = scan(c).sha256
+    except UserError as e:
+        return f"unavailable now ({e})", None
+    current = [(f, m) for f, m in mentions if m["constellations"][c.name]["sha256"] == sha]
+    if not current:
+        return "no (its text changed since it was prepared)", None
+    return ", ".join(f"{f.name} (vocab {m['tokenizer']['vocab']}, {m['train_tokens'] + m['val_tokens']:,} tokens)"
+                     for f, m in current), current[0][1]

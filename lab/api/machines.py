@@ -9,17 +9,20 @@
     remove_box / check_box            either, by its kind; box_record(name) its last check
     local_gpu(), machine_cards(name)  the cards a run gets here, or on a named machine
     machine_choices(accounts)         what the form's and the runs panel's machine lists offer
+    rows(machines)                    each machine as the faces show it: its words, its actions (a MachineRow)
 """
 from __future__ import annotations
 
 import os
 import time
+from dataclasses import dataclass
 from typing import Callable
 
+from lab.api.accounts import first_run_hint
 from lab.config import RunConfig, UserError
 from lab.kaggle.probed import age
 from lab.machines import driver
-from lab.machines.auto import Choice, Machine
+from lab.machines.auto import Choice, Machine, choose
 from lab.machines.control import active_runs
 from lab.machines.local import local_cards
 from lab.machines.local import local_gpu as local_card_set
@@ -30,7 +33,7 @@ from lab.machines.ssh import boxes
 from lab.machines.ssh.check import check_machine
 from lab.sizing import card_for
 
-__all__ = ["Choice", "Machine", "View", "overview", "check", "add_box", "add_cluster", "remove_box", "check_box",
+__all__ = ["Choice", "Machine", "MachineRow", "View", "overview", "rows", "check", "add_box", "add_cluster", "remove_box", "check_box",
            "box_record", "box_age", "box_problem", "box_cards", "cluster_cards", "local_gpu", "machine_cards",
            "machine_choices", "partition_line"]
 
@@ -83,7 +86,47 @@ class View:
         key = (cfg.data_dir, tuple(cfg.constellations))
         if key not in self._holds:
             self._holds[key] = driver.holdings(found, cfg)
-        return driver.choose(cfg, need_hours, machines=found, holds=self._holds[key])
+        return choose(cfg, need_hours, machines=found, holds=self._holds[key])
+
+
+@dataclass(frozen=True)
+class MachineRow:
+    """One machine as the faces show it: its state, its words and what can be done to it, decided
+    here by its kind so that neither face asks which kind a machine is."""
+    state: Machine
+    title: tuple[str, str]  # what it is, (English, Russian): "alice · Kaggle 2xT4", "rack · a box over SSH · …"
+    quota: bool  # it has a GPU quota: a bar with what is left and when it refreshes (a Kaggle account)
+    answers: bool  # it answers its check: said reachable, or why not (a box, a cluster)
+    actions: tuple[str, ...]  # "probe" and "remove" (an account), "check" (a box, a cluster); none here
+    account: bool  # one of the lab's Kaggle accounts
+    hint: tuple[str, str] | None  # a word under it before its first run, (English, Russian)
+
+    @property
+    def name(self) -> str:
+        return self.state.name
+
+
+def rows(machines: list[Machine]) -> list[MachineRow]:
+    """The machines' rows, in their order."""
+    return [_row(m) for m in machines]
+
+
+def _row(m: Machine) -> MachineRow:
+    if m.kind == "local":
+        cards = local_gpu()[1]
+        return MachineRow(m, (f"This computer · {cards}", f"Этот компьютер · {cards}"), False, False, (), False, None)
+    if m.kind == "kaggle":
+        return MachineRow(m, (f"{m.name} · Kaggle {m.gpu}", f"{m.name} · Kaggle {m.gpu}"), True, False,
+                          ("probe", "remove"), True, first_run_hint(m.name, m.has_ever_run))
+    if m.kind == "slurm":
+        what = ("a Slurm cluster", "кластер Slurm")
+    elif m.hosts > 1:
+        what = (f"a group of {m.hosts} boxes over SSH", f"группа из {m.hosts} машин по SSH")
+    else:
+        what = ("a box over SSH", "машина по SSH")
+    gpu = f" · {m.gpu}" if m.gpu else ""
+    return MachineRow(m, (f"{m.name} · {what[0]}{gpu}", f"{m.name} · {what[1]}{gpu}"), False, True, ("check",),
+                      False, None)
 
 
 def check(name: str, say: Callable[[str], None] = print) -> None:
@@ -130,6 +173,13 @@ def machine_cards(machine: str) -> str:
     if machine == "auto":
         return ""
     return (boxes.read_check(machine) or {}).get("gpu") or ""
+
+
+def sized_cards(machine: str) -> str | None:
+    """The card set of the machine a run goes to (`machine_cards`) where the calculator has figures
+    for it; None: size for Kaggle's cards (Auto's, an unchecked machine's, cards it does not know)."""
+    cards = machine_cards(machine)
+    return cards if card_for(cards) is not None else None
 
 
 def machine_choices(accounts: list[str], words: Callable[[str, str], str]) -> list[tuple[str, str]]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Iterator
 
+from lab.config import UserError
 from lab.models.evaluate import Score, evaluate
 from lab.models.export import CARD
 from lab.models.export import export as export_folder
@@ -25,7 +26,19 @@ __all__ = ["CARD", "INSTALL", "LOAD_LINES", "Loaded", "Score", "Settings", "cons
 
 
 def load(target: str) -> Loaded:
+    """The model of a run (id, unique prefix, folder) or of a checkpoint file; a file named that is
+    not there is said as a missing file, not as an unknown run."""
+    _file_there(target)
     return load_model(target)
+
+
+def _file_there(target: str) -> None:
+    path = Path(target).expanduser()
+    if (path.suffix == ".pt" or "/" in target or "\\" in target) and not path.exists():
+        raise UserError(f"{target}: no such file; give a checkpoint file that exists (a run's "
+                        f"checkpoints/ckpt_*.pt) or a run (`lab runs` lists them)",
+                        ru=f"{target}: такого файла нет; укажите существующий файл чекпоинта (checkpoints/ckpt_*.pt "
+                           f"прогона) или прогон")
 
 
 def sample(loaded: Loaded, prompt: str, settings: Settings, index: int = 0) -> Iterator[str]:
@@ -38,4 +51,5 @@ def score(loaded: Loaded, documents: list[str]) -> Score:
 
 
 def export(target: str, out: str | None = None) -> Path:
+    _file_there(target)
     return export_folder(target, out)

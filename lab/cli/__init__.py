@@ -11,8 +11,9 @@ import argparse
 import importlib
 import sys
 
-from lab import __version__
+from lab.api import VERSION
 from lab.config import ConfigError, UserError
+from lab.home import from_env, lab_home
 
 # name -> (module, one-line help)
 COMMANDS = {
@@ -38,14 +39,20 @@ COMMANDS = {
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="lab", description="The lab kit.")
-    parser.add_argument("--version", action="version", version=f"lab {__version__}")
+    parser = argparse.ArgumentParser(prog="lab", description="The lab kit.", epilog=home_line())
+    parser.add_argument("--version", action="version", version=f"lab {VERSION}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (module, help_text) in COMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)
         p.set_defaults(_module=module)
         # Parsers are configured lazily below, only for the command being run.
     return parser
+
+
+def home_line() -> str:
+    """Where the lab lives, and why there: the same folder the control notebook's setup cell shows."""
+    why = "$LAB_HOME" if from_env() else "the kit's own; $LAB_HOME chooses another"
+    return f"lab home: {lab_home()} ({why})"
 
 
 def main(argv: list[str] | None = None) -> int:

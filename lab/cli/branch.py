@@ -4,15 +4,14 @@ from __future__ import annotations
 import argparse
 
 from lab.api import runs as lab_runs
-from lab.recipes.branch import DECAY_FRAC
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run", help="the WSD run to branch from (id, unique prefix or folder)")
     parser.add_argument("--at", type=int, required=True, metavar="STEP",
                         help="the step of the run's checkpoint to branch from (in its constant phase)")
-    parser.add_argument("--decay-frac", type=float, default=DECAY_FRAC, metavar="F",
-                        help=f"the branch decays over this fraction of its length (0.1–0.2; default {DECAY_FRAC})")
+    parser.add_argument("--decay-frac", type=float, default=lab_runs.DECAY_FRAC, metavar="F",
+                        help=f"the branch decays over this fraction of its length (0.1–0.2; default {lab_runs.DECAY_FRAC})")
     parser.add_argument("--machine", default=None, help="auto, local or a Kaggle account (default: the run's)")
     parser.add_argument("--wait", action="store_true", help="drive the branch here until it ends")
 

@@ -9,16 +9,15 @@ from __future__ import annotations
 
 import argparse
 
-from lab import corpus
+from lab.api import data
 from lab.config import UserError
-from lab.corpus.manifests import source_splits, vocab_note
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-c", "--constellation", action="append", default=[], metavar="NAME",
                         help="a constellation to prepare (repeat, or separate with commas)")
     parser.add_argument("--vocab", type=int, default=None,
-                        help=f"tokenizer vocabulary size, at most {corpus.MAX_VOCAB} (default {corpus.DEFAULT_VOCAB}, "
+                        help=f"tokenizer vocabulary size, at most {data.MAX_VOCAB} (default {data.DEFAULT_VOCAB}, "
                              f"lowered for a text too small for it; a vocab given is taken as given)")
     parser.add_argument("--tokenizer", default="auto", metavar="auto|new|TOK_ID",
                         help="auto: reuse one trained on a subset of the selection, else train (default); "
@@ -34,8 +33,8 @@ def run(args: argparse.Namespace) -> int:
     names = [n for value in args.constellation for n in value.split(",") if n.strip()]
     if not names:
         raise UserError("say which constellations to prepare: lab prepare -c NAME (lab prepare --list shows them)")
-    folder = corpus.prepare(names, vocab=args.vocab, progress=not args.quiet, tokenizer=args.tokenizer)
-    m = corpus.read_manifest(folder)
+    folder = data.prepare(names, vocab=args.vocab, progress=not args.quiet, tokenizer=args.tokenizer)
+    m = data.manifest(folder)
     tok = m["tokenizer"]
     print(f"data folder: {folder}")
     print(f"tokens: train {m['train_tokens']:,}, val {m['val_tokens']:,} "
@@ -43,10 +42,10 @@ def run(args: argparse.Namespace) -> int:
     for name, c in m["constellations"].items():
         print(f"  {name}: {c['bytes']:,} bytes, {c['documents']:,} documents, "
               f"train {c['train_tokens']:,}, val {c['val_tokens']:,} tokens")
-        for split in source_splits(m):
+        for split in data.splits(m):
             if split.constellation == name:
                 print(f"    {split.words()}")
-    note = vocab_note(m)
+    note = data.prepared_note(folder)
     print(f"vocab: {tok['vocab']} (tokenizer {tok['tok_id']}, trained on {', '.join(tok['trained_on'])})"
           + (f"; {note[0]}" if note else ""))
     print(f"val_set: {m['val_set']}")
@@ -54,29 +53,12 @@ def run(args: argparse.Namespace) -> int:
 
 
 def print_list() -> None:
-    prepared = corpus.prepared_folders()
-    for name, c in corpus.load_constellations().items():
-        print(f"{name}" + (f": {c.description}" if c.description else ""))
+    for c in data.constellations():
+        print(f"{c.name}" + (f": {c.description}" if c.description else ""))
         print(f"  sources: {', '.join(c.sources)}")
-        state, current = _prepared_state(c, prepared)
+        state, current = data.prepared_state(c.name)
         print(f"  prepared: {state}")
         if current:  # the newest folder's split, source by source
-            for split in source_splits(current):
-                if split.constellation == name:
+            for split in data.splits(current):
+                if split.constellation == c.name:
                     print(f"    {split.words()}")
-
-
-def _prepared_state(c: corpus.Constellation, prepared: list) -> tuple[str, dict | None]:
-    """Data folders holding this constellation with its current content, and the newest one's manifest."""
-    mentions = [(f, m) for f, m in prepared if c.name in m["constellations"]]
-    if not mentions:
-        return "no", None
-    try:
-        sha = corpus.scan(c).sha256
-    except UserError as e:
-        return f"unavailable now ({e})", None
-    current = [(f, m) for f, m in mentions if m["constellations"][c.name]["sha256"] == sha]
-    if not current:
-        return "no (its text changed since it was prepared)", None
-    return ", ".join(f"{f.name} (vocab {m['tokenizer']['vocab']}, {m['train_tokens'] + m['val_tokens']:,} tokens)"
-                     for f, m in current), current[0][1]

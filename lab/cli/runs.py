@@ -4,13 +4,11 @@ from __future__ import annotations
 import argparse
 import json
 
+from lab.api import curves
 from lab.api import runs as lab_runs
+from lab.cli import home_line
 from lab.config import UserError
 from lab.flags import add_config_flags, fields_from_args
-from lab.kernel.metrics import read_metrics
-from lab.kernel.plots import save_loss_plot
-from lab.runs import lineage, list_runs, load_run
-from lab.sizing.calibration import check
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -56,36 +54,25 @@ def configure_listing(parser: argparse.ArgumentParser) -> None:
 
 
 def run_listing(args: argparse.Namespace) -> int:
-    from lab.models.bpb import last_val, val_bpb  # bits per byte: runs of any tokenizer on one scale
-    runs = list_runs()
     if args.json:
-        for r in runs:
+        for r in lab_runs.runs():
             print(json.dumps(r.to_dict(), ensure_ascii=False))
         return 0
-    if not runs:
-        print("no runs yet: start one with `lab run`")
+    rows = lab_runs.rows()
+    if not rows:
+        print(f"no runs yet: start one with `lab run`\n{home_line()}")
         return 0
     print(f"{'run':<32} {'status':<8} {'step':>13} {'loss':>7} {'val':>7} {'val bpb':>7}  "
           f"{'tok/s (predicted, error)':<30}  links / from")
-    for r in runs:
-        rows = read_metrics(r.folder)
-        loss = next((m["loss"] for m in reversed(rows) if "loss" in m), None)
-        val = last_val(rows)
-        machines = ",".join(link.machine for link in r.links) or "-"
-        chain = lineage(r)
-        origin = f" <- {chain[-2]}" if len(chain) > 1 else ""
-        print(f"{r.id:<32} {r.status:<8} {f'{r.step:,}/{r.cfg.steps_until:,}':>13} "
-              f"{_fmt(loss):>7} {_fmt(val and val['val_loss']):>7} {_fmt(val_bpb(val, r.cfg)):>7}  "
-              f"{_speed(r.folder):<30}  {machines}{origin}")
-        for slow in lab_runs.slow_sessions(r):  # a session that spent quota for little: said, not hidden
+    for r in rows:
+        origin = f" <- {r.parent}" if r.parent else ""
+        print(f"{r.id:<32} {r.status:<8} {f'{r.step:,}/{r.config.steps_until:,}':>13} "
+              f"{_fmt(r.loss):>7} {_fmt(r.val_loss):>7} {_fmt(r.val_bpb):>7}  "
+              f"{'-' if r.speed is None else r.speed.text():<30}  {','.join(r.machines) or '-'}{origin}")
+        for slow in r.slow:  # a session that spent quota for little: said, not hidden
             print(f"{'':<32} warning: {slow.words()}")
+    print(home_line())  # the folder the control notebook's setup cell names too
     return 0
-
-
-def _speed(folder) -> str:
-    """The run's measured tokens/s beside what the calculator predicted for it (lab.sizing.calibration)."""
-    c = check(folder)
-    return "-" if c is None else c.text()
 
 
 def _fmt(x: float | None) -> str:
@@ -98,8 +85,8 @@ def configure_plot(parser: argparse.ArgumentParser) -> None:
 
 
 def run_plot(args: argparse.Namespace) -> int:
-    r = load_run(args.run)
+    r = lab_runs.get(args.run)
     if not (r.folder / "metrics.jsonl").exists():
         raise UserError(f"run {r.id} has no metrics yet")
-    print(save_loss_plot(r.folder, x=args.x, title=r.id))
+    print(curves.draw(r.id, x=args.x))
     return 0

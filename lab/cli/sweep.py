@@ -5,12 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 
-from lab.api.accounts import names
-from lab.config import RunConfig, UserError
+from lab.api import sweeps
+from lab.config import UserError
 from lab.flags import add_config_flags, fields_from_args
-from lab.recipes import runners
-from lab.recipes.branch import DECAY_FRAC
-from lab.recipes.sweep import Sweep, parse_size, plan_configs, sweep_summary
 
 
 def _floats(text: str) -> list[float]:
@@ -40,30 +37,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    runner, machine = _runner(args)
-    base = RunConfig.from_dict({**fields_from_args(args), "machine": machine})
-    sizes = [parse_size(s) for s in args.sizes.split(",") if s.strip()]
-    schedules = [s.strip() for s in args.schedules.split(",") if s.strip()]
-    plans = plan_configs(base, sizes, _floats(args.lrs), schedules)
     say = (lambda s: None) if args.json else (lambda s: print(s + "\n", flush=True))
-    sweep = Sweep(plans, runner, cooldown=_floats(args.cooldown), say=say, poll_s=args.poll_s,
-                  decay_frac=args.branch_decay_frac or DECAY_FRAC)
-    members = sweep.run()
-    summary = sweep_summary(members)
+    swept = sweeps.run(fields_from_args(args), [s for s in args.sizes.split(",") if s.strip()], _floats(args.lrs),
+                       [s.strip() for s in args.schedules.split(",") if s.strip()], _floats(args.cooldown),
+                       args.branch_decay_frac, args.machine, args.inline, say, args.poll_s)
     if args.json:
-        print(json.dumps(summary, ensure_ascii=False, indent=1))
+        print(json.dumps(swept.summary, ensure_ascii=False, indent=1))
     else:
-        print(f"{summary['points']} point(s) from {len(members)} run(s); `lab fit` fits them")
+        print(f"{swept.summary['points']} point(s) from {swept.runs} run(s); `lab fit` fits them")
     return 0
-
-
-def _runner(args: argparse.Namespace) -> tuple[object, str]:
-    """How the sweep runs its runs, and the machine they are registered for."""
-    if args.inline:
-        return runners.InlineRunner(), "inline"
-    if args.machine == "local":
-        return runners.LocalRunner(), "local"
-    if args.machine == "auto":
-        if not names():
-            return runners.LocalRunner(), "local"  # Auto without accounts runs here: one after another
-    return runners.SpreadRunner(), args.machine

@@ -2,7 +2,6 @@
 
     overview()                  the machines: this computer, then each Kaggle account with its quota
     choose(cfg, need, machines) the guide's Auto rule (lab.machines.auto), its reason in English and Russian
-    status(run_id)              where a run is: its links, the control side's message, the log tail
     cancel(run_id)              no further link; the running session stops, or the person is told how
     drive(run_id)               the continuation loop (`lab watch RUN` runs it)
 
@@ -23,7 +22,6 @@ driver may die anywhere: `lab watch RUN` resumes it.
 from __future__ import annotations
 
 import os
-import re
 import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
@@ -32,17 +30,13 @@ from datetime import datetime, timezone
 from typing import Callable
 
 from lab.config import RunConfig, UserError
-from lab.kernel.metrics import METRICS_MARK
-from lab.machines.auto import FOREIGN, Choice, Machine, choose, pick, usable, worth_waiting  # noqa: F401 - re-exported
+from lab.machines.auto import FOREIGN, Choice, Machine, pick, worth_waiting
 from lab.machines.base import Follow, env_seconds
-from lab.machines.control import (DriverLock, active_link, active_runs, cancel_flag, cancel_requested,  # noqa: F401
-                                  driver_alive, logged, read_control, set_control, spawn_driver, spawned,
-                                  tail)
-from lab.machines.live import live_curve
-from lab.machines.local import local_cards, local_gpu  # noqa: F401 - the API
+from lab.machines.control import (DriverLock, active_link, active_runs, cancel_flag, cancel_requested, driver_alive,
+                                  logged, read_control, set_control)
 from lab.machines.needs import data_id, finish_hours, need_hours, pin_data, source_checkpoint
 from lab.machines.pace import measured_on, slow_links
-from lab.machines.registry import host_for, host_of, hosts, machine_names  # noqa: F401 - the API
+from lab.machines.registry import host_for, host_of, hosts
 from lab.runs import REFUSED, End, Link, Outcome, Run, load_run, now, updating
 from lab.sizing.calibration import read_predictions, record_prediction
 from lab.sizing.speeds import run_info
@@ -424,57 +418,7 @@ def holdings(machines: list[Machine], cfg: RunConfig, run: Run | None = None) ->
 
 
 # ---------------------------------------------------------------------------------------------
-# Asking about a run, and cancelling one
-
-
-def status(run_id: str) -> dict:
-    """Where a run is, as the fields of `lab.api.runs.RunStatus` (the API's typed record of it)."""
-    for proc in list(spawned.values()):
-        proc.poll()  # reaps finished background drivers
-    run = load_run(run_id)
-    control = read_control(run.id)
-    alive = driver_alive(run.id)
-    current = run.links[-1] if run.links else None
-    message, message_ru = control.get("message"), control.get("message_ru")
-    if run.status not in HALTED and not alive:
-        if run.status == "new":
-            message = (f"Run {run.id} has not started: no control process drives it (it may be starting now); "
-                       f"if this stays, `lab watch {run.id}` starts it.")
-            message_ru = (f"Прогон {run.id} ещё не начался: его не ведёт ни один управляющий процесс (возможно, "
-                          f"он как раз запускается); если так и останется, его запустит `lab watch {run.id}`.")
-        else:
-            message = (f"No control process drives run {run.id} now (it was stopped or crashed): "
-                       f"`lab watch {run.id}` resumes it.")
-            message_ru = (f"Прогон {run.id} сейчас не ведёт ни один управляющий процесс (его остановили, или он "
-                          f"упал): `lab watch {run.id}` продолжит его.")
-    return {"id": run.id, "status": run.status, "step": run.step, "steps_until": run.cfg.steps_until,
-            "machine": current.machine if current else None, "driver": alive,
-            "message": message, "message_ru": message_ru,
-            "waiting_until": control.get("waiting_until"), "waiting_for": control.get("waiting_for"),
-            "waiting_for_ru": control.get("waiting_for_ru"), "cancel_requested": cancel_requested(run.id),
-            "links": list(run.links), "log_tail": _log_tail(run, current),
-            "live": live_curve(run),  # the running session's curve from its log, until its outputs come
-            "control_tail": tail(run.folder / "control.log", 12),
-            "plot": str(run.folder / "loss.png") if (run.folder / "loss.png").is_file() else None,
-            "folder": str(run.folder)}
-
-
-# papermill's own progress lines in a session it runs here or on a box ("Executing Cell 3----").
-PAPERMILL_PROGRESS = re.compile(r"(Executing|Ending) Cell \d+-*$|Executing notebook with kernel:")
-
-
-def _log_tail(run: Run, link: Link | None, lines: int = 25) -> str:
-    """The session log's last human lines: the metrics lines echoed for the live curve
-    (`@lab-metrics {...}`) and papermill's progress stay in the log and the files, out of the
-    person's view."""
-    if link is None:
-        return ""
-    try:
-        text = host_of(link).log_tail(run, link, lines * 8)
-    except UserError:  # a machine no longer in the lab: its log is not the lab's to show
-        return ""
-    return "\n".join([line for line in text.splitlines()
-                      if METRICS_MARK not in line and not PAPERMILL_PROGRESS.search(line)][-lines:])
+# Cancelling a run (where a run is: lab.api.runs.status)
 
 
 def cancel(run_id: str) -> str:

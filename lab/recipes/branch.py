@@ -31,22 +31,50 @@ def parent_decay_start(cfg: RunConfig) -> int:
 
 
 def branch_config(parent: RunConfig, at: int, decay_frac: float = DECAY_FRAC) -> RunConfig:
-    """The branch's fields: the parent's, ending at at/(1−f) with the decay starting at `at`."""
+    """The branch's fields: the parent's, ending at at/(1−f) with the decay starting at `at`.
+    Refused, in both languages, where the branch could only repeat its parent."""
     if not 0 < decay_frac < 1:
-        raise UserError(f"--decay-frac must lie between 0 and 1 (the lab uses 0.1–0.2), got {decay_frac}")
-    if parent.schedule not in BRANCHABLE:
-        raise UserError(f"a cooldown branch needs a run with a constant phase (wsd or inv_sqrt); this run's "
-                        f"schedule is {parent.schedule}: its rate already falls everywhere")
+        raise UserError(f"--decay-frac must lie between 0 and 1 (the lab uses 0.1–0.2), got {decay_frac}",
+                        ru=f"доля спада должна лежать между 0 и 1 (лаба берёт 0,1–0,2), а не {decay_frac}")
+    why = unbranchable(parent, at)
+    if why:
+        raise UserError(why[0], ru=why[1])
     warmup = run_warmup(parent.steps_until, parent.warmup_steps, parent.decay_start)
-    if at <= warmup:
-        raise UserError(f"step {at:,} is still in the run's warmup ({warmup:,} steps): branch from a later checkpoint")
-    start = parent_decay_start(parent)
-    if at > start:
-        raise UserError(f"step {at:,} is in the run's decay phase (from step {start:,}): branch from a "
-                        f"checkpoint of its constant phase")
     # The parent's warmup as it ran: with decay_start set it is taken as given.
     return replace(parent, steps_until=max(at + 1, math.ceil(at / (1 - decay_frac))), decay_start=at,
                    decay_frac=decay_frac, resume_from="", warmup_steps=warmup)
+
+
+def unbranchable(parent: RunConfig, at: int) -> tuple[str, str] | None:
+    """Why a cooldown branch of a run with these fields cannot start at step `at` (English,
+    Russian), or None. A branch starts after the warmup and before where the run's own decay
+    began: from there on it would decay as the run itself did, and end with the run's own losses."""
+    if parent.schedule not in BRANCHABLE:
+        return (f"a cooldown branch needs a run with a constant phase (wsd or inv_sqrt); this run's schedule is "
+                f"{parent.schedule}: its rate already falls everywhere",
+                f"ветке охлаждения нужен прогон с постоянной фазой (wsd или inv_sqrt); у этого прогона расписание "
+                f"{parent.schedule}: его скорость и так падает везде")
+    warmup = run_warmup(parent.steps_until, parent.warmup_steps, parent.decay_start)
+    if at <= warmup:
+        return (f"step {at:,} is still in the run's warmup ({warmup:,} steps): branch from a later checkpoint",
+                f"шаг {_ru(at)} ещё в разгоне прогона ({_ru(warmup)} шагов): возьмите чекпоинт позже")
+    start = parent_decay_start(parent)
+    if at >= start:
+        return (f"step {at:,} is not before the run's own decay (from step {start:,}): a branch from it would only "
+                f"repeat the run; branch from a checkpoint of its constant phase, before step {start:,}",
+                f"шаг {_ru(at)} не раньше спада самого прогона (с шага {_ru(start)}): ветка оттуда лишь повторит "
+                f"прогон; возьмите чекпоинт его постоянной фазы, раньше шага {_ru(start)}")
+    return None
+
+
+def _ru(n: int) -> str:
+    return f"{n:,}".replace(",", "\u00a0")  # a no-break space: the number never breaks across lines
+
+
+def branch_steps(run: Run) -> list[int]:
+    """The steps of the run's kept checkpoints a cooldown branch can start from, oldest first."""
+    steps = [checkpoint_step(p) for p in list_checkpoints(run.folder / "checkpoints")]
+    return [s for s in steps if unbranchable(run.cfg, s) is None]
 
 
 def checkpoint_at(run: Run, at: int) -> Path:

@@ -18,6 +18,7 @@ from typing import Callable
 from lab.config import UserError
 from lab.kernel.metrics import read_metrics
 from lab.machines import driver
+from lab.machines.control import driver_alive, spawn_driver
 from lab.machines.inline import ask_to_stop
 from lab.procs import descendants, signal_quietly
 from lab.recipes.points import DivergenceWatch, diverged_why, mark_diverged
@@ -110,7 +111,7 @@ class SpreadRunner:
         self._launched: dict[str, float] = {}
 
     def launch(self, run_id: str) -> None:
-        driver.spawn_driver(run_id, resume=True)
+        spawn_driver(run_id, resume=True)
         self._watches[run_id] = (self.watch(), 0)
         self._launched[run_id] = time.monotonic()
 
@@ -126,7 +127,7 @@ class SpreadRunner:
                 driver.cancel(run_id)
         # A driver just spawned may not have taken the run yet: "new" counts as busy for a while.
         starting = run.status == "new" and time.monotonic() - self._launched.get(run_id, 0) < START_GRACE_S
-        busy = starting or run.status in ("running", "waiting", "starting") or driver.driver_alive(run_id)
+        busy = starting or run.status in ("running", "waiting", "starting") or driver_alive(run_id)
         return not busy
 
 

@@ -68,13 +68,14 @@ def plan_configs(base: RunConfig, sizes: Sequence[tuple[int, int]] = (), lrs: Se
 
 
 def cooldown_steps(cfg: RunConfig, fractions: Sequence[float]) -> list[int]:
-    """The branch steps for fractions of `steps_until`, all in the constant phase."""
+    """The branch steps for fractions of `steps_until`, all in the constant phase (before the decay's
+    start: a branch from there would repeat the run)."""
     start = parent_decay_start(cfg)
     steps = sorted({int(round(f * cfg.steps_until)) for f in fractions})
-    bad = [s for s in steps if s <= 0 or s > start]
+    bad = [s for s in steps if s <= 0 or s >= start]
     if bad:
         raise UserError(f"cooldown points {', '.join(map(str, bad))} are outside the constant phase "
-                        f"(1 … {start} of {cfg.steps_until} steps): give fractions up to {start / cfg.steps_until:.2f}")
+                        f"(1 … {start - 1} of {cfg.steps_until} steps): give fractions below {start / cfg.steps_until:.2f}")
     return steps
 
 

@@ -4,15 +4,15 @@
     ui.setup()                   # 1. the lab home, the version, this computer's GPU; RU | EN
     ui.machines()                # 2. machines: Kaggle accounts (add, probe, remove), quota, checkpoints kept
     ui.data()                    # 3. constellations: declare, edit, remove, prepare
-    form = ui.new_run()          # 4. the "New run" form with the calculator beside it
-    ui.start(form)               # 5. Start, and where the run went
-    ui.monitor(form)             # 6. links, log, the loss plot; Stop and Continue
-    ui.runs()                    # 7. the lab's runs: compare curves, more steps, cooldown branches
-    ui.try_model()               # 9. a run's checkpoint writing text from a prompt, streamed
+    form = ui.new_run()          # 4. the "New run" form with the calculator and Start beside it
+    ui.start(form, press=False)  #    (headless: presses Start)
+    ui.monitor(form)             # 5. links, log, the loss plot; Stop and Continue
+    ui.runs()                    # 6. the lab's runs: compare curves, more steps, cooldown branches
+    ui.try_model()               # 8. a run's checkpoint writing text from a prompt, streamed
 
 Each call shows its panel and returns it (for `form.set(layers=12)`, `monitor.refresh()`...).
 The panels live in `lab.ui.machines`, `data`, `form` (with `calc`, `start`), `monitor`, `runs`,
-`branch`, `recipes`, `trymodel` and `panels` (setup, Start); their words in `lab.ui.text`; they ask the lab
+`branch`, `recipes`, `trymodel` and `panels` (setup); their words in `lab.ui.text`; they ask the lab
 through `lab.api` (the machines' state they share is kept in `lab.ui.console`); what they tell each
 other goes through `lab.ui.parts`. No widget keeps a
 secret: widget state is saved into notebooks.
@@ -23,15 +23,15 @@ from lab.ui.data import DataPanel
 from lab.ui.form import NewRunForm
 from lab.ui.machines import MachinesPanel
 from lab.ui.monitor import Monitor
-from lab.ui.panels import SetupPanel, StartPanel
+from lab.ui.panels import SetupPanel
 from lab.ui.parts import tell
-from lab.ui.runs import RunsPanel, lineage_rows
+from lab.ui.runs import RunsPanel
 from lab.ui.text import language_switch, set_language
 from lab.ui.trymodel import TryModel
 
 __all__ = ["setup", "machines", "data", "new_run", "start", "monitor", "runs", "try_model", "set_language",
            "language_switch", "NewRunForm", "MachinesPanel", "DataPanel", "Monitor", "RunsPanel", "SetupPanel",
-           "StartPanel", "TryModel", "lineage_rows"]
+           "TryModel"]
 
 _form: NewRunForm | None = None  # the newest form: its cell run again keeps what the person had in it
 
@@ -53,9 +53,9 @@ def data() -> DataPanel:
 
 
 def new_run(**values) -> NewRunForm:
-    """Cell 4: the "New run" form, with the calculator beside it. `values` pre-fill fields
-    (RunConfig names, `mode`, `resume_from`); the cell run again keeps the rest of what the
-    person had in the form, and the Start and monitor cells follow the new form."""
+    """Cell 4: the "New run" form, with the calculator and Start beside it. `values` pre-fill
+    fields (RunConfig names, `mode`, `resume_from`); the cell run again keeps the rest of what the
+    person had in the form, and the monitor follows the new form."""
     global _form
     before = _form.values() if _form is not None else {}
     form = NewRunForm(**values)
@@ -65,23 +65,23 @@ def new_run(**values) -> NewRunForm:
     return form.show()
 
 
-def start(form: NewRunForm, press: bool = False) -> StartPanel:
-    """Cell 5: the form's Start button and where the run went. `press` presses it and waits
-    until the run is registered and has started, failed or waits for a machine (headless runs);
-    a form that cannot start, or a run that failed before it started, is an error then."""
-    panel = StartPanel(form).show()
-    if press:
-        form.settle()
-        if form.start(wait=True) is None:
-            problems = "; ".join(p.en for p in form.errors) or form.start_error or "Start is disabled"
-            raise RuntimeError(f"the run did not start: {problems}")
-        if form.launch.wait(600, until=("started", "failed", "waiting")) == "failed":
-            raise RuntimeError(f"the run did not start: {form.launch.message}")
-    return panel
+def start(form: NewRunForm, press: bool = False) -> None:
+    """Headless runs (papermill, tests): `press` presses the form's Start and waits until the run
+    is registered and has started, failed or waits for a machine; a form that cannot start, or a
+    run that failed before it started, is an error then. A person presses the form's own Start:
+    nothing is shown here (one Start button on the page)."""
+    if not press:
+        return
+    form.settle()
+    if form.start(wait=True) is None:
+        problems = "; ".join(p.en for p in form.errors) or form.start_error or "Start is disabled"
+        raise RuntimeError(f"the run did not start: {problems}")
+    if form.launch.wait(600, until=("started", "failed", "waiting")) == "failed":
+        raise RuntimeError(f"the run did not start: {form.launch.message}")
 
 
 def monitor(form: NewRunForm | None = None, run: str | None = None, wait_minutes: float = 0) -> Monitor:
-    """Cell 6: follows the run the newest form started (or `run`); `wait_minutes` blocks until
+    """Cell 5: follows the run the newest form started (or `run`); `wait_minutes` blocks until
     it ends (headless)."""
     m = Monitor(form, run).show()
     if wait_minutes:
@@ -90,11 +90,11 @@ def monitor(form: NewRunForm | None = None, run: str | None = None, wait_minutes
 
 
 def runs() -> RunsPanel:
-    """Cell 7: the lab's runs with lineage, their curves compared, "when to grow", more steps for
+    """Cell 6: the lab's runs with lineage, their curves compared, "when to grow", more steps for
     a finished run, a cooldown branch."""
     return RunsPanel().show()
 
 
 def try_model(run: str | None = None) -> TryModel:
-    """Cell 9: a run's checkpoint writes text from a prompt, streamed into the cell."""
+    """Cell 8: a run's checkpoint writes text from a prompt, streamed into the cell."""
     return TryModel(run).show()

@@ -9,25 +9,8 @@ from lab.api import accounts
 from lab.api import machines as lab_machines
 from lab.api import runs as lab_runs
 from lab.config import UserError
-from lab.kernel.checkpoint import checkpoint_step, list_checkpoints
-from lab.recipes.branch import BRANCHABLE, parent_decay_start
-from lab.ui.parts import button, html, note
-from lab.sizing.words import format_number
-from lab.ui.text import error_text, esc, lang, tr
-
-
-def branchable(runs: list) -> dict[str, list[int]]:
-    """Run id -> the steps of its checkpoints in its constant phase, newest run first."""
-    out: dict[str, list[int]] = {}
-    for r in sorted(runs, key=lambda r: (r.created, r.id), reverse=True):
-        cfg = r.cfg
-        if cfg.schedule not in BRANCHABLE:
-            continue
-        steps = [s for s in (checkpoint_step(p) for p in list_checkpoints(r.folder / "checkpoints"))
-                 if s <= parent_decay_start(cfg)]
-        if steps:
-            out[r.id] = steps
-    return out
+from lab.ui.parts import button, html, note, row
+from lab.ui.text import error_text, esc, num, tr
 
 
 class BranchRow:
@@ -52,11 +35,14 @@ class BranchRow:
         self.out = html("lab-recipes-branch")
         self.steps_of: dict[str, list[int]] = {}
         self.run.observe(lambda _: self._steps(), names="value")
-        self.box = widgets.VBox([self.title, widgets.HBox([self.run, self.step, self.frac, self.machine, self.go],
-                                                          layout=widgets.Layout(align_items="center")), self.out])
+        self.box = widgets.VBox([self.title, row([self.run, self.step, self.frac, self.machine, self.go]), self.out])
 
     def relabel(self) -> None:
-        self.title.value = (f"<h4 style='margin:8px 0 2px'>{esc(tr('A cooldown branch from a WSD run’s checkpoint', 'Ветка охлаждения из чекпоинта WSD-прогона'))}</h4>")
+        self.title.value = (f"<h4 style='margin:8px 0 2px'>{esc(tr('A cooldown branch from a WSD run’s checkpoint', 'Ветка охлаждения из чекпоинта WSD-прогона'))}</h4>"
+                            + note(tr("It starts from a checkpoint the run kept before its own decay began: from "
+                                      "there on a branch would only repeat the run.",
+                                      "Она начинается с чекпоинта, сохранённого до начала спада самого прогона: "
+                                      "ветка оттуда и дальше лишь повторила бы прогон.")))
         self.run.description, self.step.description = tr("Run", "Прогон"), tr("step", "шаг")
         self.frac.description = tr("decays", "доля спада")
         self.machine.description = tr("Machine", "Машина")
@@ -66,12 +52,14 @@ class BranchRow:
         self.machine.options = choices
         self.machine.value = keep
 
-    def refresh(self, runs: list) -> None:
-        """The runs that can branch, the selection kept where it still can."""
-        self.steps_of = branchable(runs)
+    def refresh(self, runs: list | None = None) -> None:
+        """The runs that can branch as the lab has them now (`runs`, what a panel listed, is not
+        needed: the lab says which checkpoints a branch can start from), the selection kept where
+        it still can."""
+        self.steps_of = lab_runs.branch_points()
         ids = list(self.steps_of)
         keep = self.run.value if self.run.value in ids else (ids[0] if ids else "")
-        self.run.options = [(i, i) for i in ids] or [(tr("no WSD checkpoints", "нет WSD-чекпоинтов"), "")]
+        self.run.options = [(i, i) for i in ids] or [(tr("no checkpoint before a decay", "нет чекпоинтов до спада"), "")]
         self.run.value = keep  # a drop-down given new options shows a blank until it is given a value
         self.go.disabled = not ids
         self._steps()
@@ -79,7 +67,7 @@ class BranchRow:
 
     def _steps(self) -> None:
         steps = self.steps_of.get(self.run.value, [])
-        self.step.options = [(format_number(s, lang()), s) for s in steps]
+        self.step.options = [(num(s), s) for s in steps]
         self.step.value = steps[-1] if steps else None
 
     def branch(self) -> None:

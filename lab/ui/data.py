@@ -13,12 +13,11 @@ import time
 
 import ipywidgets as widgets
 
-from lab import sizing
 from lab.config import UserError
 from lab.api import data as lab_data
 from lab.ui.threads import in_background
 from lab.ui.parts import button, html, note, table, tell
-from lab.ui.text import Panel, error_text, esc, lang, on_language, tr
+from lab.ui.text import Panel, count, error_text, esc, lang, on_language, tr
 
 FIELDS = ("name", "sources", "files", "description", "licence", "source")
 
@@ -111,7 +110,7 @@ def _splits(splits: list) -> str:
 def _prepared(tokens: int | None) -> str:
     if tokens is None:
         return f"<span style='color:#666'>{esc(tr('not prepared', 'не подготовлено'))}</span>"
-    return esc(f"{sizing.format_count(tokens, lang())} " + tr("train tokens", "токенов обучения"))
+    return esc(f"{count(tokens)} " + tr("train tokens", "токенов обучения"))
 
 
 class ConstellationForm:

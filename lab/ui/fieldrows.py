@@ -5,9 +5,8 @@ from __future__ import annotations
 import ipywidgets as widgets
 
 from lab.config import Problem, field_choices, field_kind
-from lab.ui.calc import ORANGE, RED
-from lab.ui.parts import GREY
-from lab.ui.text import esc, help_text, label, lang
+from lab.ui.parts import GREY, ORANGE, RED
+from lab.ui.text import esc, help_text, label, problem_text
 
 
 class FieldRow:
@@ -39,7 +38,7 @@ class FieldRow:
         look = {"error": (RED, "✖"), "warning": (ORANGE, "⚠")}  # a note (what the lab does) reads grey
         self.message.value = "".join(
             f'<div style="color:{look.get(p.severity, (GREY, "ℹ"))[0]};font-size:90%;line-height:1.35">'
-            f'{look.get(p.severity, (GREY, "ℹ"))[1]} {esc(p.message(lang()))}</div>' for p in problems)
+            f'{look.get(p.severity, (GREY, "ℹ"))[1]} {esc(problem_text(p))}</div>' for p in problems)
         self.message.layout.display = None if problems else "none"
 
 

@@ -15,7 +15,6 @@ from pathlib import Path
 import ipywidgets as widgets
 import traitlets
 
-from lab import sizing
 from lab.api import accounts
 from lab.api import data as lab_data
 from lab.api import machines as lab_machines
@@ -26,7 +25,7 @@ from lab.ui.calc import calculator_html
 from lab.ui.fieldrows import FieldRow, field_widget, relabel
 from lab.ui.parts import hear, tell
 from lab.ui.start import Launch
-from lab.ui.text import (GPU_NAMES, MODES, SECTIONS, TITLE, Panel, error_text, esc, lang, language_switch, num,
+from lab.ui.text import (GPU_NAMES, MODES, SECTIONS, TITLE, Panel, count, error_text, esc, language_switch, num,
                          on_language, pair, tr)
 from lab.ui.threads import Latest, in_background
 
@@ -60,7 +59,7 @@ class NewRunForm(Panel):
     def _init_state(self) -> None:
         """What the form knows besides its widgets: the calculator's figures, Auto's pick, the start."""
         self._checkpoints: dict[str, dict] = {}
-        self.estimate: sizing.Estimate | None = None
+        self.estimate: lab_runs.Estimate | None = None
         self.settled = None  # the previewed run (lab.api.runs.preview): what Start registers
         self.choice = None
         self.choice_error: str | None = None
@@ -216,7 +215,7 @@ class NewRunForm(Panel):
         tokens = self._constellation_tokens.get(name)
         if tokens is None:
             return f"{name} — " + tr("not prepared", "не подготовлено")
-        return f"{name} — {sizing.format_count(tokens, lang())} " + tr("tokens", "токенов")
+        return f"{name} — {count(tokens)} " + tr("tokens", "токенов")
 
     def _checkpoint_options(self) -> list[tuple[str, str]]:
         if not self._checkpoints:
@@ -266,7 +265,7 @@ class NewRunForm(Panel):
 
     def _add_checkpoint(self, target: str) -> None:
         """Picks a checkpoint given as a file or a run folder (its newest), listed or not."""
-        info = sizing.checkpoint_info(target)
+        info = lab_runs.checkpoint(target)
         if info is None:
             self.inputs["resume_from"].value = ""
             return
@@ -383,13 +382,12 @@ class NewRunForm(Panel):
             self.choice, self.choice_error = None, None
         self._render()
 
-    def _estimate(self, picked: str | None = None) -> sizing.Estimate:
+    def _estimate(self, picked: str | None = None) -> lab_runs.Estimate:
         """The run Start would register (`lab.api.runs.preview`, as `lab size` sizes it), with
         figures for the card it will get: GPU "auto" on this computer or a box means its own
         measured cards. The previewed run is kept: `config()` is its config."""
         given = self.given()
-        own = lab_machines.machine_cards(picked or given["machine"])
-        cards = own if sizing.card_for(own) is not None else None
+        cards = lab_machines.sized_cards(picked or given["machine"])
         try:
             sized = lab_runs.preview(given, self.resume(), machine_cards=cards)
         except UserError as e:  # the checkpoint is gone: said at its field, the rest sized from scratch

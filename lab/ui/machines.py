@@ -2,8 +2,9 @@
 bar and its probe, the lab's own boxes with their check), adding and removing an account, and
 the runs' checkpoint datasets kept on each account.
 
-The list is generic over the registry's kinds (`lab.machines.registry`): a Kaggle account gets its
-quota bar, probe and remove buttons; any other kind but this computer gets its check. Adding an
+The list is generic over the lab's machines: each row says what its machine is and offers what it
+offers (`lab.api.machines.MachineRow`: an account's quota bar, Probe and Remove; a box's or a
+cluster's check), so the panel never asks which kind a machine is. Adding an
 account reads its kaggle.json from an upload (or a pasted token), stores it as `lab accounts
 add` does and then empties the widgets that held it: no credential stays in widget state.
 """
@@ -18,6 +19,7 @@ from lab.api import accounts, machines
 from lab.ui import console
 from lab.ui.threads import in_background
 from lab.ui.parts import GREY, RED, button, html, note, table, tell
+from lab.ui.parts import row as row_of
 from lab.ui.text import Panel, clock, error_text, esc, fixed, hours, lang, on_language, said, status_word, tr
 
 NAME_W = "22em"
@@ -69,8 +71,9 @@ class MachinesPanel(Panel):
             in_background(view.machines, on_done=lambda _: self._asked_anew(), on_error=lambda e: self._asked_anew(e))
         when = tr(f"quota and sessions as read at {clock(view.read_at)}", f"квота и сессии — по данным на {clock(view.read_at)}")
         self.read.value = note(when + (tr(" · asking again…", " · спрашиваю заново…") if self._asking_anew else ""))
-        rows = [self._row(m) for m in self.machines]
-        if not any(m.kind == "kaggle" for m in self.machines):
+        found = machines.rows(self.machines)
+        rows = [self._row(m) for m in found]
+        if not any(m.account for m in found):
             rows.append(html(value=note(tr("No Kaggle accounts yet: add one below.",
                                            "Аккаунтов Kaggle пока нет: добавьте ниже."))))
         if self.error:
@@ -90,28 +93,28 @@ class MachinesPanel(Panel):
 
     # -- one machine ------------------------------------------------------------------------
 
-    def _row(self, m) -> widgets.Widget:
+    def _row(self, row: machines.MachineRow) -> widgets.Widget:
+        m = row.state
         busy = ", ".join(m.running) if m.running else tr("probing", "идёт проба") if m.name in self.probing else \
             tr("free", "свободна") if m.free else \
             tr("cannot be used now", "сейчас недоступна") if m.error else tr("busy", "занята")  # the error says why
         if m.busy_until and not m.error:  # a busy spell: Kaggle asked the lab to wait until then
             busy = tr(f"Kaggle asks to wait until {m.busy_until[11:16]} UTC",
                       f"Kaggle просит подождать до {m.busy_until[11:16]} UTC")
-        if m.kind == "local":
-            name = f"<b>{esc(tr('This computer', 'Этот компьютер'))}</b> · {esc(machines.local_gpu()[1])}"
-            state: widgets.Widget = html(value=f"<span style='color:{GREY}'>{esc(tr('no quota', 'без квоты'))}</span>")
-        elif m.kind == "kaggle":
-            name, state = f"<b>{esc(m.name)}</b> · Kaggle {esc(m.gpu)}", self._quota(m)
-        else:
-            name = f"<b>{esc(m.name)}</b> · {esc(m.kind)} {esc(m.gpu)}"
+        name, _, what = tr(*row.title).partition(" · ")
+        title = f"<b>{esc(name)}</b> · {esc(what)}"
+        if row.quota:
+            state = self._quota(m)
+        elif row.answers:
             state = html(value=note(m.error, "error") if m.error else note(tr("reachable", "на связи"), "ok"))
-        line = widgets.HBox([html(value=name, width=NAME_W), state, html(value=f"&nbsp;· {esc(busy)}")],
-                            layout=widgets.Layout(align_items="center"))
-        if m.kind == "local":
-            return line
-        line.children += tuple(self._actions(m))
-        parts = [line] + ([_probe_line(m.name)] if m.kind == "kaggle" else []) + _first_run(m) + self._pending(m)
-        return widgets.VBox(parts)
+        else:
+            state = html(value=f"<span style='color:{GREY}'>{esc(tr('no quota', 'без квоты'))}</span>")
+        line = row_of([html(value=title, width=NAME_W), state, html(value=f"&nbsp;· {esc(busy)}"),
+                       *self._actions(row)])
+        hint = [html(f"lab-first-run-{m.name}", f"<span style='color:{GREY};font-size:90%;margin-left:2em'>"
+                                                f"{esc(tr(*row.hint))}</span>")] if row.hint else []
+        probed = [_probe_line(m.name)] if "probe" in row.actions else []
+        return widgets.VBox([line] + probed + hint + self._pending(m))
 
     def _quota(self, m) -> widgets.Widget:
         if m.error:
@@ -126,23 +129,19 @@ class MachinesPanel(Panel):
                + _said_left(m) + reset
         return widgets.HBox([bar, html(value=esc(text))])
 
-    def _actions(self, m) -> list[widgets.Button]:
-        """The row's buttons: Probe and Remove for an account, Check for any other machine."""
+    def _actions(self, row: machines.MachineRow) -> list[widgets.Button]:
+        """The row's buttons, as its machine offers them: Probe and Remove (an account), Check (a box, a cluster)."""
+        words = {"probe": ("stethoscope", ("Probe", "Проба"), lambda n: self._ask(n, "probe")),
+                 "remove": ("trash", ("Remove", "Удалить"), lambda n: self._ask(n, "remove")),
+                 "check": ("check", ("Check", "Проверить"), self._check)}
         out = []
-        if m.kind == "kaggle":
-            probe = button(f"lab-do-probe-{m.name}", "stethoscope")
-            probe.description = tr("Probe", "Проба")
-            probe.disabled = m.name in self.probing
-            probe.on_click(lambda _, n=m.name: self._ask(n, "probe"))
-            remove = button(f"lab-do-remove-{m.name}", "trash")
-            remove.description = tr("Remove", "Удалить")
-            remove.on_click(lambda _, n=m.name: self._ask(n, "remove"))
-            out += [probe, remove]
-        else:
-            check = button(f"lab-do-check-{m.name}", "check")
-            check.description = tr("Check", "Проверить")
-            check.on_click(lambda _, n=m.name: self._check(n))
-            out.append(check)
+        for action in row.actions:
+            icon, description, act = words[action]
+            b = button(f"lab-do-{action}-{row.name}", icon)
+            b.description = tr(*description)
+            b.disabled = action == "probe" and row.name in self.probing
+            b.on_click(lambda _, n=row.name, act=act: act(n))
+            out.append(b)
         return out
 
     def _pending(self, m) -> list[widgets.Widget]:
@@ -267,15 +266,6 @@ def _said_left(m) -> str:
     return tr(f" · kaggle quota: {hours(said_left)} left", f" · kaggle quota: осталось {hours(said_left)}")
 
 
-def _first_run(m) -> list[widgets.Widget]:
-    """A word under an account Kaggle says never started a GPU session, before the lab ran one there."""
-    hint = accounts.first_run_hint(m.name, m.has_ever_run) if m.kind == "kaggle" else None
-    if hint is None:
-        return []
-    return [html(f"lab-first-run-{m.name}", f"<span style='color:{GREY};font-size:90%;margin-left:2em'>"
-                                            f"{esc(tr(*hint))}</span>")]
-
-
 def _probe_line(account: str) -> widgets.HTML:
     """The account's last probe (`lab probe NAME`): its verdict and figures, and how old it is."""
     probed = accounts.probe_record(account)
@@ -320,6 +310,7 @@ class AddAccount:
                                  row("token", self.token, self.username), widgets.HBox([self.add]),
                                  self.messages["done"]])
         self.box.add_class("lab-add-account")
+        self._said_added = None  # the words of the account added last
         self.relabel()
 
     def relabel(self) -> None:
@@ -331,6 +322,8 @@ class AddAccount:
         self.username.placeholder = tr("Kaggle username", "имя на Kaggle")
         self.upload.description = tr("Upload", "Загрузить")
         self.add.description = tr("Add", "Добавить")
+        if self._said_added is not None and self.messages["done"].value:
+            self.messages["done"].value = self._said_added()
 
     def _consume(self) -> tuple[bytes | None, str | None, str]:
         """What was given, taken out of the widgets at once: they hold no credential after."""
@@ -346,6 +339,7 @@ class AddAccount:
     def submit(self) -> None:
         for m in self.messages.values():
             m.value = ""
+        self._said_added = None
         name = self.name.value.strip()
         if not name:
             self.messages["name"].value = note(tr("Give the account a name in the lab.", "Дайте аккаунту имя в лабе."),
@@ -375,20 +369,24 @@ class AddAccount:
         except UserError as e:
             self.messages["file" if data is not None else "token"].value = note(error_text(e), "error")
             return
-        added, user, left, total, unchecked = got.name, got.username, got.quota_left_h, got.quota_total_h, got.unchecked
         console.machines.forget()
         self.name.value, self.username.value = "", ""
+        self._said_added = lambda: _added_words(got)  # said anew in the other language after a switch
         self.on_added()  # its row first, then the word that it is added
-        stored = " " + tr(f"Stored {got.stored_as}.", f"Сохранён {got.stored_as_ru}.")
-        if unchecked is not None:
-            text = tr(f"Added {added} (Kaggle user {user}), but Kaggle could not be asked: ",
-                      f"Аккаунт {added} (пользователь Kaggle {user}) добавлен, но спросить Kaggle не удалось: ")
-            self.messages["done"].value = note(text + error_text(unchecked) + stored, "warning")
-        else:
-            self.messages["done"].value = note(tr(f"Added {added} (Kaggle user {user}): {hours(left)} of {hours(total)} "
-                                                  f"of GPU quota left.",
-                                                  f"Аккаунт {added} (пользователь Kaggle {user}) добавлен: квоты GPU "
-                                                  f"осталось {hours(left)} из {hours(total)}.") + stored, "ok")
+        self.messages["done"].value = self._said_added()
+
+
+def _added_words(got) -> str:
+    """That the account is added (`lab.api.accounts.Added`), with its quota, in the view's language."""
+    stored = " " + tr(f"Stored {got.stored_as}.", f"Сохранён {got.stored_as_ru}.")
+    if got.unchecked is not None:
+        text = tr(f"Added {got.name} (Kaggle user {got.username}), but Kaggle could not be asked: ",
+                  f"Аккаунт {got.name} (пользователь Kaggle {got.username}) добавлен, но спросить Kaggle не удалось: ")
+        return note(text + error_text(got.unchecked) + stored, "warning")
+    left, total = hours(got.quota_left_h), hours(got.quota_total_h)
+    return note(tr(f"Added {got.name} (Kaggle user {got.username}): {left} of {total} of GPU quota left.",
+                   f"Аккаунт {got.name} (пользователь Kaggle {got.username}) добавлен: квоты GPU осталось {left} "
+                   f"из {total}.") + stored, "ok")
 
 
 # ---------------------------------------------------------------------------------------

@@ -9,24 +9,27 @@ the newest New run form started, whichever cell showed that form.
 """
 from __future__ import annotations
 
+import re
 import threading
 import time
+from pathlib import Path, PurePosixPath
 
 import ipywidgets as widgets
 from IPython.display import HTML, Image, display
 
+from lab.api import curves
 from lab.api import runs as lab_runs
-from lab.api.runs import RunStatus, curve_rows
+from lab.api.runs import RunStatus
 from lab.config import UserError
-from lab.runs import list_runs
-from lab.sizing.words import format_number
 from lab.ui.doing import now_doing, with_continue_button
-from lab.ui.parts import GREY, button, hear, html, newest_first, note, png, table, tell, x_labels, x_toggle
-from lab.ui.text import (Panel, ago, error_text, esc, lang, num, on_language, said, status_word, stop_reason, tr,
-                         until_words)
+from lab.ui.parts import GREY, WAIT, button, hear, html, note, png, row, table, tell, x_labels, x_toggle
+from lab.ui.text import (Panel, ago, error_text, esc, lang, machine_word, num, on_language, said, status_word,
+                         stop_reason, tr, until_words)
 
 LIVE = ("new", "starting", "running", "waiting")
 STOPPED = ("stopped", "cancelled", "failed")
+HALTED = ("done",) + STOPPED
+ACTIVE = ("starting", "running")  # a link whose session is under way
 LOG_LINES = 12  # the log tail shown: its newest lines, no scrolling needed
 
 _monitors: list["Monitor"] = []
@@ -46,8 +49,9 @@ class Monitor(Panel):
         self._plotted: tuple | None = None
         self._filling = False
         self._seen_status: str | None = None
-        self.answer = ""  # what Stop or Continue answered, as HTML
-        self._continued: str | None = None  # after Continue: "asked", then "running" once the run ran
+        self.answer = None  # what Stop or Continue answered: its HTML, drawn in the view's language
+        self._about: tuple | None = None  # what the answer is about: ("stop", link n), ("continue", links before)
+        self._went_on = False  # after Continue: the run has gone on since
         self._make_widgets()
         self._fill_picker(run_id)
         hear("started", "Monitor", self.follow)  # any New run form, the one shown now included
@@ -63,13 +67,13 @@ class Monitor(Panel):
         self.stop_button = button("lab-stop", "stop", "danger")
         self.continue_button = button("lab-continue", "play", "success")
         self.x = x_toggle()
-        self.auto = widgets.Checkbox(value=True, indent=False, layout=widgets.Layout(width="auto"))
+        self.auto = widgets.Checkbox(value=True, indent=False, layout=widgets.Layout(width="auto", min_width="11em"))
         self.state, self.links, self.log = html("lab-monitor-status"), html("lab-monitor-links"), html("lab-log-box")
         self.said = html("lab-monitor-answer")
         self.plot = widgets.Image(format="png", layout=widgets.Layout(max_width="900px"))
         self.plot.add_class("lab-monitor-plot")
         self.plot.layout.display = "none"
-        top = widgets.HBox([self.picker, self.refresh_button, self.x, self.auto, self.stop_button, self.continue_button])
+        top = row([self.picker, self.refresh_button, self.x, self.auto, self.stop_button, self.continue_button])
         self.box = widgets.VBox([top, self.state, self.said, self.links, self.plot, self.log])
         self.box.add_class("lab-monitor")
         self.refresh_button.on_click(lambda _: self.refresh())
@@ -92,7 +96,7 @@ class Monitor(Panel):
         self.refresh()
 
     def _fill_picker(self, selected: str | None) -> None:
-        ids = [r.id for r in newest_first(list_runs())]
+        ids = lab_runs.ids()
         if selected and selected not in ids:
             ids.insert(0, selected)
         self._filling = True
@@ -103,7 +107,8 @@ class Monitor(Panel):
 
     def _picked(self, change) -> None:
         if not self._filling:
-            self.run_id, self.answer, self._continued = change["new"] or None, "", None
+            self.run_id = change["new"] or None
+            self._answer(None)
             self._forget_plot()
             self.refresh()
 
@@ -113,7 +118,7 @@ class Monitor(Panel):
             return
         with self._lock:
             self._fill_picker(run_id)
-            self.answer, self._continued = "", None
+            self._answer(None)
             self._forget_plot()
         self.refresh()
 
@@ -134,31 +139,55 @@ class Monitor(Panel):
     # -- Stop and Continue ----------------------------------------------------------------
 
     def stop(self) -> None:
-        """What `lab cancel RUN` does, said in the view's language."""
+        """What `lab cancel RUN` does, said in the view's language until the session it speaks of
+        has ended."""
         if not self.run_id:
             return
         link = _active_link(self.status)
         try:
             answer = lab_runs.cancel(self.run_id)
         except UserError as e:
-            self.answer = note(error_text(e), "error")
+            self._answer(lambda: note(error_text(e), "error"))
         else:
-            self.answer = _stop_words(link, answer)
+            self._answer(lambda: _stop_words(link, answer), ("stop", link.n if link is not None else None))
         self.refresh()
 
     def go_on(self) -> None:
         """Continues a stopped run from its checkpoint, in the background."""
         if not self.run_id:
             return
+        links = len(self.status.links) if self.status is not None else 0
         try:
             lab_runs.continue_run(self.run_id)
         except UserError as e:
-            self.answer = note(error_text(e), "error")
+            self._answer(lambda: note(error_text(e), "error"))
         else:
-            self.answer = note(tr("Continuing from the checkpoint…", "Продолжаю с чекпоинта…"), "ok")
-            self._continued = "asked"
+            self._answer(lambda: note(tr("Continuing from the checkpoint…", "Продолжаю с чекпоинта…"), "ok"),
+                         ("continue", links))
         self._plotted = None
         self.refresh()
+
+    def _answer(self, words, about: tuple | None = None) -> None:
+        """What Stop or Continue answered (drawn anew in each language), and what it is about: the
+        answer goes once that is over."""
+        self.answer, self._about, self._went_on = words, about, False
+
+    def _forget_answer(self) -> None:
+        """Stop's answer stands while the session it speaks of runs; Continue's until the run's
+        next link runs (or the run has gone on and ended): then the header and the links say the rest."""
+        kind, mark = self._about or (None, None)
+        st = self.status
+        if kind == "stop":
+            link = next((x for x in st.links if x.n == mark), None)
+            over = st.status in HALTED if link is None else link.status not in ACTIVE
+        elif kind == "continue":
+            running = st.status in ("running", "waiting")
+            over = any(x.n > mark and x.status != "starting" for x in st.links) or (self._went_on and not running)
+            self._went_on = self._went_on or running
+        else:
+            return
+        if over:
+            self.answer, self._about = None, None
 
     # -- drawing --------------------------------------------------------------------------
 
@@ -167,8 +196,8 @@ class Monitor(Panel):
             self._refresh()
 
     def _refresh(self) -> None:
-        self.said.value = self.answer
         if not self.run_id:
+            self.said.value = self.answer() if self.answer else ""
             self.state.value = f"<i>{esc(tr('Press Start in the form or pick a run.', 'Нажмите «Старт» в форме или выберите прогон.'))}</i>"
             self.stop_button.layout.display = self.continue_button.layout.display = "none"
             return
@@ -177,34 +206,25 @@ class Monitor(Panel):
         except UserError as e:
             self.state.value = note(error_text(e), "error")
             return
-        run = lab_runs.get(self.run_id)
-        rows = curve_rows(run, self.status.live or None)
-        self._draw(run, rows)  # the plot first: when the header says a run ended, its curve is the final one
-        self._header(run, rows)
+        self._forget_answer()
+        self.said.value = self.answer() if self.answer else ""
+        rows = curves.now(self.run_id, self.status.live or None)
+        self._draw(rows)  # the plot first: when the header says a run ended, its curve is the final one
+        self._header(rows)
         self.links.value = _links_table(self.status.links)
-        tail = "\n".join((self.status.log_tail or "").splitlines()[-LOG_LINES:])
+        tail = "\n".join(end_words(line)
+                         for line in (self.status.log_tail or "").splitlines()[-LOG_LINES:])
         self.log.value = (f"<pre class='lab-log' style='overflow-x:auto;white-space:pre-wrap;font-size:80%;background:#f7f7f7;"
                           f"padding:4px'>{esc(tail)}</pre>") if tail else ""
         if self._seen_status not in (None, self.status.status):
             tell("runs")  # the runs cell and the form's checkpoints see it too
         self._seen_status = self.status.status
-        self._forget_continued()
 
-    def _forget_continued(self) -> None:
-        """Continue's answer stands while the run goes on; once it has run and ended, the header
-        says how it ended and the answer is old news."""
-        running = self.status.status in ("running", "waiting")
-        if self._continued == "asked" and running:
-            self._continued = "running"
-        elif self._continued == "running" and not running:
-            self._continued, self.answer = None, ""
-            self.said.value = ""
-
-    def _header(self, run, rows: list[dict]) -> None:
-        """"run: status · step N / M" — N the newest step the monitor has (live or downloaded),
-        the control side's message under it."""
+    def _header(self, rows: list[dict]) -> None:
+        """"run: status · step N / M" — N the newest step the monitor has (live or downloaded: the
+        curve's), the control side's message under it, what the lab does now."""
         st = self.status.status
-        step = max([run.step] + [r["step"] for r in rows if isinstance(r.get("step"), int)])
+        step = max([self.status.step] + [r["step"] for r in rows if isinstance(r.get("step"), int)])
         message = said(self.status.message, self.status.message_ru)
         can_continue = st in STOPPED and self.status.driver is False
         if can_continue:  # the button beside it is the way on, not the command
@@ -217,39 +237,38 @@ class Monitor(Panel):
         waiting_for = said(self.status.waiting_for, self.status.waiting_for_ru) if st == "waiting" else ""
         self.state.value = (f"<b>{esc(self.run_id)}</b>: <span class='lab-run-status'>{esc(status_word(st))}</span>"
                             f"{waits} · {esc(tr('step', 'шаг'))} <span class='lab-run-step'>"
-                            f"{format_number(step, lang())} / {format_number(run.cfg.steps_until, lang())}</span>"
+                            f"{num(step)} / {num(self.status.steps_until)}</span>"
                             + (f"<div class='lab-run-waiting'>{esc(tr('Waiting for', 'Ждёт'))} {esc(waiting_for)}</div>"
                                if waiting_for else "")
                             + (f"<div class='lab-run-message'>{esc(message)}</div>" if message else "")
-                            + self._doing(st) + _slow_words(self.status))
+                            + self._doing(st, step) + _slow_words(self.status))
         live_run = st in LIVE and not self.status.cancel_requested
         self.stop_button.layout.display = None if live_run else "none"
         self.continue_button.layout.display = None if can_continue else "none"
 
-    def _doing(self, st: str) -> str:
+    def _doing(self, st: str, step: int) -> str:
         """While the run goes on: what the lab does for it now, and since when (a hand-off between
         links takes a minute or more on Kaggle, and the step stands still meanwhile)."""
-        now = now_doing(self.status.control_tail) if st in ("new", "starting", "running") else None
+        now = now_doing(self.status, step) if st in ("new", "starting", "running") else None
         if now is None:
             return ""
         en, ru, age_s = now
-        return (f"<div class='lab-run-doing' style='color:{GREY};font-size:90%'>⏳ {esc(tr(en, ru))} "
-                f"<span style='font-size:85%'>({esc(ago(age_s))})</span></div>")
+        since = f" <span style='font-size:85%'>({esc(ago(age_s))})</span>" if age_s is not None else ""
+        return f"<div class='lab-run-doing' style='color:{GREY};font-size:90%'>{WAIT} {esc(tr(en, ru))}{since}</div>"
 
-    def _draw(self, run, rows: list[dict]) -> None:
-        metrics = run.folder / "metrics.jsonl"
+    def _draw(self, rows: list[dict]) -> None:
         try:
-            st = metrics.stat()
+            st = (Path(self.status.folder) / "metrics.jsonl").stat()
         except OSError:
             st = None
         live = self.status.live or {}  # a session elsewhere: the rows its log showed so far
-        key = (st and st.st_mtime_ns, st and st.st_size, live.get("last_step"), self.x.value, self.run_id,
+        key = (st and st.st_mtime_ns, st and st.st_size, len(live.get("rows") or ()), self.x.value, self.run_id,
                lang())
         if key == self._plotted or sum("loss" in r for r in rows) < 2:  # one point draws an empty frame
             if self._plotted is not None and self._plotted[4] != self.run_id:
                 self._forget_plot()  # the plot shown is another run's
             return
-        self.plot.value = png({run.id: rows}, self.x.value, title=run.id)
+        self.plot.value = png({self.run_id: rows}, self.x.value, title=self.run_id)
         self.plot.layout.display = None
         self._plotted = key
 
@@ -266,6 +285,22 @@ class Monitor(Panel):
         display(HTML(self.state.value + self.links.value))
         if self.plot.value:
             display(Image(data=bytes(self.plot.value)))
+
+
+# The training loop's last line (lab.kernel.train): where the session stopped and its checkpoint,
+# by its path in the session's own file system (a Kaggle session's /kaggle/working/...).
+_END = re.compile(r"^stopped at step ([\d,]+) \((.+?)\); checkpoint (\S+)$")
+
+
+def end_words(line: str) -> str:
+    """A session log's line as the monitor shows it: the loop's end line in the view's language,
+    its checkpoint said where it is in the run folder, not where the session kept it."""
+    m = _END.match(line.strip())
+    if not m:
+        return line
+    step, where = int(m[1].replace(",", "")), f"checkpoints/{PurePosixPath(m[3]).name}"
+    return tr(f"stopped at step {num(step)} ({stop_reason(m[2])}); its checkpoint is {where} in the run folder",
+              f"остановлен на шаге {num(step)} ({stop_reason(m[2])}); чекпоинт — {where} в папке прогона")
 
 
 def _active_link(status: RunStatus | None):
@@ -304,8 +339,7 @@ def _links_table(links: list) -> str:
         picked = link.picked or {}
         why = said(picked.get("en"), picked.get("ru"))
         ended = stop_reason(link.reason, link.outcome.reason_ru if link.outcome else None)
-        rows.append([esc(link.n), esc(tr("this computer", "этот компьютер") if link.machine == "local"
-                                      else link.machine),
+        rows.append([esc(link.n), esc(machine_word(link.machine)),
                      esc(status_word(link.status)),
                      esc(f"{num(link.from_step)} → {num(link.to_step) if link.to_step is not None else '…'}"),
                      esc((link.started or "")[:19].replace("T", " ")),

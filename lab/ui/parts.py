@@ -13,10 +13,11 @@ import threading
 
 import ipywidgets as widgets
 
-from lab.kernel.plots import figure_png, loss_figure
+from lab.api import curves
 from lab.ui.text import esc, plot_words, tr
 
 RED, ORANGE, GREEN, GREY = "#d32f2f", "#ef6c00", "#2e7d32", "#666"
+WAIT = "◷"  # "something is under way": a glyph Debian's Chromium has (its fonts have no ⏳, drawn as an empty box)
 CELL = "padding:2px 8px;text-align:left;vertical-align:top"
 
 _listeners: dict[str, dict[str, object]] = {}
@@ -48,8 +49,9 @@ def table(head: list[str], rows: list[list[str]], cls: str) -> str:
 
 
 def png(runs: dict[str, list[dict]], x: str, title: str | None = None) -> bytes:
-    """The loss plot of `runs`, its words in the view's language."""
-    return figure_png(loss_figure(runs, x=x, title=title, words=plot_words()))
+    """The loss plot of `runs` (several: their y axis where they are compared), its words in the
+    view's language."""
+    return curves.png(runs, x, title, plot_words())
 
 
 def x_toggle() -> widgets.ToggleButtons:
@@ -63,8 +65,9 @@ def x_labels(toggle: widgets.ToggleButtons) -> None:
     toggle.value = value
 
 
-def newest_first(runs: list) -> list:
-    return sorted(runs, key=lambda r: (r.created, r.id), reverse=True)
+def row(children: list, **layout) -> widgets.HBox:
+    """Widgets side by side, centred, wrapping onto a next line where the cell is too narrow."""
+    return widgets.HBox(children, layout=widgets.Layout(align_items="center", flex_flow="row wrap", **layout))
 
 
 def note(text: str, kind: str = "info") -> str:
@@ -74,7 +77,10 @@ def note(text: str, kind: str = "info") -> str:
 
 
 def button(cls: str, icon: str = "", style: str = "", width: str = "auto") -> widgets.Button:
-    b = widgets.Button(icon=icon, button_style=style, layout=widgets.Layout(width=width))
+    """A button as wide as its words: in a row too narrow for all of it, the row wraps (`row`)
+    rather than cut the words to "П…"."""
+    b = widgets.Button(icon=icon, button_style=style, layout=widgets.Layout(width=width, flex="0 0 auto",
+                                                                            min_width="fit-content"))
     b.add_class(cls)
     return b
 

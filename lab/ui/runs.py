@@ -5,56 +5,22 @@ from __future__ import annotations
 
 import ipywidgets as widgets
 
-from lab import sizing
-from lab.api import accounts
+from lab.api import accounts, curves, words
 from lab.api import machines as lab_machines
 from lab.api import runs as lab_runs
 from lab.config import Problem, UserError
-from lab.kernel.metrics import read_metrics
-from lab.models.bpb import last_val, val_bpb
-from lab.runs import lineage, list_runs, load_run
-from lab.sizing.calibration import check
 from lab.ui.branch import BranchRow
-from lab.ui.parts import RED, button, hear, html, newest_first, note, png, table, tell, x_labels, x_toggle
-from lab.sizing.words import format_number
-from lab.ui.text import Panel, error_text, esc, fixed, lang, num, on_language, status_word, tr
+from lab.ui.parts import RED, button, hear, html, note, png, row, table, tell, x_labels, x_toggle
+from lab.ui.text import (Panel, error_text, esc, fixed, lang, machine_word, num, on_language, problem_text,
+                         status_word, tr)
 
 
-def one_curve(rows: list[dict]) -> list[dict]:
-    """Each step once, in order: a training row per step and a val row per (step, val set), the
-    later of two for the same step (a session that repeated steps after its checkpoint)."""
-    last: dict[tuple, int] = {}
-    for i, r in enumerate(rows):
-        if isinstance(r.get("step"), int):
-            last[(r["step"], "val", r.get("val_set")) if "val_loss" in r else (r["step"], "train")] = i
-    keep = sorted(last.values(), key=lambda i: (rows[i]["step"], "val_loss" in rows[i], i))
-    return [rows[i] for i in keep]
-
-
-def lineage_rows(run) -> list[dict]:
-    """A run's curve with its ancestors': each one's rows up to the step the next one started
-    from, then the next one's after that step, so the parts join at the checkpoint step. A
-    child's own copy of its parent's curve (a branch or a run started from another's checkpoint
-    keeps one) is that parent's part: it is not drawn twice."""
-    chain = [load_run(r) for r in lineage(run)]
-    rows: list[dict] = []
-    after = None
-    for i, r in enumerate(chain):
-        cut = (chain[i + 1].parent or {}).get("step") if i + 1 < len(chain) else None
-        rows += [x for x in one_curve(read_metrics(r.folder))
-                 if (after is None or x["step"] > after) and (cut is None or x["step"] <= cut)]
-        after = cut if cut is not None else after
-    return rows
-
-
-def speed_cell(folder) -> str:
-    """The run's measured tokens/s beside the calculator's prediction for it (lab.sizing.calibration), or "-"."""
-    c = check(folder)
-    if c is None:
+def speed_cell(speed) -> str:
+    """The run's measured tokens/s beside the calculator's prediction for it (`RunRow.speed`), or "-"."""
+    if speed is None:
         return "-"
-    num = lambda x: sizing.format_number(round(x), lang())  # noqa: E731
-    pred = f"{tr('predicted', 'прогноз')} {num(c.predicted)}"
-    text = f"? ({pred})" if c.measured is None else f"{num(c.measured)} ({pred}, {c.error:+.0%})"
+    pred = f"{tr('predicted', 'прогноз')} {num(round(speed.predicted))}"
+    text = f"? ({pred})" if speed.measured is None else f"{num(round(speed.measured))} ({pred}, {speed.error:+.0%})"
     return f"<span class='lab-speed-check'>{esc(text)}</span>"
 
 
@@ -67,7 +33,7 @@ class RunsPanel(Panel):
         self.choose = widgets.SelectMultiple(rows=5, layout=widgets.Layout(width="30em"))
         self.choose.add_class("lab-runs-choose")
         self.x = x_toggle()
-        self.ancestors = widgets.Checkbox(value=True, indent=False, layout=widgets.Layout(width="auto"))
+        self.ancestors = widgets.Checkbox(value=True, indent=False, layout=widgets.Layout(width="auto", min_width="13em"))
         self.refresh_button = button("lab-runs-refresh", "refresh")
         self.plot = widgets.Image(format="png", layout=widgets.Layout(max_width="900px"))
         self.plot.add_class("lab-runs-plot")
@@ -77,7 +43,7 @@ class RunsPanel(Panel):
         self.branching = BranchRow(on_started=self._started)
         self.looked_at: str | None = None  # the run the person picked last: "when to grow" is about it
         self.box = widgets.VBox([self.refresh_button, self.table,
-                                 widgets.HBox([self.choose, widgets.VBox([self.x, self.ancestors])]),
+                                 row([self.choose, widgets.VBox([self.x, self.ancestors])]),
                                  self.plot, self.verdict, self.more.box, self.branching.box])
         self.box.add_class("lab-runs")
         self.refresh_button.on_click(lambda _: self.refresh())
@@ -99,7 +65,7 @@ class RunsPanel(Panel):
         self.refresh()
 
     def refresh(self) -> None:
-        self.runs = {r.id: r for r in newest_first(list_runs())}
+        self.runs = {r.id: r for r in lab_runs.rows(newest_first=True)}
         rows = [self._row(r) for r in self.runs.values()]
         head = [tr(*h) for h in (("run", "прогон"), ("status", "статус"), ("step", "шаг"), ("size", "размер"),
                                  ("loss", "loss"), ("val", "val"), ("val bits/byte", "val бит/байт"),
@@ -114,20 +80,16 @@ class RunsPanel(Panel):
         if self.looked_at not in chosen:
             self.looked_at = chosen[0] if chosen else None
         self.more.refresh(list(self.runs.values()))
-        self.branching.refresh(list(self.runs.values()))
+        self.branching.refresh()
         self.draw()
 
-    def _row(self, r) -> list[str]:
-        m = read_metrics(r.folder)
-        loss = next((x["loss"] for x in reversed(m) if "loss" in x), None)
-        val = last_val(m)
-        bpb = val_bpb(val, r.cfg)  # bits per byte: runs of any tokenizer on one scale
-        c = r.cfg
+    def _row(self, r: lab_runs.RunRow) -> list[str]:
+        c = r.config
         return [f"<code>{esc(r.id)}</code>", esc(status_word(r.status)), esc(f"{num(r.step)} / {num(c.steps_until)}"),
-                esc(f"{c.layers}×{c.width}, n {c.context}"), "-" if loss is None else fixed(loss),
-                "-" if val is None else fixed(val["val_loss"]), "-" if bpb is None else fixed(bpb),
-                speed_cell(r.folder), esc(", ".join(dict.fromkeys(link.machine for link in r.links)) or "-"),
-                esc(" ← ".join(reversed(lineage(r)[:-1])) or "-")]
+                esc(f"{c.layers}×{c.width}, n {c.context}"), "-" if r.loss is None else fixed(r.loss),
+                "-" if r.val_loss is None else fixed(r.val_loss), "-" if r.val_bpb is None else fixed(r.val_bpb),
+                speed_cell(r.speed), esc(", ".join(machine_word(m) for m in dict.fromkeys(r.machines)) or "-"),
+                esc(" ← ".join(reversed(r.lineage[:-1])) or "-")]
 
     def _chosen(self, change) -> None:
         """The run added to the selection last is the one looked at."""
@@ -141,8 +103,8 @@ class RunsPanel(Panel):
         self.draw()
 
     def draw(self) -> None:
-        chosen = [self.runs[i] for i in self.choose.value if i in self.runs]
-        series = {r.id: lineage_rows(r) if self.ancestors.value else one_curve(read_metrics(r.folder)) for r in chosen}
+        chosen = [i for i in self.choose.value if i in self.runs]
+        series = {i: curves.curve(i, ancestors=self.ancestors.value) for i in chosen}
         series = {k: v for k, v in series.items() if any("loss" in x for x in v)}
         if series:
             one = next(iter(series)) if len(series) == 1 else None  # the plot says which run it draws
@@ -151,13 +113,12 @@ class RunsPanel(Panel):
         else:
             self.plot.layout.display = "none"
         looked = self.runs.get(self.looked_at or "")
-        self.verdict.value = self._verdict(looked) if looked else ""
+        self.verdict.value = self._verdict(looked.id) if looked else ""
 
-    def _verdict(self, run) -> str:
-        cfg = run.cfg
-        v = sizing.when_to_grow(lineage_rows(run), sizing.find_manifest(cfg), cfg)
+    def _verdict(self, run_id: str) -> str:
+        v = curves.grow(run_id)
         head = tr("Grow", "Пора расти") if v.grow else tr("Not yet", "Расти рано")
-        return (f"<div><b>{esc(tr('When to grow', 'Когда расти'))} — <span class='lab-grow-run'>{esc(run.id)}</span>: "
+        return (f"<div><b>{esc(tr('When to grow', 'Когда расти'))} — <span class='lab-grow-run'>{esc(run_id)}</span>: "
                 f"{esc(head)}.</b> {esc(v.reason(lang()))}</div>")
 
 
@@ -179,15 +140,15 @@ class MoreSteps:
         self.go.on_click(lambda _: self.submit())
         self.message, self.done = html("lab-message-more-steps"), html("lab-more-done")
         self.runs: dict = {}
+        self._said = None  # what the last Continue started, drawn in the view's language
         self._refreshing = False
         self.run.observe(lambda _: None if self._refreshing else self._picked(), names="value")
         self.steps.observe(lambda _: self.check(), names="value")
-        self.box = widgets.VBox([self.title, widgets.HBox([self.run, self.steps, self.machine, self.go],
-                                                          layout=widgets.Layout(align_items="center")),
+        self.box = widgets.VBox([self.title, row([self.run, self.steps, self.machine, self.go]),
                                  self.message, self.info, self.done])
 
     def refresh(self, runs: list) -> None:
-        self.runs = {r.id: r for r in runs if r.status == "done" and r.step > 0}
+        self.runs = {r.id: r for r in runs if r.status == "done" and r.step > 0}  # RunRows
         self.title.value = (f"<h4 style='margin:8px 0 2px'>{esc(tr('Continue a finished run with more steps', 'Продолжить законченный прогон: больше шагов'))}</h4>")
         self.run.description, self.steps.description = tr("Run", "Прогон"), tr("Steps until", "Шагов до")
         self.machine.description, self.go.description = tr("Machine", "Машина"), tr("Continue", "Продолжить")
@@ -203,10 +164,13 @@ class MoreSteps:
         self.machine.options = machines
         self.machine.value = self.machine.value if self.machine.value in [v for _, v in machines] else "auto"
         self.go.disabled = not self.runs
+        if self._said is not None:
+            self.done.value = self._said()  # in the view's language, after a switch too
         # A refresh (a run started, the table reloaded) keeps what the person typed for the same run.
         if keep != before or not self.steps.value:
             self._picked()
         else:
+            self._info()
             self.check()
 
     def _picked(self) -> None:
@@ -214,13 +178,19 @@ class MoreSteps:
         if run is None:
             self.info.value, self.message.value = "", ""
             return
-        self.steps.value = run.cfg.steps_until * 2  # a suggestion: the checks below say what it means
-        c = run.cfg
-        self.info.value = note(tr(f"From its checkpoint at step {run.step:,}; the model ({c.layers}×{c.width}, n {c.context}, "
-                                  f"{c.heads} heads) and every other field as the run had them.",
-                                  f"С его чекпоинта на шаге {format_number(run.step, 'ru')}; модель ({c.layers}×{c.width}, n {c.context}, "
-                                  f"голов {c.heads}) и остальные поля — как были у прогона."))
+        self.steps.value = run.config.steps_until * 2  # a suggestion: the checks below say what it means
+        self._info()
         self.check()
+
+    def _info(self) -> None:
+        """Where the picked run goes on from, and with what, in the view's language."""
+        run = self.runs.get(self.run.value)
+        c = run.config if run is not None else None
+        self.info.value = "" if run is None else \
+            note(tr(f"From its checkpoint at step {num(run.step)}; the model ({c.layers}×{c.width}, n {c.context}, "
+                    f"{c.heads} heads) and every other field as the run had them.",
+                    f"С его чекпоинта на шаге {num(run.step)}; модель ({c.layers}×{c.width}, n {c.context}, "
+                    f"голов {c.heads}) и остальные поля — как были у прогона."))
 
     def problems(self) -> list:
         """What is wrong with the new Steps until: not past the run's step, or more steps than
@@ -233,13 +203,13 @@ class MoreSteps:
         out = [p for p in est.problems if p.field == "steps_until"]
         if cfg.steps_until <= run.step and not out:
             out.append(Problem("steps_until", f"steps_until {cfg.steps_until:,} is not above the run's step {run.step:,}: "
-                                              "raise it", f"«Шагов до» {format_number(cfg.steps_until, 'ru')} не больше "
-                                                          f"шага прогона {format_number(run.step, 'ru')}: увеличьте"))
+                                              "raise it", f"«Шагов до» {words.number(cfg.steps_until, 'ru')} не больше "
+                                                          f"шага прогона {words.number(run.step, 'ru')}: увеличьте"))
         per_step, have = est.tokens_per_step.value, est.tokens_available.value
         if per_step and have and cfg.steps_until * per_step > have:
             times = cfg.steps_until * per_step / have
             out.append(Problem("steps_until", f"{cfg.steps_until:,} steps read the data {times:.1f} times: add data "
-                                              "or take fewer steps", f"{format_number(cfg.steps_until, 'ru')} шагов "
+                                              "or take fewer steps", f"{words.number(cfg.steps_until, 'ru')} шагов "
                                               f"прочтут данные {times:.1f} раза: добавьте данных или возьмите меньше "
                                               "шагов".replace(".", ","),
                                "warning"))
@@ -248,13 +218,13 @@ class MoreSteps:
     def check(self) -> bool:
         probs = self.problems()
         errors = [p for p in probs if p.severity == "error"]
-        self.message.value = "".join(f"<div>{note(p.message(lang()), p.severity)}</div>" for p in probs)
+        self.message.value = "".join(f"<div>{note(problem_text(p), p.severity)}</div>" for p in probs)
         self.steps.layout.border = f"2px solid {RED}" if errors else None
         self.go.disabled = bool(errors) or not self.runs
         return not errors
 
     def submit(self) -> None:
-        self.done.value = ""
+        self.done.value, self._said = "", None
         if not self.check():
             return
         try:
@@ -262,13 +232,18 @@ class MoreSteps:
         except UserError as e:
             self.message.value = note(error_text(e), "error")
             return
-        steps = format_number(self.steps.value, lang())
-        if run_id == self.run.value:
-            said = tr(f"Run {run_id} goes on to step {steps}; the monitor shows it.",
-                      f"Прогон {run_id} идёт дальше, до шага {steps}; его показывает монитор.")
-        else:  # grown from its stable phase: a run of its own from the checkpoint before the decay
-            said = tr(f"Run {run_id} grows {self.run.value} from before its decay to step {steps}; the monitor shows it.",
-                      f"Прогон {run_id} продолжает {self.run.value} с шага до его спада, до шага {steps}; его "
-                      "показывает монитор.")
-        self.done.value = note(said, "ok")
+        self._said = lambda: _went_on_words(run_id, self.run.value, self.steps.value)
+        self.done.value = self._said()
         self.on_started(run_id)
+
+
+def _went_on_words(run_id: str, continued: str, steps_until: int) -> str:
+    steps = num(steps_until)
+    if run_id == continued:
+        said = tr(f"Run {run_id} goes on to step {steps}; the monitor shows it.",
+                  f"Прогон {run_id} идёт дальше, до шага {steps}; его показывает монитор.")
+    else:  # grown from its stable phase: a run of its own from the checkpoint before the decay
+        said = tr(f"Run {run_id} grows {continued} from before its decay to step {steps}; the monitor shows it.",
+                  f"Прогон {run_id} продолжает {continued} с шага до его спада, до шага {steps}; его "
+                  "показывает монитор.")
+    return note(said, "ok")

@@ -11,7 +11,7 @@ import time
 from lab.config import UserError
 from lab.home import runs_dir
 from lab.api import runs as lab_runs
-from lab.ui.parts import GREY, RED
+from lab.ui.parts import GREY, RED, WAIT
 from lab.ui.text import error_text, esc, said, tr, until_words
 
 HALTED = ("done", "failed", "cancelled", "stopped")
@@ -96,11 +96,11 @@ class Launch:
         if self.phase == "registering":
             self.where.value = f"<i>{esc(tr('Starting…', 'Запускается…'))}</i>"
         elif self.phase == "preparing":
-            self.where.value = (f"<div class='lab-start-pending' style='color:{GREY}'>⏳ {esc(tr('Run', 'Прогон'))} {run}: "
+            self.where.value = (f"<div class='lab-start-pending' style='color:{GREY}'>{WAIT} {esc(tr('Run', 'Прогон'))} {run}: "
                                 f"{esc(tr('getting ready (its data, a machine)…', 'готовится (данные, машина)…'))}</div>")
         elif self.phase == "waiting":
             en, ru, until = self.waits
-            self.where.value = (f"<div class='lab-start-waiting' style='color:{GREY};line-height:1.4'>⏳ "
+            self.where.value = (f"<div class='lab-start-waiting' style='color:{GREY};line-height:1.4'>{WAIT} "
                                 f"{esc(tr('Run', 'Прогон'))} {run} {esc(tr('waits for a machine', 'ждёт машину'))} "
                                 f"<b class='lab-start-until'>{esc(until_words(until))}</b><br>"
                                 f"<span style='font-size:85%'>{esc(said(en, ru))}</span></div>")

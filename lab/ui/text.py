@@ -7,6 +7,7 @@ words); here are the form's other words. `tr(en, ru)` picks by the current langu
 from __future__ import annotations
 
 import html
+import re
 from datetime import datetime, timezone
 
 import ipywidgets as widgets
@@ -14,8 +15,8 @@ import traitlets
 from IPython import get_ipython
 from IPython.display import display
 
-from lab.fields import field_help, field_label
-from lab.sizing.words import KIND_RU, format_hours, format_number
+from lab.api import words
+from lab.fields import WORDS, field_help, field_label
 
 
 class _Language(traitlets.HasTraits):
@@ -136,7 +137,7 @@ SIZE_HELP = {
 MODES = {"scratch": ("From scratch", "С нуля"), "resume": ("From a checkpoint", "С чекпоинта")}
 GPU_NAMES = {"auto": ("Auto (the machine's)", "Авто (по машине)"), "2xT4": ("2×T4 (Kaggle)", "2×T4 (Kaggle)"),
              "T4": ("T4", "T4"), "rtx3050": ("RTX 3050", "RTX 3050"), "cpu": ("CPU", "CPU")}
-KIND = {kind: (kind, ru) for kind, ru in KIND_RU.items()}  # the calculator's words for where a figure comes from
+KIND = {kind: (kind, ru) for kind, ru in words.KIND_RU.items()}  # the calculator's words for where a figure comes from
 KIND_COLOR = {"exact": "#2e7d32", "measured": "#1565c0", "calibrated": "#6a1b9a", "estimate": "#ef6c00", "fitted": "#00838f",
               "unknown": "#757575"}
 STATUS = {"new": ("new", "новый"), "starting": ("starting", "запускается"), "running": ("running", "идёт"),
@@ -187,9 +188,26 @@ def status_word(status: str) -> str:
     return tr(*STATUS.get(status, (status, status)))
 
 
+# The machines a link may name that are this computer: the person's own, and `lab sweep --inline`'s
+# loop in the driving process (a machine the lists never show: said here rather than left unexplained).
+THIS_COMPUTER = {"local": ("this computer", "этот компьютер"),
+                 "inline": ("this computer, without the notebook", "этот компьютер, без блокнота")}
+
+
+def machine_word(name: str) -> str:
+    """A link's machine as the person knows it: this computer in words, any other by its name."""
+    return tr(*THIS_COMPUTER[name]) if name in THIS_COMPUTER else name
+
+
 def num(x: float) -> str:
-    """A number as the view's language writes it: "1,500" / "1 500", "3.5" / "3,5"."""
-    return format_number(x, lang())
+    """A number as the view's language writes it: "1,500" / "1 500" (a no-break space: it never
+    breaks inside), "3.5" / "3,5"."""
+    return words.number(x, lang())
+
+
+def count(x: float) -> str:
+    """Tokens or weights as the view's language writes them: "27.7 M" / "27,7 млн"."""
+    return words.count(x, lang())
 
 
 def fixed(x: float, digits: int = 3) -> str:
@@ -199,7 +217,7 @@ def fixed(x: float, digits: int = 3) -> str:
 
 
 def hours(h: float | None) -> str:
-    return "—" if h is None else format_hours(h, lang())
+    return "—" if h is None else words.hours(h, lang())
 
 
 def span(seconds: float) -> str:
@@ -266,8 +284,33 @@ def stop_reason(text: str | None, ru: str | None = None) -> str:
 
 
 def error_text(e: BaseException) -> str:
-    """An error in the view's language: its Russian where the raiser gave one (`UserError.ru`)."""
+    """An error in the view's language: its Russian where the raiser gave one (`UserError.ru`); the
+    problems of a run's fields (`ConfigError`) with the fields named by the form's labels."""
+    problems = getattr(e, "problems", None)
+    if problems:
+        return "; ".join(problem_text(p) for p in problems)
     return said(str(e), getattr(e, "ru", None))
+
+
+def problem_text(problem) -> str:
+    """A field's problem (`lab.config.Problem`) in the view's language, fields named by their labels."""
+    return with_labels(problem.message(lang()))
+
+
+# A run field's code name in a message (`steps_until`, `context`), as the lab's checks write it.
+_FIELD_CODE = re.compile(r"(?<![\w«“\-])(" + "|".join(sorted(WORDS, key=len, reverse=True)) + r")(?![\w»”\-=])")
+
+
+def with_labels(text: str) -> str:
+    """The message with each run field's code name said as the form labels it: «Шагов до» for
+    `steps_until`. In English a code that is also a word ("context 2048 is longer") stays a word
+    where it does not start the message."""
+    def label_of(m: re.Match) -> str:
+        name = m[1]
+        if lang() == "en" and "_" not in name and m.start() > 0:
+            return name
+        return f"«{field_label(name, 'ru')}»" if lang() == "ru" else f"“{field_label(name, 'en')}”"
+    return _FIELD_CODE.sub(label_of, text)
 
 
 def plot_words() -> dict[str, str]:

@@ -14,12 +14,10 @@ from pathlib import Path
 
 import ipywidgets as widgets
 
+from lab.api import runs as lab_runs
 from lab.config import Problem, UserError
-from lab.kernel.checkpoint import checkpoint_step, list_checkpoints
-from lab.runs import list_runs, load_run
-from lab.ui.calc import ORANGE, RED
-from lab.ui.parts import newest_first
-from lab.ui.text import Panel, esc, lang, num, on_language, tr
+from lab.ui.parts import ORANGE, RED, button, row
+from lab.ui.text import Panel, error_text, esc, num, on_language, problem_text, tr
 
 REDRAW_S = 0.1  # the streamed text is redrawn at most this often: a widget message per token is too many
 SETTINGS = {  # field -> (label EN, RU), (help EN, RU)
@@ -37,13 +35,8 @@ SETTINGS = {  # field -> (label EN, RU), (help EN, RU)
 }
 
 
-def _step_label(path: Path) -> str:
-    return f"{tr('step', 'шаг')} {num(checkpoint_step(path))}"
-
-
-def runs_with_checkpoints() -> list:
-    """The lab's runs that have a checkpoint to sample from, newest first."""
-    return [r for r in newest_first(list_runs()) if list_checkpoints(r.folder / "checkpoints")]
+def _step_label(step: int) -> str:
+    return f"{tr('step', 'шаг')} {num(step)}"
 
 
 class TryModel(Panel):
@@ -59,10 +52,11 @@ class TryModel(Panel):
                        "seed": widgets.IntText(defaults.seed), "samples": widgets.IntText(defaults.samples)}
         self.labels = {name: widgets.HTML(layout=widgets.Layout(width="10em")) for name in SETTINGS}
         self.messages = {name: widgets.HTML() for name in SETTINGS}
-        self.refresh_button = widgets.Button(icon="refresh", layout=widgets.Layout(width="auto"))
-        self.generate_button = widgets.Button(button_style="primary", icon="play")
-        self.stop_button = widgets.Button(icon="stop", disabled=True)
-        self.export_button = widgets.Button(icon="download")
+        self.refresh_button = button("lab-try-refresh", "refresh")
+        self.generate_button = button("lab-try-generate", "play", "primary")
+        self.stop_button = button("lab-try-stop", "stop")
+        self.stop_button.disabled = True
+        self.export_button = button("lab-try-export", "download")
         self.export_message = widgets.HTML()
         self.output = widgets.HTML()
         self.output.add_class("lab-try-output")
@@ -70,8 +64,8 @@ class TryModel(Panel):
             w.layout.width = "8em"
             w.add_class(f"lab-try-{name}")
         rows = [widgets.HBox([self.labels[n], self.inputs[n], self.messages[n]]) for n in SETTINGS]
-        self.box = widgets.VBox([widgets.HBox([self.run, self.checkpoint, self.refresh_button]), self.run_message, self.prompt,
-                                 *rows, widgets.HBox([self.generate_button, self.stop_button, self.export_button]),
+        self.box = widgets.VBox([row([self.run, self.checkpoint, self.refresh_button]), self.run_message, self.prompt,
+                                 *rows, row([self.generate_button, self.stop_button, self.export_button]),
                                  self.export_message, self.output])
         self.box.add_class("lab-try-model")
         self._models: dict[tuple, object] = {}
@@ -91,15 +85,17 @@ class TryModel(Panel):
 
     # --- choices -------------------------------------------------------------------------
     def _fill_runs(self, selected: str | None) -> None:
-        ids = [r.id for r in runs_with_checkpoints()]
+        ids = lab_runs.with_checkpoints()
         self.run.options = ids or [(tr("— no run has a checkpoint yet —", "— ни у одного прогона пока нет чекпоинта —"), "")]
         self.run.value = selected if selected in ids else (ids[0] if ids else "")
         self._fill_checkpoints()
 
     def _fill_checkpoints(self) -> None:
-        paths = list(reversed(list_checkpoints(load_run(self.run.value).folder / "checkpoints"))) if self.run.value else []
-        self.checkpoint.options = [(_step_label(p), str(p)) for p in paths] or [("—", "")]
-        self.checkpoint.value = str(paths[0]) if paths else ""
+        kept = lab_runs.run_checkpoints(self.run.value) if self.run.value else []
+        self._steps = {str(path): step for step, path in kept}
+        self.checkpoint.options = [(_step_label(step), path) for path, step in self._steps.items()] or [("—", "")]
+        self.checkpoint.value = next(iter(self._steps), "")
+        paths = list(self._steps)
         self.generate_button.disabled = self.export_button.disabled = not paths
 
     def _relabel(self) -> None:
@@ -118,7 +114,7 @@ class TryModel(Panel):
             self._fill_runs(None)  # the "no run" line in the new language
         else:  # the same checkpoints, "step 1,500" / "шаг 1 500" in the new language, the one picked kept
             picked = self.checkpoint.value
-            self.checkpoint.options = [(_step_label(Path(p)), p) if p else (label, p)
+            self.checkpoint.options = [(_step_label(self._steps[p]), p) if p in self._steps else (label, p)
                                        for label, p in self.checkpoint.options]
             self.checkpoint.value = picked
         self._show_problems(self.settings().problems())
@@ -131,7 +127,7 @@ class TryModel(Panel):
     def _show_problems(self, problems: list[Problem]) -> None:
         for name, message in self.messages.items():
             mine = [p for p in problems if p.field == name]
-            message.value = "".join(f"<span style='color:{RED};font-size:90%'>✖ {esc(p.message(lang()))}</span>"
+            message.value = "".join(f"<span style='color:{RED};font-size:90%'>✖ {esc(problem_text(p))}</span>"
                                     for p in mine)
             self.inputs[name].layout.border = f"2px solid {RED}" if mine else None
 
@@ -145,7 +141,7 @@ class TryModel(Panel):
         try:
             loaded = self._model(self.checkpoint.value)
         except UserError as e:
-            self.run_message.value = f"<span style='color:{RED}'>✖ {esc(e)}</span>"
+            self.run_message.value = f"<span style='color:{RED}'>✖ {esc(error_text(e))}</span>"
             return None
         self.run_message.value = (f"<span style='color:#666'>{esc(tr('step', 'шаг'))} {num(loaded.meta['step'])} · "
                                   f"{esc(loaded.device.type)} {esc(loaded.precision)}</span>")

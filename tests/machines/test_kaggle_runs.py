@@ -218,7 +218,7 @@ def test_killing_the_control_side_anywhere_neither_loses_nor_repeats_anything(pa
     driver = control.spawned[run_id]
     os.kill(driver.pid, signal.SIGKILL)  # the watcher killed right after the push
     driver.wait(timeout=30)
-    assert not machines.driver_alive(run_id) and "lab watch" in api_runs.status(run_id).message
+    assert not control.driver_alive(run_id) and "lab watch" in api_runs.status(run_id).message
 
     def crash(point: str) -> None:
         raise Crash(point)

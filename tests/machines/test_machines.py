@@ -23,7 +23,7 @@ from lab.machines.kaggle import data as kaggle_data
 from lab.machines.kaggle import host as km
 from lab.machines.kaggle import names as kaggle_names
 from lab.machines.kaggle import outputs as kaggle_outputs
-from lab.runs import End, Outcome
+from lab.runs import End, Outcome, load_run
 
 CFG = RunConfig()
 
@@ -166,12 +166,12 @@ def test_lab_accounts_and_overview_show_what_runs_on_an_account(kaggle_lab, pydo
     assert "lab watch" in state.message, "no process drives it: the person is told how to resume"
     json.dumps(dataclasses.asdict(state))  # plain data the notebook can show and save
     # The account removed from the lab: its link still finds its host by the kind it carries.
-    live = machines.load_run(run.id).folder / "links" / "001-alice" / "live.log"
+    live = load_run(run.id).folder / "links" / "001-alice" / "live.log"
     live.parent.mkdir(parents=True, exist_ok=True)
     live.write_text(json.dumps([{"stream_name": "stdout", "data": "step 3/5 loss 4.2\n"}]))
     kc.remove_account("alice")
-    assert machines.machine_names() == ["local", "bob"]
-    assert registry.host_of(machines.load_run(run.id).links[0]).kind == "kaggle"
+    assert registry.machine_names() == ["local", "bob"]
+    assert registry.host_of(load_run(run.id).links[0]).kind == "kaggle"
     assert "step 3/5 loss 4.2" in api_runs.status(run.id).log_tail
 
 
@@ -277,9 +277,9 @@ def test_a_cancel_before_the_driver_holds_the_run_sticks_and_a_probe_does_not_tu
     finally:
         holder.release()
     # Asking to go on (a new start of the same run) forgets the cancel before any driver starts.
-    assert machines.cancel_requested(run.id)
+    assert control.cancel_requested(run.id)
     settle.register_run({}, run.id, "local")
-    assert not machines.cancel_requested(run.id)
+    assert not control.cancel_requested(run.id)
 
 
 def test_a_notebook_that_dies_unexpectedly_fails_its_link_and_says_lab_watch(pydoc_data, tmp_path, monkeypatch):
@@ -318,7 +318,7 @@ def test_one_accounts_surprise_shows_as_its_error_only(kaggle_lab, monkeypatch):
 def test_a_cancel_before_the_push_uploads_nothing(kaggle_lab, pydoc_data):
     run = settle.register_run(RunConfig(data_dir=str(pydoc_data), steps_until=5).to_dict(), machine="alice")
     link = km.plan_link(run.id, "alice", 3600, None, "test")
-    link = km.KaggleHost("alice").follow(machines.load_run(run.id), link, Follow(lambda s: None, lambda: True))
+    link = km.KaggleHost("alice").follow(load_run(run.id), link, Follow(lambda s: None, lambda: True))
     assert link.status == "cancelled" and link.reason == "cancelled before its push"
     assert kaggle_lab.emu.recorded("CreateDataset") == [] and kaggle_lab.emu.recorded("SaveKernel") == []
     assert km.held("alice", "data", data_id_of(pydoc_data)) is None
@@ -499,16 +499,3 @@ def test_a_sigterm_the_lab_did_not_send_is_said_to_be_kaggles_and_the_run_goes_o
     assert reason.startswith("Kaggle stopped the session (ERROR, SIGTERM: quota ran out)") and "step 12" in reason
     assert outcome.reason_ru.startswith("Kaggle остановил сессию") and "SIGTERM" not in kaggle_outputs._ending(
         Link(1, "alice"), "COMPLETE", "", {**output, "result": {"reason": "time limit", "step": 12}})[1]
-
-
-def test_the_log_tail_leaves_out_the_metrics_echo_and_papermills_progress(monkeypatch):
-    from lab.runs import Link
-    log = ("Executing notebook with kernel: python3\nExecuting Cell 1---------------------------------------\n"
-           "step 1 loss 5.1\n@lab-metrics {\"step\": 1}\nEnding Cell 1------------------------------------------\n"
-           "saved ckpt_00000001.pt\n")
-
-    class Host:
-        def log_tail(self, run, link, lines):
-            return log
-    monkeypatch.setattr(machines, "host_of", lambda link: Host())
-    assert machines._log_tail(None, Link(1, "local")) == "step 1 loss 5.1\nsaved ckpt_00000001.pt"

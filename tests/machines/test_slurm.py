@@ -128,11 +128,11 @@ def test_a_run_waits_in_the_queue_is_requeued_while_the_control_side_is_away_and
     a preemption does, while no control process runs; the run goes on from the checkpoint saved
     at Slurm's signal in a new job, with no step lost or repeated, and trains to steps_until."""
     home, slurm, run_id = hpc["home"], hpc["slurm"], runs["busy"]
-    from lab.machines import driver
-    note = wait(lambda: (driver.status(run_id)["live"] or {}).get("note_en"), about=lambda: told(home, run_id))
+    from lab.api import runs as api_runs
+    note = wait(lambda: (api_runs.status(run_id).live or {}).get("note_en"), about=lambda: told(home, run_id))
     assert "waits in the queue on cluster 'hpc' (slurm-login, partition spare): its partition is down " \
            "(PartitionDown)" in note
-    assert driver.status(run_id)["live"]["note_ru"].startswith("задача ")
+    assert api_runs.status(run_id).live["note_ru"].startswith("задача ")
     slurm.run("scontrol", "update", "PartitionName=spare", "State=UP")
     remote = hpc["workdir"] / "runs" / run_id / "001"
     wait(lambda: _rows_at(remote / "out" / "metrics.jsonl") >= 10, about=lambda: told(home, run_id))

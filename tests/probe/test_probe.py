@@ -12,6 +12,7 @@ from conftest import lab
 from kaggle_fixtures import kaggle_emulator, kaggle_lab, make_kaggle_emulator  # noqa: F401
 from lab.config import RunConfig
 from lab.machines import driver as machines
+from lab.machines.auto import choose
 from lab.probe.account import ProbePlan, cost_line, probe_account, probe_notebook
 from lab.kaggle.probed import cannot_run, nccl_setting, probe_path, read_probe, summary
 
@@ -77,7 +78,7 @@ def test_an_account_kaggle_gives_no_gpu_is_recorded_and_auto_skips_it(probing):
     assert "lab probe bob" in cannot_run(record)
     found = {m.name: m for m in machines.overview()}
     assert found["bob"].error and "cannot run" in found["bob"].error and found["alice"].error is None
-    choice = machines.choose(RunConfig(), 1.0, list(found.values()))
+    choice = choose(RunConfig(), 1.0, list(found.values()))
     assert choice.machine == "alice"
     proc = lab("probe", "--show", "bob", check=False)
     assert proc.returncode == 1 and "cannot run" in proc.stdout

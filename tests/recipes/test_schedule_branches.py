@@ -45,8 +45,18 @@ def test_a_branch_needs_a_constant_phase():
         branch_config(RunConfig(schedule="cosine", steps_until=1000), 500)
     with pytest.raises(UserError, match="warmup"):
         branch_config(RunConfig(schedule="wsd", steps_until=1000, warmup_steps=100), 50)
-    with pytest.raises(UserError, match="decay phase"):
+    with pytest.raises(UserError, match="not before the run's own decay"):
         branch_config(RunConfig(schedule="wsd", steps_until=1000, decay_frac=0.2), 900)
+
+
+def test_a_branch_from_where_the_parents_decay_began_is_refused_it_would_only_repeat_the_parent():
+    parent = RunConfig(schedule="wsd", steps_until=3000, decay_frac=0.2)  # its decay begins at 2,400
+    with pytest.raises(UserError, match="would only repeat the run") as refused:
+        branch_config(parent, 2400)
+    assert "лишь повторит прогон" in refused.value.ru and "2\u00a0400" in refused.value.ru
+    cfg = branch_config(parent, 2399)  # one step earlier: a decay of its own
+    assert cfg.decay_start == 2399 and cfg.steps_until == 2999
+    assert [lr_for_config(s, cfg) for s in (2500, 2900)] != [lr_for_config(s, parent) for s in (2500, 2900)]
 
 
 def test_the_divergence_watch_flags_nan_and_a_loss_far_above_its_start_not_a_falling_curve():

@@ -4,6 +4,7 @@ calculator's prediction, and one branch through `lab branch` and the training no
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 
@@ -127,11 +128,15 @@ def test_the_calculator_predicts_the_val_loss_from_the_fit_without_numpy(fitted)
 def test_lab_branch_runs_a_branch_through_the_training_notebook(study, recipe_home):
     from lab.runs import load_run
     members, _, _ = study
-    parent = load_run(members[2].run_id)  # its checkpoints: 32 (where its decay began) and 40
-    proc = lab("branch", parent.id, "--at", "32", "--decay-frac", "0.25", "--machine", "local", "--wait")
+    from lab.api.runs import branch_points
+    parent = load_run(members[2].run_id)  # its decay began at 32: a branch from there would only repeat it
+    proc = lab("branch", parent.id, "--at", "32", check=False)
+    assert proc.returncode == 2 and "would only repeat the run" in proc.stderr
+    at = branch_points()[parent.id][-1]  # the newest checkpoint it kept through its constant phase
+    proc = lab("branch", parent.id, "--at", str(at), "--decay-frac", "0.25", "--machine", "local", "--wait")
     kid = load_run(proc.stdout.split()[1].rstrip(":"))
-    assert kid.parent["run"] == parent.id and kid.parent["step"] == 32
-    assert kid.status == "done" and kid.step == 43 and kid.links[0].machine == "local"  # 32 / (1 - 0.25)
+    assert kid.parent["run"] == parent.id and kid.parent["step"] == at < 32
+    assert kid.status == "done" and kid.step == math.ceil(at / 0.75) and kid.links[0].machine == "local"
     assert (kid.folder / "loss.png").exists()
     proc = lab("branch", parent.id, "--at", "10", check=False)
     assert proc.returncode == 2 and "no checkpoint at step 10" in proc.stderr

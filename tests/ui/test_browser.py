@@ -5,11 +5,15 @@ sizes a model (Layers 8 → 12, a bad Heads), adds two accounts by uploading the
 constellation from a folder (and sees a folder with no text refused) and prepares it (the bar
 moves), sees the probe's result in its row, starts a run on
 Auto, sees its live curve, presses Stop and then Kaggle's Stop session on the kernel page the
-monitor links, presses Continue, watches the run go on on the other account once the first
-one's quota ends, branches a cooldown from the finished run and, while that runs, continues
-the run with more steps (a Steps until below its step is refused beside the field), sees the
-branch's curve with its ancestor's, and switches to English. No key is in the page, in its screenshots' text or in the notebook saved
-with its widget state. Screenshots go to artifacts/screenshots/ (their paths are printed).
+monitor links (the advice goes once the session ended), presses Continue, watches the run go on
+on the other account once the first one's quota ends, branches a cooldown from one of the steps
+the finished run kept through its stable phase (never from where its decay began: that branch
+would only repeat it) and, while that runs, continues the run with more steps (a Steps until
+below its step is refused beside the field), sees the branch's curve with its ancestor's and
+beside its parent's (its end its own), finds no button or label cut off at 1,400 px, and switches
+to English (no Russian left, no session's path). No key is in the page, in its screenshots' text or
+in the notebook saved with its widget state. Screenshots go to artifacts/screenshots/ (their paths
+are printed).
 
 Needs `scripts/install-browser-test-deps` (Chromium, JupyterLab, Playwright); skips without them.
 """
@@ -261,7 +265,8 @@ def start_on_auto(person: Person) -> str:
     person.plot_shown("lab-monitor-plot", 90)  # the live curve, from the session's log
     person.wait_text(".lab-run-step", r"^([3-9]\d|[1-3]\d\d) / 400$", timeout_s=60)  # thirty steps and more: a val point too
     person.wait_text(".lab-monitor-status", "идёт")
-    assert "@lab-metrics" not in page.locator(".lab-monitor").first.inner_text()
+    shown = page.locator(".lab-monitor").first.inner_text()
+    assert "@lab-metrics" not in shown and "в очереди" not in shown  # it trains: what it does is said so
     person.shot(".lab-monitor", "09-live-curve.png")
     return run_id
 
@@ -282,6 +287,8 @@ def stop_on_kaggle(person: Person, page) -> None:
     kernel.close()
     person.wait_text(".lab-run-status", "отменён", timeout_s=60)  # and its curve is the session's own, downloaded
     person.plot_changed("lab-monitor-plot", live)
+    person.page.wait_for_function("() => !document.querySelector('.lab-monitor-answer').textContent"
+                                  ".includes('Stop session')", timeout=30_000)  # the session ended: no advice left
 
 
 def continue_across_accounts(person: Person, emu, home, run_id: str) -> None:
@@ -296,6 +303,7 @@ def continue_across_accounts(person: Person, emu, home, run_id: str) -> None:
     person.wait_text(".lab-run-step", "^400 / 400$")
     why = person.page.locator(".lab-link-why").all_inner_texts()
     assert len(why) == 3 and all(why), why  # every pick says why, in one line
+    assert "Продолжаю с чекпоинта" not in person.page.locator(".lab-monitor").first.inner_text()  # two links later
     person.shot(".lab-monitor", "12-done-across-accounts.png")
 
 
@@ -305,6 +313,10 @@ def branch_and_more_steps(person: Person, home, run_id: str) -> str:
     person.click(".lab-runs-refresh")
     person.wait_text(".lab-branch-run", run_id)
     person.wait_text(".lab-branch-step", r"\d")
+    # Several steps of its stable phase (a WSD run keeps its quarters), none from where its decay began (320).
+    offered = [int(re.sub(r"\D", "", t)) for t in person.page.locator(".lab-branch-step option").all_inner_texts()]
+    assert len(offered) >= 2 and max(offered) < 320, offered
+    not_cut(person, "Ветка охлаждения")
     person.shot(".lab-runs", "13-branch-row.png")  # its run and step shown, a fraction box wide enough
     person.click(".lab-branch")
     said = person.wait_text(".lab-recipes-branch", "Ветка .* запущена")
@@ -342,14 +354,60 @@ def compare_with_ancestors(person: Person, home, child: str) -> None:
     person.page.wait_for_function("() => { const i = document.querySelector('img.lab-runs-plot');"
                                   " return i && i.complete && i.naturalWidth > 0; }", timeout=10_000)
     person.shot(".lab-runs", "15-runs-plot-with-ancestors.png")  # titled with the child's id, ending at its step
+    branch_differs_from_its_parent(person, home, child)
+
+
+def branch_differs_from_its_parent(person: Person, home, child: str) -> None:
+    """The branch decayed where its parent still trained at its full rate: its end is its own, drawn
+    beside the parent's curve (the comparison's y axis where the two lie)."""
+    parent = json.loads((home / "runs" / child / "run.json").read_text())["parent"]["run"]
+    end = json.loads((home / "runs" / child / "run.json").read_text())["settled"]["config"]["steps_until"]
+    losses = {run: {r["step"]: r["loss"] for r in map(json.loads, (home / "runs" / run / "metrics.jsonl").read_text()
+                                                             .splitlines()) if "loss" in r} for run in (child, parent)}
+    assert losses[child][end] != losses[parent][end], (end, losses[child][end])  # not its parent's loss, repeated
+    before = person.plot_src("lab-runs-plot")
+    person.page.locator(".lab-runs-choose select").first.select_option(label=[child, parent])
+    person.plot_changed("lab-runs-plot", before)
+    person.page.wait_for_function("() => { const i = document.querySelector('img.lab-runs-plot');"
+                                  " return i && i.complete && i.naturalWidth > 0; }", timeout=10_000)
+    person.shot(".lab-runs", "16-branch-beside-its-parent.png")
+
+
+def not_cut(person: Person, *words: str) -> None:
+    """At 1,400 px wide, no button or label of the lab's cells is cut to "П…": each shows its whole
+    words (`words`: some that must be among them)."""
+    page = person.page
+    size = page.viewport_size
+    page.set_viewport_size({"width": 1400, "height": size["height"]})
+    try:
+        page.wait_for_timeout(300)  # the notebook lays its cells out anew
+        cut = page.evaluate("""() => [...document.querySelectorAll('.jp-Notebook .widget-button, '
+            + '.jp-Notebook .widget-toggle-button, .jp-Notebook .widget-label, .jp-Notebook .widget-label-basic')]
+            .filter(e => e.offsetParent !== null && e.textContent.trim() && e.scrollWidth > e.clientWidth + 1)
+            .map(e => e.textContent.trim())""")
+        seen = page.evaluate("document.body.innerText")
+    finally:
+        page.set_viewport_size(size)
+    assert not cut, f"cut off at 1,400 px: {cut}"
+    assert all(w in seen for w in words), words
 
 
 def in_english(person: Person) -> None:
-    person.page.locator(".lab-language").first.get_by_text("EN", exact=True).click()
-    person.page.locator(".lab-new-run").get_by_text("Layers", exact=True).wait_for(timeout=10_000)
+    page = person.page
+    text = page.evaluate("document.body.innerText")
+    assert text.count("Старт") == 1 and "⏳" not in text  # the form's own Start only; a glyph Chromium has
+    not_cut(person, "Проба", "Удалить", "с предками")
+    page.locator(".lab-language").first.get_by_text("EN", exact=True).click()
+    page.locator(".lab-new-run").get_by_text("Layers", exact=True).wait_for(timeout=10_000)
     person.wait_text(".lab-monitor-status", "done")
     person.wait_text(".lab-machines", "Add a Kaggle account")
-    person.shot(None, "16-page-in-english.png")
+    person.wait_text(".lab-more-info", "From its checkpoint at step")
+    person.wait_text(".lab-account-message-done", "Added bob")
+    english = page.evaluate("document.body.innerText")
+    for russian in ("С его чекпоинта", "добавлен", "/kaggle/working", "{'step'"):
+        assert russian not in english, russian  # no Russian left in the English view, no machine output
+    not_cut(person, "with ancestors", "Cooldown branch")
+    person.shot(None, "17-page-in-english.png")
 
 
 def save_with_widget_state(person: Person, root) -> str:
@@ -391,12 +449,12 @@ def stop_drivers(home) -> None:
     old = os.environ.get("LAB_HOME")
     os.environ["LAB_HOME"] = str(home)
     try:
-        from lab.machines import driver as machines
+        from lab.api import runs as api_runs
         for folder in (home / "runs").iterdir():
-            if (folder / "run.json").is_file() and machines.driver_alive(folder.name):
-                machines.cancel(folder.name)
+            if (folder / "run.json").is_file() and api_runs.driven(folder.name):
+                api_runs.cancel(folder.name)
         deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and any(machines.driver_alive(f.name) for f in (home / "runs").iterdir()
+        while time.monotonic() < deadline and any(api_runs.driven(f.name) for f in (home / "runs").iterdir()
                                                    if (f / "run.json").is_file()):
             time.sleep(0.3)
     finally:

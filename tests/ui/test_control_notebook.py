@@ -6,11 +6,14 @@ that sets `form_values`, `press_start`, `wait_minutes`.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
 import nbformat
 from nbclient import NotebookClient
 
-from conftest import ROOT
+from conftest import ROOT, lab
 from lab.notebooks import CONTROL_NOTEBOOK, control_notebook_text
 from kaggle_fixtures import kaggle_emulator, kaggle_lab, make_kaggle_emulator  # noqa: F401 (fixtures)
 
@@ -61,9 +64,11 @@ def test_the_notebook_runs_top_to_bottom_on_a_fresh_lab_home(tmp_path, monkeypat
     monkeypatch.setenv("LAB_HOME", str(home))
     nb = execute('form_values = {"layers": 12}', cwd=tmp_path)
     assert errors(nb) == []
-    for start in ("from lab import ui", "ui.machines()", "form = ui.new_run", "ui.start(", "monitor = ", "ui.runs()"):
+    for start in ("from lab import ui", "ui.machines()", "form = ui.new_run", "monitor = ", "ui.runs()"):
         shown = outputs(nb, start)
         assert len(shown) == 1 and "application/vnd.jupyter.widget-view+json" in shown[0]["data"], start
+    starts = [c for c in nb.cells if c.cell_type == "code" and "ui.start(" in c.source]
+    assert len(starts) == 1 and starts[0].source.startswith("form = ui.new_run")  # one Start: the form's own
     texts = widget_texts(nb)
     assert str(home) in texts  # the setup cell names the lab home
     assert "lab-calc-weights'>40 321 024<" in texts  # 12·12·512² + 4000·512 + 1024·512
@@ -74,7 +79,7 @@ def test_the_notebook_runs_top_to_bottom_on_a_fresh_lab_home(tmp_path, monkeypat
 def test_the_notebook_starts_a_tiny_local_run_and_shows_its_loss(tmp_path, monkeypatch):
     home = tmp_path / "lab-home"
     monkeypatch.setenv("LAB_HOME", str(home))
-    nb = execute(f"form_values = {TINY_RUN!r}\npress_start = True\nwait_minutes = 3", cwd=tmp_path)
+    nb = execute(f"form_values = {TINY_RUN!r}\npress_start = True\nwait_minutes = 3", cwd=ROOT / "notebooks")
     assert errors(nb) == []
     runs = [p for p in (home / "runs").iterdir() if (p / "run.json").is_file()]
     assert len(runs) == 1
@@ -86,6 +91,23 @@ def test_the_notebook_starts_a_tiny_local_run_and_shows_its_loss(tmp_path, monke
     assert runs[0].name in html and "готово" in html and "30 / 30" in html
     assert any("image/png" in o.get("data", {}) for o in shown), "the monitor shows the loss plot"
     assert runs[0].name in widget_texts(nb)  # Start said where the run went
+    listing = lab("runs").stdout  # the command, from the repository's root, in the same lab home
+    assert runs[0].name in listing and f"lab home: {home} ($LAB_HOME)" in listing
+
+
+def test_one_lab_home_wherever_the_notebook_or_the_command_is_started(tmp_path):
+    """Without $LAB_HOME the notebook (its kernel starts in notebooks/) and the command (the demo's,
+    from the repository's root, or from anywhere) use the kit's own lab-home beside lab/, and say so."""
+    env = {k: v for k, v in os.environ.items() if k != "LAB_HOME"}
+    kit = ROOT / "lab-home"
+    setup = subprocess.run([sys.executable, "-c", "from lab.ui.panels import SetupPanel; print(SetupPanel().info.value)"],
+                           cwd=ROOT / "notebooks", env=env, capture_output=True, text=True, check=True).stdout
+    assert f"<code class='lab-home'>{kit}</code>" in setup and "свой у кита" in setup
+    for cwd in (ROOT, tmp_path):
+        told = subprocess.run([sys.executable, "-m", "lab.cli", "--help"], cwd=cwd, env=env, capture_output=True,
+                              text=True, check=True).stdout
+        assert f"lab home: {kit} (the kit's own" in " ".join(told.split())
+    assert "LAB_HOME=" not in (ROOT / "scripts" / "demo").read_text()  # the demo takes the kit's own too
 
 
 def test_the_notebook_shows_kaggle_accounts_from_the_emulator_and_saves_no_secret(kaggle_lab, tmp_path):

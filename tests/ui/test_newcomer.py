@@ -107,7 +107,7 @@ def test_a_cooldown_branch_goes_to_the_machine_picked_beside_it(monkeypatch):
     row = ui.RunsPanel().branching
     assert [v for _, v in row.machine.options][:2] == ["auto", "local"] and row.machine.value == "auto"
     assert "lab-branch-machine" in row.machine._dom_classes and row.machine.description == "Машина"
-    assert [label for label, _ in row.step.options] == ["1 500"]
+    assert [label for label, _ in row.step.options] == ["1\u00a0500"]  # a no-break space: never "1 ⏎ 500"
     row.machine.value = "local"
     row.go.click()
     assert "✔" in row.out.value and len(started) == 1
@@ -334,7 +334,7 @@ def test_russian_numbers_are_written_one_way_and_the_checkpoint_list_follows_a_s
     monitor = ui.Monitor(run_id=run.id, every_s=3600)
     assert "0 → 1 500" in text(monitor.links.value)
     model = ui.TryModel(run.id)
-    assert [label for label, _ in model.checkpoint.options] == ["шаг 1 500"]
+    assert [label for label, _ in model.checkpoint.options] == ["шаг 1\u00a0500"]
     ui.set_language("en")
     assert [label for label, _ in model.checkpoint.options] == ["step 1,500"]  # not the Russian it was built in
     assert "1,500 / 3,000" in text(runs.table.value)

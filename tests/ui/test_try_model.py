@@ -11,7 +11,8 @@ import pytest
 from lab import ui
 from lab.config import RunConfig
 from lab.runs import Settled, create_run
-from lab.ui.trymodel import TryModel, runs_with_checkpoints
+from lab.api import runs as api_runs
+from lab.ui.trymodel import TryModel
 
 
 @pytest.fixture(autouse=True)
@@ -30,7 +31,7 @@ def test_it_offers_the_runs_with_a_checkpoint_and_their_checkpoints_newest_first
     bare = create_run(Settled.whole(RunConfig(context=32, width=32, heads=2, layers=2)))  # no checkpoint: not offered
     panel = TryModel(trained.run.id)
     assert trained.run.id in panel.run.options and bare.id not in panel.run.options
-    assert panel.run.options == tuple(r.id for r in runs_with_checkpoints())
+    assert panel.run.options == tuple(api_runs.with_checkpoints())
     assert panel.checkpoint.label == "шаг 40" and panel.checkpoint.value.endswith("ckpt_00000040.pt")
     assert panel.generate_button.description == "Сгенерировать"
 

@@ -17,6 +17,7 @@ import pytest
 
 from kaggle_fixtures import kaggle_emulator, kaggle_lab, make_kaggle_emulator  # noqa: F401 (fixtures)
 from lab import sizing, ui
+from lab.api import curves
 from lab.api import machines as api_machines
 from lab.api import runs as api_runs
 from lab.ui import console
@@ -267,13 +268,13 @@ def test_the_quota_line_follows_the_machine_auto_picks(monkeypatch):
     form = ui.NewRunForm(gpu="cpu", **TINY, steps_until=2000)  # sized for a CPU, run where Auto says
     shown = calc(form)
     assert "Авто выберет bob" in shown
-    assert "не тратит квоту" not in shown and figure(form, "quota") != "0 мин"
+    assert "не тратит квоту" not in shown and figure(form, "quota") != "0\u00a0мин"
     assert "на bob:" in shown
     monkeypatch.setattr(console.machines, "choose", picks("local"))
     form = ui.NewRunForm(gpu="cpu", **TINY, steps_until=2000)
     shown = calc(form)
     assert "Авто выберет этот компьютер" in shown
-    assert figure(form, "quota") == "0 мин" and "этот компьютер не тратит квоту Kaggle" in shown
+    assert figure(form, "quota") == "0\u00a0мин" and "этот компьютер не тратит квоту Kaggle" in shown
 
 
 def test_time_quota_and_autos_need_are_one_number_for_the_whole_run(monkeypatch):
@@ -285,7 +286,7 @@ def test_time_quota_and_autos_need_are_one_number_for_the_whole_run(monkeypatch)
     whole = form.estimate.run_hours
     assert whole.extra["sessions"] >= 2
     assert figure(form, "run_hours") == figure(form, "quota") == hours(seen[-1])
-    assert f"сессий {whole.extra['sessions']}, каждая до {hours(whole.extra['session_hours'])} (лимит)" in shown
+    assert text(f"сессий {whole.extra['sessions']}, каждая до {hours(whole.extra['session_hours'])} (лимит)") in shown
     assert "Время всего прогона" in shown and "Квота Kaggle на весь прогон" in shown
 
 
@@ -425,7 +426,7 @@ def test_the_runs_table_shows_lineage_overlays_runs_and_says_when_to_grow():
     assert parent.id in table.split(child.id, 1)[1]  # the child's row names its parent
     assert len(panel.choose.value) == 1  # the newest run
     panel.choose.value = (child.id,)
-    assert [r["step"] for r in ui.lineage_rows(child) if "loss" in r] == list(range(1, 601))
+    assert [r["step"] for r in curves.lineage_rows(child.id) if "loss" in r] == list(range(1, 601))
     one = bytes(panel.plot.value)
     panel.choose.value = (child.id, parent.id)
     assert bytes(panel.plot.value).startswith(b"\x89PNG") and bytes(panel.plot.value) != one
