@@ -134,6 +134,8 @@ def preflight(expect_cards: str, allow_cpu: bool, nccl_env: dict, out: Path, sta
     timeline = Timeline(out, started_at)
     print(image_line(image) + (f"; NCCL {' '.join(f'{k}={v}' for k, v in nccl_env.items())} (the account's probe)"
                                if nccl_env else ""), flush=True)
+    print("cards      " + (", ".join(f"{c['name']} ({c['memory_gb']} GB, capability {c['capability']})" for c in found)
+                           or "none: the CPU"), flush=True)
     if missing and allow_cpu:
         print(f"warning: {missing}: training on the CPU (LAB_KAGGLE_ALLOW_CPU=1)", flush=True)
     elif missing:

@@ -46,8 +46,9 @@ def test_the_start_line_says_the_image_where_there_is_one_and_nothing_unknown_el
     monkeypatch.delenv("GIT_COMMIT", raising=False)
     monkeypatch.delenv("BUILD_DATE", raising=False)
     preflight("", False, {}, tmp_path / "here", time.time())  # this computer: no image files, no card
-    line = capsys.readouterr().out.splitlines()[0]
+    line, cards = capsys.readouterr().out.splitlines()[:2]
     assert "?" not in line and "None" not in line and line.startswith("software   python ") and "torch " in line
+    assert cards == "cards      none: the CPU"
 
     monkeypatch.setenv("GIT_COMMIT", "abc123")
     monkeypatch.setenv("BUILD_DATE", "20261201-000000")
