@@ -50,12 +50,12 @@ def test_a_wsd_run_saves_at_its_stable_phases_quarters_and_keeps_them_to_branch_
     from lab.config import RunConfig
     from lab.kernel.train import train
     cfg = RunConfig(context=32, width=32, heads=2, layers=2, batch_per_card=2, eval_every=100, eval_batches=1,
-                    warmup_steps=2, steps_until=40, schedule="wsd", precision="fp32", torch_compile="off")
+                    warmup_steps=2, steps_until=20, schedule="wsd", precision="fp32", torch_compile="off")
     result = train(cfg, tmp_path, pydoc_data, log=lambda s: None)
-    assert result["done"] and result["step"] == 40
-    # Decay from step 32 (the last 20%): saved at 8, 16, 24 and 32 without a timed save, and kept.
+    assert result["done"] and result["step"] == 20
+    # Decay from step 16 (the last 20%): saved at 4, 8, 12 and 16 without a timed save, and kept.
     assert [checkpoint.checkpoint_step(p) for p in checkpoint.list_checkpoints(tmp_path / "checkpoints")] == \
-        [8, 16, 24, 32, 40]
+        [4, 8, 12, 16, 20]
 
 
 def test_a_truncated_newest_checkpoint_is_detected_and_not_silently_skipped(tmp_path):
