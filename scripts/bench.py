@@ -23,6 +23,7 @@ which reports whether it trained (every loss finite, the steps the GradScaler sk
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -92,7 +93,7 @@ def real_loop(cfg: RunConfig, data: Path, warmup: int, steps: int, fp16_compress
     (`timed`) one evaluation and one text sample timed after it."""
     rows: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="bench-") as out:
-        cfg.steps_until = warmup + steps
+        cfg = dataclasses.replace(cfg, steps_until=warmup + steps)  # RunConfig is frozen
         trainer = Trainer(cfg, Path(out) / "run", data, log=lambda _: None, on_metrics=rows.append)
         if fp16_compress and trainer.rt.world > 1:
             compress_fp16(trainer.parts.wrapped, trainer.rt.precision)
