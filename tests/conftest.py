@@ -16,6 +16,9 @@ import pytest
 # torch here and in every process a test starts (they inherit it). More threads only spin against
 # each other's. Set before anything imports torch; a test that needs another count sets its own.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+# The calculator measures this computer's parts (~10 s of torch) the first time it sizes a run here:
+# in every fresh test home that would be a measurement per test. The tests of it turn it back on.
+os.environ.setdefault("LAB_MEASURE_PARTS", "0")
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ["--context", "32", "--width", "32", "--heads", "2", "--layers", "2", "--batch-per-card", "4",

@@ -6,14 +6,10 @@ import json
 import sys
 from pathlib import Path
 
-from lab import sizing
+from lab.api import sizing
 from lab.api.runs import preview
-from lab.config import ConfigError, RunConfig, UserError
+from lab.config import UserError
 from lab.flags import add_config_flags, fields_from_args
-from lab.home import runs_dir
-from lab.kernel.metrics import read_metrics
-from lab.recipes.predict import predicted_text
-from lab.sizing.calibration import summary
 
 LABELS = {  # figure -> (English, Russian)
     "weights": ("weights", "веса"),
@@ -41,18 +37,27 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--calibration", action="store_true",
                         help="print one line: how far the calculator's speed predictions were from what the lab's "
                              "runs then measured")
+    parser.add_argument("--measure-parts", action="store_true",
+                        help="measure this computer's parts again (the short microbenchmark that shapes the speed "
+                             "model; done on its own the first time a run here is sized, unless LAB_MEASURE_PARTS=0)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--lang", choices=("en", "ru"), default="en", help="language of the messages")
 
 
 def run(args: argparse.Namespace) -> int:
     if args.calibration:
-        print(summary())
+        print(sizing.calibration())
         return 0
     given = fields_from_args(args, exclude=())  # a config file's fields count as given: locked when resuming
     manifest = _read_json(args.manifest) if args.manifest else None
     est = preview(given, vocab=args.vocab, manifest=manifest).estimate  # the run `lab run` would register
-    verdict = _grow_verdict(args.grow, manifest, args.vocab) if args.grow else None
+    if _measured_parts(est, args.measure_parts, args.lang):
+        est = preview(given, vocab=args.vocab, manifest=manifest).estimate
+    verdict = sizing.grow(args.grow, manifest, args.vocab) if args.grow else None
+    if est.errors and not args.json:  # a field is wrong: its line, not a table of unknowns
+        for p in est.errors:
+            print(f"lab size: error: {p.message(args.lang)}", file=sys.stderr)
+        return 2
     if args.json:
         out = est.to_dict()
         if verdict is not None:
@@ -78,23 +83,23 @@ def _read_json(path: str | Path) -> dict:
     return data
 
 
-def _grow_verdict(run: str, manifest: dict | None, vocab: int | None) -> sizing.Verdict:
-    folder = Path(run)
-    if not folder.is_dir():
-        folder = runs_dir() / run
-    if not (folder / "metrics.jsonl").is_file():
-        raise UserError(f"no metrics.jsonl in {folder}: give a run id or a run folder")
-    cfg = RunConfig()
-    if (folder / "config.json").is_file():
-        known = set(cfg.to_dict())
-        data = _read_json(folder / "config.json")
-        try:
-            cfg = RunConfig.from_dict({k: v for k, v in data.items() if k in known})
-        except ConfigError:
-            pass  # an old run's odd field: size it as the defaults
-    if manifest is None:
-        manifest = sizing.find_manifest(cfg)
-    return sizing.when_to_grow(read_metrics(folder), manifest, cfg, vocab)
+def _measured_parts(est: sizing.Estimate, again: bool, lang: str) -> bool:
+    """Measures this computer's parts when the estimate is for it and they are not measured yet (or
+    when asked again), saying so on stderr; whether it did."""
+    wanted = sizing.parts_wanted(est)
+    if again and est.gpu == "cpu":
+        wanted = (est.precision, wanted[1] if wanted else None)
+    if wanted is None or not (again or sizing.auto_measure()):
+        return False
+    precision, threads = wanted
+    print("lab size: " + ("измеряю части этого компьютера (один раз, около 10 с)…" if lang == "ru" else
+                          "measuring this computer's parts once (about 10 s)…"), file=sys.stderr, flush=True)
+    try:
+        sizing.measure_parts(precision, threads)
+    except UserError as e:
+        print(f"lab size: {e}", file=sys.stderr)
+        return False
+    return True
 
 
 def render(est: sizing.Estimate, lang: str = "en", errors: bool = True) -> str:
@@ -112,8 +117,10 @@ def render(est: sizing.Estimate, lang: str = "en", errors: bool = True) -> str:
     lines = [head, ""] + [f"  {a:<{w0}}  {b:<{w1}}  {c}" for a, b, c in rows]
     if est.predicted_val_loss is not None:  # the recipe lab's fit for this data
         label = "Ожидаемый val loss" if ru else "Predicted val loss"
-        lines.append(f"  {label:<{w0}}  {predicted_text(est.predicted_val_loss, lang):<{w1}}  "
+        lines.append(f"  {label:<{w0}}  {sizing.predicted_text(est.predicted_val_loss, lang):<{w1}}  "
                      f"{sizing.KIND_RU['fitted'] if ru else 'fitted'}")
+    if est.tok_s.value is not None:  # which shape the speed has: the machine's own parts, or a prior
+        lines.append(("скорость: " if ru else "speed: ") + (est.tok_s.note_ru if ru else est.tok_s.note))
     for p in est.problems if errors else est.warnings:
         mark = ("ошибка" if ru else "error") if p.severity == "error" else ("внимание" if ru else "warning")
         lines.append(f"{mark}: {p.message(lang)}")

@@ -1,92 +1,45 @@
 """The fit: L(N, D) = E + A/N^α + B/D^β from the lab's points (Chinchilla's approach 3).
 
-The parameters are fitted in log space (E = e^e, A = e^a, B = e^b) by minimizing the Huber
-loss of log L_predicted − log L_observed, from a grid of starting values (the loss surface
-has many shallow minima: one start is not enough). Intervals come from a bootstrap:
-the points resampled with replacement, each sample refitted from the best fit and a few
-starts around it.
+The parameters are fitted in log space (E = e^e, A = e^a, B = e^b) by least squares on
+log L_predicted − log L_observed, robustly: residuals beyond 1.345 of the points' own robust
+deviation count by their size, not its square (Huber's loss with its scale taken from the points,
+so that one broken run does not bend the law), from a grid of starting values (the loss surface
+has shallow minima: one start is not enough).
+
+How sure the fit is: the parameters' covariance from the curvature of that least squares at its
+minimum, with the points' own scatter (Gauss-Newton's (JᵀWJ)⁻¹ times their deviation, on n − 5
+degrees of freedom); intervals from Student's t. Four sizes tell the law's N-side apart far less
+than twenty points suggest, and this says so: the intervals of E, A and α are as wide as the sizes
+leave them, and a prediction's interval (lab.sizing.law) widens as it leaves the data. A
+bootstrap over the points did not (issue 41: E's and β's intervals missed the made-up law).
 
 The law fits in either of two scales (`Fit.metric`): "loss", nats per token against tokens,
 within one val set and tokenizer (what the calculator predicts with); or "bpb", bits per byte
 against bytes of text, across tokenizers on one held-out text (`points.in_bits_per_byte`).
-
-numpy and scipy are imported inside the functions: the calculator imports this module's
-light neighbours on every keystroke.
+The fitted law, its predictions and the fits on disk are lab.sizing.law's (the calculator reads
+them without numpy); numpy and scipy are imported inside the functions here.
 """
 from __future__ import annotations
 
-import itertools
 import json
 import math
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Sequence
 
 from lab.config import UserError
-from lab.home import lab_home
 from lab.kernel.checkpoint import atomic_write
 from lab.recipes.points import Point, group_key, sizes_with_enough_tokens
+from lab.sizing.law import PARAMS, Fit, fit_file, fits_dir, law, load_fit, load_fit_cached  # noqa: F401 (the recipe lab's names)
 
-PARAMS = ("E", "A", "B", "alpha", "beta")
-HUBER_DELTA = 1e-3  # Chinchilla's: the log losses differ by far less than 1
 MIN_SIZES, MIN_D_PER_SIZE = 3, 3
 MAX_EXPONENT = 10.0  # tiny early-training studies fit steep exponents (3 and more); beyond this it is degenerate
+EXPONENT_MIN = 1e-4  # and an exponent at zero is a term that does not fall: a constant E already is
+HUBER_K = 1.345  # Huber's scale in robust deviations: 95% as efficient as least squares on clean points
+NOISE_FLOOR = 1e-4  # a relative deviation below which points are as good as exact (a made-up law without noise)
 
 
 class NotEnoughPoints(UserError):
     """Too few points for the law to say anything; nothing was fitted."""
-
-
-@dataclass
-class Fit:
-    E: float
-    A: float
-    B: float
-    alpha: float
-    beta: float
-    points: int
-    sizes: int
-    intervals: dict = field(default_factory=dict)  # name -> [low, high], 95 % bootstrap
-    samples: list = field(default_factory=list)  # bootstrap parameter sets [E, A, B, alpha, beta]
-    val_set: str | None = None
-    tokenizer: str | None = None
-    objective: float = 0.0
-    metric: str = "loss"  # or "bpb": L in bits per byte, D in bytes of text
-
-    def predict(self, weights: float, tokens: float) -> float:
-        return law(weights, tokens, self.E, self.A, self.B, self.alpha, self.beta)
-
-    def predict_interval(self, weights: float, tokens: float) -> tuple[float, float] | None:
-        """The 95 % band of the prediction over the bootstrap fits (None without samples)."""
-        values = sorted(law(weights, tokens, *s) for s in self.samples)
-        if len(values) < 10:
-            return None
-        return values[int(0.025 * (len(values) - 1))], values[int(math.ceil(0.975 * (len(values) - 1)))]
-
-    def optimal_weights_for_tokens(self, tokens: float) -> float:
-        """The size for which `tokens` is the compute-optimal amount: where the two terms'
-        marginal gains balance, α·A/N^α = β·B/D^β."""
-        return (self.alpha * self.A * tokens ** self.beta / (self.beta * self.B)) ** (1 / self.alpha)
-
-    def optimal_split(self, flops: float) -> tuple[float, float]:
-        """(N, D) that minimize the loss at compute C = 6·N·D."""
-        g = (self.alpha * self.A / (self.beta * self.B)) ** (1 / (self.alpha + self.beta))
-        n = g * (flops / 6) ** (self.beta / (self.alpha + self.beta))
-        return n, flops / (6 * n)
-
-    def to_dict(self, samples: bool = True) -> dict:
-        d = asdict(self)
-        if not samples:
-            d.pop("samples")
-        return d
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "Fit":
-        return cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})
-
-
-def law(weights: float, tokens: float, E: float, A: float, B: float, alpha: float, beta: float) -> float:
-    return E + A / weights ** alpha + B / tokens ** beta
 
 
 def check_enough(points: Sequence[Point]) -> None:
@@ -102,7 +55,7 @@ def check_enough(points: Sequence[Point]) -> None:
             f"{MIN_D_PER_SIZE} token counts each; run more sizes or cooldown branches (lab sweep)")
 
 
-def fit_law(points: Sequence[Point], *, bootstrap: int = 100, seed: int = 0, metric: str = "loss") -> Fit:
+def fit_law(points: Sequence[Point], *, metric: str = "loss") -> Fit:
     """Fits the law to points of one val set and tokenizer (mixing them is an error); with
     metric "bpb", to points on the bits-per-byte scale of one val text."""
     keys = {group_key(p) for p in points}
@@ -110,34 +63,46 @@ def fit_law(points: Sequence[Point], *, bootstrap: int = 100, seed: int = 0, met
         raise UserError(f"the points come from {len(keys)} different val sets or tokenizers; fit one group "
                         f"at a time (lab fit --val-set ID), or fit in bits per byte across tokenizers (lab fit --bpb)")
     check_enough(points)
-    # The bootstrap resamples by position: the same points give the same fit, in whatever order
-    # the runs were listed (run ids are random).
-    points = sorted(points, key=lambda p: (p.weights, p.tokens, p.val_loss))
+    points = sorted(points, key=lambda p: (p.weights, p.tokens, p.val_loss))  # the same fit in any order
     import numpy as np  # numpy: only for a fit (the calculator reads a fit without it)
     n = np.log(np.array([p.weights for p in points], dtype=float))
     d = np.log(np.array([p.tokens for p in points], dtype=float))
     y = np.log(np.array([p.val_loss for p in points], dtype=float))
-    best, value = _fit_logs(n, d, y, _grid_starts(n, d, y))
+    best, scale = _fit_logs(n, d, y, _grid_starts(n, d, y))
     if best is None:
         raise UserError(f"the fit found no law with exponents in (0, {MAX_EXPONENT:g}] for these points: their losses do not "
                         "fall with N and D; check the runs (lab fit --list) or add points")
-    rng = np.random.default_rng(seed)
-    samples = []
-    for _ in range(bootstrap):
-        idx = rng.integers(0, len(y), len(y))
-        starts = [best] + _grid_starts(n[idx], d[idx], y[idx], keep=1)[:1]
-        theta, _ = _fit_logs(n[idx], d[idx], y[idx], starts)
-        if theta is not None:  # a sample without a proper law (all one size, say) says nothing
-            samples.append(_natural(theta))
     val_set, tokenizer = next(iter(keys))
-    fit = Fit(*_natural(best), points=len(points), sizes=len({p.weights for p in points}),
-              samples=[list(s) for s in samples], val_set=val_set, tokenizer=tokenizer, objective=float(value),
-              metric=metric)
-    if samples:
-        cols = np.array(samples)
-        fit.intervals = {name: [float(np.percentile(cols[:, i], 2.5)), float(np.percentile(cols[:, i], 97.5))]
-                         for i, name in enumerate(PARAMS)}
+    fit = Fit(*_natural(best.x), points=len(points), sizes=len({p.weights for p in points}), val_set=val_set,
+              tokenizer=tokenizer, objective=float(best.cost), metric=metric, largest=float(max(p.weights for p in points)))
+    r, jac = _residuals(best.x, n, d, y)
+    jac[:, 0] = np.exp(-(r + y))  # over E itself, not log E (1/L): a law whose floor is near 0 is still told apart
+    _how_sure(fit, best.x, r, jac, scale)
     return fit
+
+
+def _how_sure(fit: Fit, theta, r, jac, scale: float) -> None:
+    """The covariance, the points' noise, t and the parameters' 95% intervals, from the curvature of
+    the robust least squares at its minimum θ (residuals `r`, their Jacobian `jac` over E, log A,
+    log B, α, β); none where it cannot tell the parameters apart."""
+    import numpy as np  # numpy: only for a fit
+    from scipy.stats import t as student  # scipy: only for a fit
+    count = len(r)
+    weights = np.minimum(1.0, scale / np.maximum(np.abs(r), 1e-300))  # Huber's: 1 within its scale
+    dof = max(count - len(PARAMS), 1)
+    noise = max(math.sqrt(float(np.sum(weights * r * r)) / dof), NOISE_FLOOR)
+    info = jac.T @ (weights[:, None] * jac)
+    eig = np.linalg.eigvalsh(info)
+    fit.noise, fit.t95 = noise, float(student.ppf(0.975, dof))
+    if eig[0] <= 1e-12 * eig[-1]:
+        return  # a direction the points do not constrain: no interval is claimed
+    cov = noise ** 2 * np.linalg.inv(info)
+    fit.cov = [[float(v) for v in row] for row in cov]
+    for i, name in enumerate(PARAMS):
+        half = fit.t95 * math.sqrt(cov[i, i])
+        centre = math.exp(theta[0]) if i == 0 else float(theta[i])
+        lo, hi = centre - half, centre + half
+        fit.intervals[name] = [max(lo, 0.0), hi] if i == 0 else [math.exp(lo), math.exp(hi)] if i < 3 else [lo, hi]
 
 
 def _natural(theta) -> tuple[float, float, float, float, float]:
@@ -145,16 +110,17 @@ def _natural(theta) -> tuple[float, float, float, float, float]:
     return math.exp(e), math.exp(a), math.exp(b), alpha, beta
 
 
-def _grid_starts(n, d, y, keep: int = 8) -> list:
+def _grid_starts(n, d, y, keep: int = 3) -> list:
     """Starting values: for a grid of (α, β) the law is linear in (E, A, B), so each grid point
     gets its best non-negative (E, A, B) by least squares; the `keep` best grid points start
-    the Huber fit, with a few of Chinchilla's fixed starts beside them."""
+    the fit, with one of Chinchilla's fixed starts beside them (Gauss-Newton takes each from
+    there to its minimum in a few dozen steps: a coarse grid is enough)."""
     import numpy as np  # numpy: only for a fit (the calculator reads a fit without it)
     from scipy.optimize import nnls  # scipy: only for a fit
     loss = np.exp(y)
     scored = []
-    for alpha in np.linspace(0.05, 1.5, 30):
-        for beta in np.linspace(0.05, 1.5, 30):
+    for alpha in np.linspace(0.05, 1.5, 16):
+        for beta in np.linspace(0.05, 1.5, 16):
             m = np.stack([np.ones_like(n), np.exp(-alpha * n), np.exp(-beta * d)], axis=1) / loss[:, None]
             coef, resid = nnls(m, np.ones_like(loss))
             scored.append((resid, coef, alpha, beta))
@@ -163,85 +129,58 @@ def _grid_starts(n, d, y, keep: int = 8) -> list:
     starts = [np.array([math.log(max(c[0], floor)), math.log(max(c[1], floor)), math.log(max(c[2], floor)), al, be])
               for _, c, al, be in scored[:keep]]
     lowest = float(np.min(y))
-    starts += [np.array(s) for s in itertools.product((lowest + math.log(0.5),), (0.0, 10.0), (0.0, 10.0),
-                                                      (0.5,), (0.5,))]
+    starts.append(np.array([lowest + math.log(0.5), 5.0, 5.0, 0.5, 0.5]))
     return starts
 
 
-def _objective(theta, n, d, y):
-    """Huber loss of the log-space residuals, and its gradient."""
+def _residuals(theta, n, d, y):
+    """log L_predicted − log L_observed of every point, and their Jacobian over θ."""
     import numpy as np  # numpy: only for a fit (the calculator reads a fit without it)
     e, a, b, alpha, beta = theta
-    terms = np.stack([a - alpha * n, b - beta * d, np.full_like(n, e)])
+    terms = np.stack([np.full_like(n, e), a - alpha * n, b - beta * d])
     top = terms.max(axis=0)
     w = np.exp(terms - top)
     pred = top + np.log(w.sum(axis=0))
-    r = pred - y
-    small = np.abs(r) <= HUBER_DELTA
-    loss = np.where(small, 0.5 * r * r, HUBER_DELTA * (np.abs(r) - 0.5 * HUBER_DELTA)).sum()
-    dr = np.where(small, r, HUBER_DELTA * np.sign(r))
     share = w / w.sum(axis=0)  # d pred / d term
-    grad = np.array([(dr * share[2]).sum(), (dr * share[0]).sum(), (dr * share[1]).sum(),
-                     (dr * share[0] * -n).sum(), (dr * share[1] * -d).sum()])
-    # Divided by δ, the objective is of the order of the residuals, where the optimizer's
-    # tolerances mean something (the raw Huber sum is ~1e-5 and creeps along flat valleys).
-    return loss / HUBER_DELTA, grad / HUBER_DELTA
+    jac = np.stack([share[0], share[1], share[2], -share[1] * n, -share[2] * d], axis=1)
+    return pred - y, jac
 
 
 def _fit_logs(n, d, y, starts) -> tuple:
-    from scipy.optimize import minimize  # scipy: only for a fit
-    best, best_value = None, math.inf
-    for start in starts:
-        # Unbounded, as Chinchilla's (scipy's bounded variant is far slower here); exponents
-        # outside (0, MAX_EXPONENT] are a degenerate fit and are dropped instead.
-        res = minimize(_objective, start, args=(n, d, y), jac=True, method="L-BFGS-B",
-                       options={"ftol": 1e-12, "gtol": 1e-9, "maxiter": 1000})
-        ok = all(math.isfinite(v) for v in res.x) and 0 < res.x[3] <= MAX_EXPONENT and 0 < res.x[4] <= MAX_EXPONENT
-        if ok and res.fun < best_value:
-            best, best_value = res.x, float(res.fun)
-    return best, best_value
+    """The best robust least-squares fit over `starts` (scipy's result, or None) and Huber's scale:
+    first plain least squares, whose residuals give the points' robust deviation, then Huber's
+    loss at that scale from the best of them."""
+    import numpy as np  # numpy: only for a fit (the calculator reads a fit without it)
+    from scipy.optimize import least_squares  # scipy: only for a fit
+    lower, upper = [-np.inf] * 3 + [EXPONENT_MIN] * 2, [np.inf] * 3 + [MAX_EXPONENT] * 2
+    fun = lambda th: _residuals(th, n, d, y)[0]  # noqa: E731
+    jac = lambda th: _residuals(th, n, d, y)[1]  # noqa: E731
+
+    def solve(start, loss: str = "linear", scale: float = 1.0):
+        try:
+            res = least_squares(fun, np.clip(start, lower, upper), jac=jac, bounds=(lower, upper), method="trf",
+                                loss=loss, f_scale=scale, x_scale="jac", xtol=1e-12, ftol=1e-12, gtol=1e-12,
+                                max_nfev=400)
+        except (ValueError, FloatingPointError):
+            return None
+        # An exponent at its bound is a degenerate law (no minimum inside), not a fit.
+        ok = all(math.isfinite(v) for v in res.x) and all(1.01 * EXPONENT_MIN < v < 0.999 * MAX_EXPONENT
+                                                          for v in res.x[3:])
+        return res if ok else None
+    found = [r for r in map(solve, starts) if r is not None]
+    if not found:
+        return None, 0.0
+    plain = min(found, key=lambda r: r.cost)
+    mad = float(np.median(np.abs(plain.fun - np.median(plain.fun))))
+    scale = HUBER_K * max(1.4826 * mad * math.sqrt(len(y) / max(len(y) - len(PARAMS), 1)), NOISE_FLOOR)
+    robust = solve(plain.x, "huber", scale)
+    return (robust or plain), scale
 
 
-# --- fits on disk: one per val set and tokenizer ------------------------------------------
-
-def fits_dir() -> Path:
-    return lab_home() / "recipes" / "fits"
-
-
-def fit_file(val_set: str | None, tokenizer: str | None, metric: str = "loss") -> Path:
-    if metric == "bpb":  # one per val text; the calculator reads only the loss fits
-        return fits_dir() / f"bpb-{(val_set or 'any')[:16]}.json"
-    return fits_dir() / f"{(val_set or 'any')[:16]}-{(tokenizer or 'any')[:12]}.json"
-
+# --- fits on disk: one per val set and tokenizer (lab.sizing.law reads them) -----------------
 
 def save_fit(fit: Fit) -> Path:
     path = fit_file(fit.val_set, fit.tokenizer, fit.metric)
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(path, lambda f: f.write(json.dumps(fit.to_dict(), indent=1).encode("utf-8")))
     return path
-
-
-_cache: dict[str, tuple[tuple, Fit | None]] = {}
-
-
-def load_fit_cached(val_set: str | None, tokenizer: str | None) -> Fit | None:
-    """`load_fit`, re-read only when the file changed: the calculator asks on every keystroke."""
-    path = fit_file(val_set, tokenizer)
-    try:
-        st = path.stat()
-    except OSError:
-        return None
-    key = (st.st_mtime_ns, st.st_size)
-    hit = _cache.get(str(path))
-    if hit is None or hit[0] != key:
-        hit = _cache[str(path)] = (key, load_fit(val_set, tokenizer))
-    return hit[1]
-
-
-def load_fit(val_set: str | None, tokenizer: str | None) -> Fit | None:
-    """The lab's saved fit for this val set and tokenizer, or None."""
-    path = fit_file(val_set, tokenizer)
-    try:
-        return Fit.from_dict(json.loads(path.read_text(encoding="utf-8")))
-    except (OSError, ValueError, TypeError):
-        return None

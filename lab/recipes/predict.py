@@ -1,6 +1,6 @@
 """The calculator's predicted val loss: the lab's fit for the selected data at the form's N
-and D, of kind "fitted", with its bootstrap interval and the size the fit calls
-compute-optimal for the tokens the data has.
+and D, of kind "fitted", with its 95% interval (widening as N and D leave the fitted points:
+lab.sizing.law) and the size the fit calls compute-optimal for the tokens the data has.
 
 The callers that show an estimate combine it with this (`predicted(est)`): the form on every
 keystroke and `lab size`. Stdlib only (the fit file is read once per change of its mtime), no
@@ -9,7 +9,7 @@ numpy, no scipy.
 from __future__ import annotations
 
 from lab.config import RunConfig
-from lab.recipes.fit import load_fit_cached
+from lab.sizing.law import law_for
 from lab.sizing.figures import Estimate, Figure
 from lab.sizing.words import format_count
 
@@ -31,11 +31,11 @@ def predict(cfg: RunConfig, manifest: dict | None, weights: int | None, tokens: 
     for this data (its val set and tokenizer) or N or D is unknown."""
     if not manifest or not weights or not tokens:
         return None
-    fit = load_fit_cached(manifest.get("val_set"), (manifest.get("tokenizer") or {}).get("sha256"))
+    fit = law_for(manifest)
     if fit is None:
         return None
     value = fit.predict(weights, tokens)
-    extra: dict = {"fit_points": fit.points}
+    extra: dict = {"fit_points": fit.points, "beyond_largest": round(weights / fit.largest, 2) if fit.largest else None}
     band = fit.predict_interval(weights, tokens)
     if band:
         extra["interval"] = [round(band[0], 4), round(band[1], 4)]

@@ -15,10 +15,12 @@ Figures say where they come from (`kind`):
 
 By concern: `cards` (the cards, the reference size, weights and FLOPs), `memory`,
 `inputs` (manifests and checkpoints the calculator reads), `speeds` (the lab's measured
-speeds), `steptime` (a step's time as a sum of parts, and its fit), `priors` (each card's
-parts before it is measured), `speedmodel` (the one place a speed comes from), `runtime`
+speeds), `steptime` (a step's time as a sum of parts, and its fit), `machine` (a machine's parts
+as its short microbenchmark measured them: the model's shape), `priors` (each card's parts: its
+measured ones, else the lab's prior), `speedmodel` (the one place a speed comes from), `runtime`
 (a whole run's time and what sessions spend besides steps), `calibration` (each run's
-prediction against its measurement), `figures`, `estimate`, `checks` (validation), `grow`
+prediction against its measurement), `figures`, `estimate`, `checks` (validation), `law` (the
+recipe lab's fitted L(N, D) as the calculator reads it, predictions with their intervals), `grow`
 (when to grow), `words` (numbers in Russian and English).
 
 Entry points: `estimate(cfg) -> Estimate`, `validate(cfg) -> list[Problem]`,

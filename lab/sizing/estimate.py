@@ -13,7 +13,7 @@ from lab.sizing.memory import GB, max_batch, memory_bytes, usable_bytes
 from lab.sizing.runtime import RunTime, compiles, kaggle_session_costs, local_session_costs, run_time
 from lab.sizing.speedmodel import speed_figure, speed_model
 from lab.sizing.speeds import Measured, measured_runs
-from lab.sizing.words import format_number, format_seconds
+from lab.sizing.words import format_count, format_number, format_seconds
 
 
 def _sizes_ok(cfg: RunConfig, vocab: int) -> bool:
@@ -74,9 +74,6 @@ def _size_figures(est: Estimate, cfg: RunConfig, manifest: dict | None) -> None:
         return
     est.tokens_available = Figure(available, "exact", "tokens", "train tokens in the manifest",
                                   "токенов обучения в манифесте")
-    est.epochs = Figure(round(wanted / available, 2), "estimate", "epochs",
-                        "passes over the data that the tokens wanted imply",
-                        "сколько проходов по данным нужно на желаемые токены")
 
 
 def _step_figures(est: Estimate, cfg: RunConfig, card: Card, steps: int) -> None:
@@ -87,9 +84,16 @@ def _step_figures(est: Estimate, cfg: RunConfig, card: Card, steps: int) -> None
                                  f"batch {cfg.batch_per_card} × {card.cards} card(s) × n {cfg.context}{accum}",
                                  f"батч {cfg.batch_per_card} × карт {card.cards} × n {cfg.context}{accum}")
     planned = steps * per_step
-    extra = {"epochs": round(planned / est.tokens_available.value, 2)} if est.tokens_available.value else {}
+    available = est.tokens_available.value
+    extra = {"epochs": round(planned / available, 2)} if available else {}
     est.tokens_planned = Figure(planned, "exact", "tokens", f"{steps} steps × {per_step} tokens",
                                 f"{steps} шагов × {per_step} токенов", extra)
+    if available:  # the run's own passes over its data: what it reads, not what its size would want
+        est.epochs = Figure(round(planned / available, 2), "exact", "epochs",
+                            f"passes over the data the run makes: {format_count(planned)} tokens to steps_until "
+                            f"/ {format_count(available)} in the data",
+                            f"сколько раз прогон прочтёт данные: {format_count(planned, 'ru')} токенов до «Шагов до» "
+                            f"/ {format_count(available, 'ru')} в данных")
 
 
 def _time_figures(est: Estimate, cfg: RunConfig, card: Card, runs: list[Measured], steps: int) -> None:

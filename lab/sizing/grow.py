@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from lab.config import RunConfig
 from lab.sizing.cards import TOKENS_PER_WEIGHT, next_size, weight_count
 from lab.sizing.inputs import resolve_vocab, tokens_available
+from lab.sizing.law import law_for
 from lab.sizing.words import format_count, format_number
 
 MIN_EVALS = 5  # fewer val points say nothing about a trend
@@ -29,6 +30,8 @@ class Verdict:
     next_weights: int | None = None
     next_tokens_wanted: int | None = None
     tokens_available: int | None = None
+    next_loss: float | None = None  # the lab's law for this data at the next size (None: no law yet)
+    next_loss_interval: list | None = None  # its 95% interval, where a run would land
 
     def reason(self, lang: str = "en") -> str:
         return self.reason_ru if lang == "ru" else self.reason_en
@@ -86,7 +89,30 @@ def when_to_grow(metrics: list[dict], manifest: dict | None = None, cfg: RunConf
     """The guide's advice decided from numbers: grow when val has reached a plateau (its
     fall over the recent tokens is within noise) and the data suffice for the next size
     up (20 tokens per weight); while val still falls, training longer is cheaper; when it
-    rose beyond its noise, the model memorises its data: add data, do not grow."""
+    rose beyond its noise, the model memorises its data: add data, do not grow. Where the recipe
+    lab has fitted a law to this data, the verdict ends with what it predicts for the next size,
+    with its 95% interval."""
+    verdict = _verdict(metrics, manifest, cfg, vocab)
+    law = law_for(manifest)
+    if law is None or not verdict.next_weights:
+        return verdict
+    tokens = min(verdict.next_tokens_wanted, verdict.tokens_available or verdict.next_tokens_wanted)
+    loss, band = law.predict(verdict.next_weights, tokens), law.predict_interval(verdict.next_weights, tokens)
+    verdict.next_loss, verdict.next_loss_interval = round(loss, 4), [round(v, 4) for v in band] if band else None
+    where = f", {verdict.next_weights / law.largest:.1f}× the largest size it was fitted on" if law.largest else ""
+    where_ru = (f", в {format_number(round(verdict.next_weights / law.largest, 1), 'ru')} раза больше крупнейшего из "
+                f"подогнанных" if law.largest else "")
+    band_en = f" (95%: {band[0]:.3f}–{band[1]:.3f}{where})" if band else f" (no interval{where})"
+    band_ru = (f" (95%: {format_number(round(band[0], 3), 'ru')}–{format_number(round(band[1], 3), 'ru')}{where_ru})"
+               if band else f" (без интервала{where_ru})")
+    verdict.reason_en += (f". The lab's law for this data: the next size on {format_count(tokens)} tokens would reach "
+                          f"val ≈ {loss:.3f}{band_en}")
+    verdict.reason_ru += (f". Закон лабы для этих данных: следующий размер на {format_count(tokens, 'ru')} токенах "
+                          f"дойдёт до val ≈ {format_number(round(loss, 3), 'ru')}{band_ru}")
+    return verdict
+
+
+def _verdict(metrics: list[dict], manifest: dict | None, cfg: RunConfig | None, vocab: int | None) -> Verdict:
     cfg = cfg or RunConfig()
     vocab_n, _ = resolve_vocab(vocab, manifest, None)
     nxt = next_size(cfg)

@@ -13,7 +13,8 @@ import os
 from dataclasses import dataclass
 
 from lab.sizing.cards import REFERENCE, Card
-from lab.sizing.steptime import NOISE, Point, Size
+from lab.sizing.machine import Shape, card_shape, local_shape
+from lab.sizing.steptime import NOISE, Curve, Point, Size
 
 # This CPU's parts per thread count, measured by `OMP_NUM_THREADS=T scripts/bench_prior.py`: the
 # lean step (model, fused AdamW, clipping, autocast) on its grid of sizes, torch 2.13 CPU build;
@@ -88,6 +89,17 @@ class Prior:
     note_ru: str
     threads: int | None = None  # a CPU's: the threads it is for
     run_noise: float = NOISE  # one run's tokens/s against another's at the same size on this card
+    curve: Curve = ()  # the matmul rate by width, where the machine's parts were measured
+    shape: Shape | None = None  # the machine's measured parts the shape comes from (None: the lab's prior)
+
+    @property
+    def shape_note(self) -> str:
+        """Where the model's shape (how a step splits into its parts) comes from."""
+        return self.shape.note if self.shape else "the lab's prior for the card (its parts not measured here)"
+
+    @property
+    def shape_note_ru(self) -> str:
+        return self.shape.note_ru if self.shape else "априорная форма лабы для карты (её части здесь не измерены)"
 
 
 def reference_size(card: Card) -> Size:
@@ -99,19 +111,22 @@ def prior(card: Card, precision: str, threads: int | None = None) -> Prior:
     """The prior of `card` trained in `precision` (on a GPU the card's own precision's: another
     is emulated, and the calculator says so); a CPU's on `threads` (default: `cpu_threads()`)."""
     if card.name == "cpu":
-        return _cpu_prior(card, precision if precision in ("fp32", "bf16") else card.precision,
-                          threads or cpu_threads())
-    parts = GPU_PARTS.get(card.name, GPU_PARTS["T4"])  # a box's card: a T4's shape, its own measured scale
+        precision, threads = precision if precision in ("fp32", "bf16") else card.precision, threads or cpu_threads()
+        shape = local_shape(precision, threads)
+        return _measured_cpu_prior(card, precision, threads, shape) if shape else _cpu_prior(card, precision, threads)
+    shape = card_shape(card.name, card.precision)
+    # A box's card without a measurement of its parts: a T4's shape, its own measured scale.
+    parts, curve = (shape.parts, shape.curve) if shape else (GPU_PARTS.get(card.name, GPU_PARTS["T4"]), ())
     size = reference_size(card)
     step_s = size.tokens_per_step / card.ref_tok_s
-    scale = step_s / sum(c * x for c, x in zip(parts, size.parts()))
+    scale = step_s / sum(c * x for c, x in zip(parts, size.parts(curve)))
     anchor = Point("guide" if card.ref_measured else "guess", size, step_s,
                    GUIDE_NOISE if card.ref_measured else GUESS_NOISE)
     basis = ("the guide's measurement", "замера из гайда") if card.ref_measured else \
         ("the lab's rough guess", "грубой прикидки лабы")
     return Prior(card.name, card.precision, tuple(c * scale for c in parts), SHAPE_SPREAD["gpu"], anchor,
                  card.ref_measured, f"{basis[0]} on {card.name} at the reference size",
-                 f"{basis[1]} на {card.name} для эталонного размера")
+                 f"{basis[1]} на {card.name} для эталонного размера", curve=curve, shape=shape)
 
 
 def cpu_threads() -> int:
@@ -155,3 +170,22 @@ def _cpu_prior(card: Card, precision: str, threads: int) -> Prior:
                f"{base}{scaled_ru}; ваш может отличаться втрое в любую сторону: короткий прогон здесь измерит его)")
     return Prior("cpu", precision, parts, SHAPE_SPREAD["cpu"], anchor, False, note, note_ru, threads=threads,
                  run_noise=CPU_RUN_NOISE)
+
+
+# The sum of a machine's measured parts against a whole step of the lab's model there: the parts
+# leave out what a step does besides them and time their stand-ins apart, so their sum says the
+# shape better than the level. On the 2-vCPU EPYC VM on one thread, busy, 2026-12-03: the sum was
+# 16-61% above nine sizes' steps (scripts/bench_estimates.py --parts-check). A measured run sets it.
+PARTS_ANCHOR_NOISE = 0.4
+
+
+def _measured_cpu_prior(card: Card, precision: str, threads: int, shape: Shape) -> Prior:
+    """This computer's own parts on `threads`, anchored at the reference size by their own sum with
+    a wide noise: the parts set the shape, a measured run the level."""
+    size = reference_size(card)
+    anchor = Point("parts", size, sum(c * x for c, x in zip(shape.parts, size.parts(shape.curve))),
+                   PARTS_ANCHOR_NOISE)
+    note = f"{shape.note} in {precision}, summed at the reference size (a short run here measures the level)"
+    note_ru = f"{shape.note_ru} в {precision}, сумма для эталонного размера (короткий прогон здесь измерит уровень)"
+    return Prior("cpu", precision, shape.parts, SHAPE_SPREAD["cpu"], anchor, False, note, note_ru, threads=threads,
+                 run_noise=CPU_RUN_NOISE, curve=shape.curve, shape=shape)

@@ -30,22 +30,33 @@ OTHER_THREADS_NOISE = 0.25
 BUSY_FROM = 0.15  # below this, the figure is for the machine to itself
 
 
-def point_of(m: Measured, pri: Prior | None = None) -> Point:
-    """`m` as a point of the fit. Its noise: one run's against another's on that card (`pri.run_noise`),
-    or more where its own sync windows moved more, or where other work shared the machine. On a
-    CPU, `pri` (the prior on the threads the prediction is for) converts a run on other threads."""
+def point_of(m: Measured, pri: Prior | None = None, scatter: float = 0.0) -> Point:
+    """`m` as a point of the fit, with how sure it is: one run's noise against another's on that card
+    (`pri.run_noise`), or more where its own steps moved more (its sync windows' spread), where other
+    work shared the machine, or where runs of its size disagreed by more (`scatter`: a size whose
+    speed moves with the machine's state weighs less). On a CPU, `pri` (the prior on the threads
+    the prediction is for) converts a run on other threads."""
     size = Size(m.context, m.width, m.layers, m.vocab, m.batch_per_card, m.grad_accum, card_for(m.gpu).cards)
     floor = pri.run_noise if pri is not None else NOISE
-    step_s, noise = size.tokens_per_step / m.tok_s, max(floor, m.spread, m.others_cpu or 0.0)
+    step_s, noise = size.tokens_per_step / m.tok_s, max(floor, m.spread, m.others_cpu or 0.0, scatter)
     if pri is not None and pri.threads and m.threads and m.threads != pri.threads:
         own = prior(card_for("cpu"), m.precision, m.threads)
-        step_s *= _step(pri.parts, size) / _step(own.parts, size)
+        step_s *= _step(pri, size) / _step(own, size)
         noise = max(noise, OTHER_THREADS_NOISE)
     return Point(m.run, size, step_s, noise)
 
 
-def _step(parts: tuple[float, ...], size: Size) -> float:
-    return sum(c * x for c, x in zip(parts, size.parts()))
+def _step(pri: Prior, size: Size) -> float:
+    return sum(c * x for c, x in zip(pri.parts, size.parts(pri.curve)))
+
+
+def scatters(runs: list[Measured]) -> dict[tuple, float]:
+    """Per size measured more than once: how far its runs stand from their median (the largest
+    relative distance), the size's own sensitivity to the machine's state."""
+    by_size: dict[tuple, list[float]] = {}
+    for r in runs:
+        by_size.setdefault((r.size_key(), r.threads), []).append(r.tok_s)
+    return {key: max(abs(v / median(vs) - 1) for v in vs) for key, vs in by_size.items() if len(vs) > 1}
 
 
 @dataclass(frozen=True)
@@ -80,12 +91,14 @@ def speed_model(card: Card, precision: str, runs: list[Measured], compiled: bool
     same = [r for r in own if r.compiled in (None, compiled)] if compiled is not None else own
     own = same or own
     pri = prior(card, precision, threads)
-    key = (card.name, precision, pri.parts, pri.threads,
+    key = (card.name, precision, pri.parts, pri.curve, pri.threads,
            tuple((r.run, r.size_key(), r.tok_s, r.spread, r.others_cpu, r.threads) for r in own))
     hit = _models.get(key)
     if hit is None:  # the form asks on every keystroke: fit once per set of measurements
-        points = [point_of(r, pri) for r in own] or [pri.anchor]
-        hit = _models[key] = SpeedModel(card, precision, pri, fit(pri.parts, pri.shape_spread, points), tuple(own))
+        apart = scatters(own)
+        points = [point_of(r, pri, apart.get((r.size_key(), r.threads), 0.0)) for r in own] or [pri.anchor]
+        hit = _models[key] = SpeedModel(card, precision, pri, fit(pri.parts, pri.shape_spread, points, pri.curve),
+                                        tuple(own))
     return hit
 
 
@@ -101,33 +114,40 @@ def speed_figure(model: SpeedModel, cfg: RunConfig, vocab: int) -> Figure:
     on = f"{card.name}" + (f" on {threads} thread(s)" if threads else "")
     on_ru = f"{card.name}" + (f", потоков: {threads}" if threads else "")
     load, load_ru, others = _load_words(model.measured)
+    shape = {"shape": "measured parts" if model.prior.shape else "prior", "shape_note": model.prior.shape_note,
+             "shape_note_ru": model.prior.shape_note_ru}
     if same:
         tok_s, names = median(r.tok_s for r in same), ", ".join(sorted(r.run for r in same))
         spread = math.exp(Z95 * _noise_of(same, model.prior.run_noise))
         return Figure(round(tok_s), "measured", "tokens/s", f"median of the lab's runs at this size on {on}: {names}{load}",
                       f"медиана прогонов лабы этого размера на {on_ru}: {names}{load_ru}",
                       {"interval": [round(tok_s / spread), round(tok_s * spread)], "from": sorted(r.run for r in same),
-                       "parts": shares, "basis": "lab", "threads": threads, "others_cpu": others})
+                       "parts": shares, "basis": "lab", "threads": threads, "others_cpu": others, **shape})
     lo, hi = model.fit.tok_s_interval(size)
     extra = {"interval": [round(lo), round(hi)], "from": sorted({r.run for r in model.measured}), "parts": shares,
              "basis": "lab" if model.measured else "guide" if model.prior.measured else "guess", "threads": threads,
-             "others_cpu": others}
+             "others_cpu": others, **shape}
     tok_s = round(model.tok_s(size))
     if model.measured:
         n = len(model.measured)
         return Figure(tok_s, "calibrated", "tokens/s",
-                      f"the step's parts fitted to the lab's {n} measurement(s) on {on}: {model.names}{load}",
-                      f"части шага подогнаны по замерам лабы на {on_ru} ({n}): {model.names}{load_ru}", extra)
+                      f"the step's parts fitted to the lab's {n} measurement(s) on {on}: {model.names}{load}; "
+                      f"its shape from {model.prior.shape_note}",
+                      f"части шага подогнаны по замерам лабы на {on_ru} ({n}): {model.names}{load_ru}; "
+                      f"форма: {model.prior.shape_note_ru}", extra)
     pri = model.prior
     at_anchor = size == pri.anchor.size and model.precision == card.precision
     if pri.measured and at_anchor:
         return Figure(tok_s, "measured", "tokens/s", f"the guide's measurement on {card.name}",
                       f"замер из гайда на {card.name}", extra)
     other = not rate_known(card, model.precision)  # not corrected for: measure a short run instead
+    card_shape = pri.shape is not None and card.name != "cpu"  # a CPU's note says it already
     return Figure(tok_s, "estimate", "tokens/s",
                   f"the step's parts (matrix work, attention, per token, per step) scaled from {pri.note}"
+                  + (f"; its shape from {pri.shape_note}" if card_shape else "")
                   + (f", in {card.precision}: {model.precision} will be slower" if other else ""),
                   f"части шага (матрицы, внимание, на токен, на шаг) пересчитаны от {pri.note_ru}"
+                  + (f"; форма: {pri.shape_note_ru}" if card_shape else "")
                   + (f", в {card.precision}: {model.precision} будет медленнее" if other else ""), extra)
 
 

@@ -32,7 +32,10 @@ def format_seconds(s: float, lang: str = "en") -> str:
 
 
 def format_hours(h: float, lang: str = "en") -> str:
-    """Hours as the lab says them: "45 min" / "45 мин" under an hour, else "10.5 h" / "10,5 ч"."""
+    """Hours as the lab says them: "12 s" / "12 с" under a minute (a tiny run never reads "0 min";
+    none at all does: no quota is "0 min"), "45 min" / "45 мин" under an hour, else "10.5 h" / "10,5 ч"."""
+    if 0 < h * 3600 < 59.5:
+        return format_seconds(h * 3600, lang)
     if h < 1:
         return f"{h * 60:.0f} мин" if lang == "ru" else f"{h * 60:.0f} min"
     return f"{h:.1f} ч".replace(".", ",") if lang == "ru" else f"{h:.1f} h"

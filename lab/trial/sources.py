@@ -16,9 +16,9 @@ HERE = Path(__file__).resolve().parent
 
 def worker_source() -> str:
     """The probe's worker as one script for torchrun: the kernel modules it trains with (the
-    loop's own step), then the burst (a box's check runs the same)."""
+    loop's own step), the parts' microbenchmark, then the burst (a box's check runs the same)."""
     worker = _pasted(HERE / "worker.py")
-    return "\n\n".join([*map(kernel_source, WORKER_USES), worker])
+    return "\n\n".join([*map(kernel_source, WORKER_USES), _pasted(HERE / "parts.py"), worker])
 
 
 def session_source() -> str:

@@ -7,7 +7,8 @@ clipping; pasted before this in the probe notebook, with lab.config, lab.kernel.
 lab.kernel.speed). On CPU, where the probe runs only in tests, fp32. Random tokens: speed does not
 depend on what is read. Rank 0 writes the figures as JSON to argv[1] and the burst's rows as
 metrics.jsonl beside it, as a run would, so the calculator reads the measured speed the way it
-reads a run's.
+reads a run's. On GPUs rank 0 then measures one card's parts (lab.trial.parts): the shape of the
+calculator's step-time model for this kind of card.
 
     python -m torch.distributed.run --standalone --nproc_per_node N lab_probe_worker.py OUT.json SIZE_JSON STEPS
 """
@@ -25,6 +26,7 @@ import torch.distributed as dist
 from lab.config import RunConfig
 from lab.kernel.model import GPT
 from lab.kernel.step import Runtime, StepParts, make_optimizer, one_step, pick_precision, wrap_for
+from lab.trial.parts import measure_parts
 
 
 def sync(device: torch.device) -> None:
@@ -93,6 +95,17 @@ def burst(device: torch.device, rank: int, world: int, size: dict, steps: int, o
             else None}
 
 
+def card_parts(device: torch.device, precision: str) -> dict:
+    """One card's parts (lab.trial.parts, pasted before this), the shape of the calculator's model
+    for this kind of card; a failure is recorded, never raised."""
+    try:
+        parts = measure_parts(device, precision)
+        print(f"parts: measured in {parts['seconds']:.1f} s", flush=True)
+        return parts
+    except Exception as e:  # noqa: BLE001 - the burst stands without them
+        return {"error": f"{type(e).__name__}: {e}"[:500]}
+
+
 def worker_main(argv: list[str]) -> None:
     out, size, steps = Path(argv[0]), json.loads(argv[1]), int(argv[2])
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
@@ -110,6 +123,8 @@ def worker_main(argv: list[str]) -> None:
         result["burst"] = burst(device, rank, world, size, steps, out.with_name("metrics.jsonl") if rank == 0 else None)
         if rank == 0:
             print(f"burst: {result['burst']['tok_s']:,.0f} tokens/s ({result['burst']['precision']})", flush=True)
+            if device.type == "cuda":  # a CPU's parts are the calculator's only for the computer it runs on
+                result["parts"] = card_parts(device, result["burst"]["precision"])
             out.write_text(json.dumps(result), encoding="utf-8")
         # Rank 0 hosts the rendezvous store: it leaves only once every rank is done with it, else a
         # rank still tearing down gloo finds the store gone and aborts (seen under load).

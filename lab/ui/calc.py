@@ -5,9 +5,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from lab import sizing
+from lab.api import sizing
 from lab.config import Problem, RunConfig
-from lab.recipes.predict import predicted_text
 from lab.ui.text import SIZE_HELP, clock, esc, hours, kind_badge, lang, tr
 
 RED, ORANGE = "#d32f2f", "#ef6c00"
@@ -24,14 +23,33 @@ def calculator_html(est: sizing.Estimate | None, cfg: RunConfig, choice, choice_
     rows = _size_rows(est) + _time_rows(est, choice) + [_memory_row(est, cfg)]
     if est.predicted_val_loss is not None:  # the recipe lab's fit for this data
         rows.append(_row("predicted_val_loss", tr("Predicted val loss", "Ожидаемый val loss"), est.predicted_val_loss,
-                         predicted_text(est.predicted_val_loss, lang())))
+                         sizing.predicted_text(est.predicted_val_loss, lang())))
     rows.append(_quota_row(est, cfg, choice))
     card = f"{est.gpu} · {est.precision}" + (tr(" (auto)", " (авто)") if est.gpu_auto else "")
-    head = f"<div style='color:#666;font-size:85%'>{esc(tr('Sized for', 'Расчёт для'))} {esc(card)}</div>"
-    auto = _auto_row(choice, choice_error, read_at) if cfg.machine == "auto" else ""
+    head = f"<div style='color:#666;font-size:85%'>{esc(tr('Sized for', 'Расчёт для'))} {esc(card)}</div>" + _parts_line(est)
+    auto = (_unsized_auto_row() if est.errors else _auto_row(choice, choice_error, read_at)) if cfg.machine == "auto" else ""
     return (f"<div class='lab-calculator'><h4 style='margin:4px 0'>{esc(tr('Calculator', 'Калькулятор'))}</h4>{head}"
             f"<table style='border-collapse:collapse;line-height:1.3'>{''.join(rows)}{auto}</table>"
             f"{_issues(loose, general)}<div style='color:#777;font-size:80%;line-height:1.3'>{_hints(est)}</div></div>")
+
+
+def _parts_line(est: sizing.Estimate) -> str:
+    """This computer's parts, measured once in the background the first time the calculator sizes a
+    run here (the speed's shape is the lab's prior until they are in: the next change of a field
+    uses them)."""
+    wanted = sizing.parts_wanted(est)
+    if wanted is None or not sizing.auto_measure():
+        return ""
+    state = sizing.measure_in_background(*wanted)
+    if state == "measuring":
+        said = tr("measuring this computer's parts once (about 10 s): until then the speed's shape is the lab's prior",
+                  "измеряю части этого компьютера (один раз, около 10 с): до тех пор форма скорости — априорная лабы")
+    elif state.startswith("failed"):
+        said = tr(f"this computer's parts could not be measured ({state[8:]}): the speed's shape is the lab's prior",
+                  f"части этого компьютера измерить не вышло ({state[8:]}): форма скорости — априорная лабы")
+    else:
+        return ""
+    return f"<div class='lab-calc-parts' style='{SMALL}'>{esc(said)}</div>"
 
 
 def _note(f: sizing.Figure) -> str:
@@ -54,8 +72,12 @@ def _size_rows(est: sizing.Estimate) -> list[str]:
     cnt = lambda x: sizing.format_count(x, lang())  # noqa: E731
     w, per, want, have = est.weights, est.tokens_per_step, est.tokens_wanted, est.tokens_available
     short = want.value and have.value and want.value > have.value
-    warn = (f"<div style='color:{ORANGE}'>⚠ {esc(tr('less data than the size wants: the model will be undertrained', 'данных меньше, чем хочет размер: модель недообучится'))}</div>"
+    warn = (f"<div style='color:{ORANGE}'>⚠ {esc(tr('less data than the size wants: read over and over, it will be learned by heart (the model will overfit)', 'данных меньше, чем хочет размер: прочитанные много раз, они заучатся наизусть (модель переобучится)'))}</div>"
             if short else "")
+    epochs = est.epochs.value
+    if epochs is not None:  # the run's own passes over its data, as `lab size` says them
+        warn = esc(tr(f"; this run reads them {_fmt(epochs)} time(s) (epochs)",
+                      f"; этот прогон прочтёт их {_fmt(epochs)} раз(а) (эпох)")) + warn
     return [_row("weights", tr("Weights", "Веса"), w, _fmt(w.value) if w.value is not None else "",
                  esc(tr(f"; vocab {est.vocab}", f"; словарь {est.vocab}"))),
             _row("tokens_per_step", tr("Tokens per step", "Токенов на шаг"), per,
@@ -112,6 +134,9 @@ def _quota_row(est: sizing.Estimate, cfg: RunConfig, choice) -> str:
     """The Kaggle quota the whole run spends where it will run: Auto's pick when it has one."""
     q = est.quota_hours
     title = tr("Kaggle quota, whole run", "Квота Kaggle на весь прогон")
+    if est.errors:  # no run to spend it on until the fields are right
+        return _row("quota", title, sizing.Figure(None, "unknown"), "",
+                    note=tr("fix the fields first", "сначала исправьте поля"))
     if cfg.machine == "auto" and choice is not None and choice.machine == "local":
         zero = sizing.Figure(0.0, "exact", "hours", "this computer spends no Kaggle quota",
                              "этот компьютер не тратит квоту Kaggle")
@@ -120,6 +145,13 @@ def _quota_row(est: sizing.Estimate, cfg: RunConfig, choice) -> str:
     note = tr(f"on {choice.machine}: ", f"на {choice.machine}: ") + _note(q) if picked else None
     extra = esc(f"; {_interval(q, hours)}") if _interval(q, hours) else ""
     return _row("quota", title, q, hours(q.value) if q.value is not None else "", extra, note)
+
+
+def _unsized_auto_row() -> str:
+    """Auto with a field wrong: no run's time to cover yet, so no machine is said to cover it."""
+    text = f"<i>{esc(tr('fix the fields first: Auto picks for the run they describe', 'сначала исправьте поля: «Авто» выбирает под прогон, который они описывают'))}</i>"
+    return (f"<tr class='lab-calc-row-auto'><td style='{TD}'>{esc(tr('Auto picks', 'Авто выберет'))}</td>"
+            f"<td style='padding:2px 6px'>{text}</td></tr>")
 
 
 def _auto_row(choice, choice_error: str | None, read_at: float | None = None) -> str:

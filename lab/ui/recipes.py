@@ -1,5 +1,6 @@
 """The recipe lab in the control notebook: the lab's points per val set, the fit with its
-intervals, its figures, and a cooldown branch from a WSD run's checkpoint.
+intervals, the law past its data (where the next size is chosen, each prediction with its 95%
+interval), its figures, and a cooldown branch from a WSD run's checkpoint.
 
     from lab.ui.recipes import recipe_lab
     recipe_lab()
@@ -10,12 +11,8 @@ from __future__ import annotations
 
 import ipywidgets as widgets
 
+from lab.api import recipes
 from lab.config import UserError
-from lab.kernel.plots import figure_png
-from lab.recipes import plots
-from lab.recipes.fit import fit_law, load_fit, save_fit
-from lab.recipes.points import groups, lab_points
-from lab.runs import list_runs
 from lab.ui.branch import BranchRow
 from lab.ui.parts import tell
 from lab.ui.text import Panel, error_text, esc, on_language, tr
@@ -26,8 +23,7 @@ CELL = "padding:2px 8px;text-align:left"
 class RecipePanel(Panel):
     """Points, the fit and its plots for one val set; a branch from a run's checkpoint."""
 
-    def __init__(self, bootstrap: int = 100):
-        self.bootstrap = bootstrap
+    def __init__(self):
         self.data = widgets.Dropdown(layout=widgets.Layout(width="32em"))
         self.fit_button = widgets.Button(icon="line-chart", layout=widgets.Layout(width="auto"))
         self.refresh_button = widgets.Button(icon="refresh", layout=widgets.Layout(width="auto"))
@@ -51,9 +47,8 @@ class RecipePanel(Panel):
 
     # --- points and the fit -----------------------------------------------------------
     def refresh(self) -> None:
-        self.runs = list_runs()
-        # Keyed by "val_set|tokenizer": a dropdown's values are plain strings.
-        self.groups = {f"{k[0] or ''}|{k[1] or ''}": v for k, v in groups(lab_points(self.runs)).items()}
+        self.runs = recipes.runs()
+        self.groups = recipes.groups(self.runs)  # keyed by "val_set|tokenizer": a dropdown's values are strings
         options = [(f"{tr('val set', 'val-выборка')} {(k.split('|')[0] or '?')[:12]} · {len(v)} {tr('points', 'точек')}", k)
                    for k, v in sorted(self.groups.items(), key=lambda kv: -len(kv[1]))]
         self.data.options = options or [(tr("no points yet", "точек пока нет"), "")]
@@ -71,7 +66,7 @@ class RecipePanel(Panel):
                                         "(lab sweep, lab branch)."))
             self.plots.children = []
             return
-        fit = load_fit(*(part or None for part in key.split("|")))
+        fit = recipes.saved(key)
         self.summary.value = _fit_html(fit, len(self.groups.get(key, [])))
         self.plots.children = self._figures(key, fit) if fit else []
 
@@ -80,23 +75,15 @@ class RecipePanel(Panel):
         if not key:
             return
         try:
-            save_fit(fit_law(self.groups[key], bootstrap=self.bootstrap))
+            recipes.fit_group(self.groups[key])
         except UserError as e:
             self.summary.value = f"<span style='color:#d32f2f'>{esc(error_text(e))}</span>"
             return
         self.show_fit()
 
     def _figures(self, key, fit) -> list:
-        points = self.groups[key]
-        figs = [plots.loss_vs_tokens(points, fit), plots.isoloss(fit, points), plots.residuals(points, fit),
-                plots.loss_vs_lr(points), plots.schedules(self.runs)]
-        out = []
-        import matplotlib.pyplot as plt  # matplotlib: only when a plot is drawn
-        for fig in figs:
-            if fig is not None:
-                out.append(widgets.Image(value=figure_png(fig), format="png", layout=widgets.Layout(max_width="760px")))
-                plt.close(fig)
-        return out
+        return [widgets.Image(value=png, format="png", layout=widgets.Layout(max_width="760px"))
+                for png in recipes.figures(self.groups[key], fit, self.runs)]
 
 
 def _fit_html(fit, n_points: int) -> str:
@@ -109,11 +96,30 @@ def _fit_html(fit, n_points: int) -> str:
         band = f"[{lo:.4g}, {hi:.4g}]" if lo is not None else "—"
         rows.append(f"<tr><td style='{CELL}'>{sym}</td><td style='{CELL}'><b>{getattr(fit, name):.4g}</b></td>"
                     f"<td style='{CELL};color:#666'>{band}</td></tr>")
-    head = esc(tr(f"L(N, D) = E + A/N^α + B/D^β from {fit.points} points ({fit.sizes} sizes), 95 % bootstrap",
-                  f"L(N, D) = E + A/N^α + B/D^β по {fit.points} точкам ({fit.sizes} размеров), 95 % бутстрэп"))
-    return f"<div>{head}</div><table class='lab-recipes-params' style='border-collapse:collapse'>{''.join(rows)}</table>"
+    head = esc(tr(f"L(N, D) = E + A/N^α + B/D^β from {fit.points} points ({fit.sizes} sizes), 95 % intervals",
+                  f"L(N, D) = E + A/N^α + B/D^β по {fit.points} точкам ({fit.sizes} размеров), 95 % интервалы"))
+    return (f"<div>{head}</div><table class='lab-recipes-params' style='border-collapse:collapse'>{''.join(rows)}</table>"
+            + _grow_html(fit))
 
 
-def recipe_lab(bootstrap: int = 100) -> RecipePanel:
+def _grow_html(fit) -> str:
+    """When to grow, by the law: sizes 3× and 20× the largest fitted at 20 tokens per weight, each
+    with the 95% interval where a run would land (it widens past the data: the law says how sure
+    it is there)."""
+    rows = []
+    for p in recipes.beyond(fit):
+        band = f"{p.interval[0]:.3f}–{p.interval[1]:.3f}" if p.interval else tr("no interval", "без интервала")
+        size = tr(f"{p.beyond:g}× the largest: {p.weights:,} weights, {p.tokens:,} tokens",
+                  f"{p.beyond:g}× крупнейшего: весов {p.weights:,}, токенов {p.tokens:,}".replace(",", "\u00a0"))
+        rows.append(f"<tr><td style='{CELL}'>{esc(size)}</td><td style='{CELL}'><b>{p.loss:.3f}</b></td>"
+                    f"<td style='{CELL};color:#666'>{esc(band)}</td></tr>")
+    if not rows:
+        return ""
+    head = esc(tr("When to grow: the law past its data (95 %, where a run would land)",
+                  "Когда расти: закон за пределами точек (95 %, где окажется прогон)"))
+    return f"<div style='margin-top:6px'>{head}</div><table class='lab-recipes-grow' style='border-collapse:collapse'>{''.join(rows)}</table>"
+
+
+def recipe_lab() -> RecipePanel:
     """The control notebook's recipe-lab cell."""
-    return RecipePanel(bootstrap).show()
+    return RecipePanel().show()

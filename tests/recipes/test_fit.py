@@ -22,7 +22,7 @@ def known_law_points(noise: float = 0.003, seed: int = 1, val_set: str | None = 
 
 
 def test_the_fit_recovers_a_known_law_from_noisy_points():
-    fit = fit_law(known_law_points(), bootstrap=8)
+    fit = fit_law(known_law_points())
     assert fit.E == pytest.approx(TRUE["E"], abs=0.03)
     assert fit.alpha == pytest.approx(TRUE["alpha"], abs=0.03)
     assert fit.beta == pytest.approx(TRUE["beta"], abs=0.03)
@@ -33,9 +33,13 @@ def test_the_fit_recovers_a_known_law_from_noisy_points():
 
 
 def test_the_prediction_band_holds_the_prediction_and_the_optimal_size_balances_the_terms():
-    fit = Fit(**TRUE, points=16, sizes=4, samples=[[2.0 + k / 100, 50.0, 80.0, 0.4, 0.35] for k in range(-10, 11)])
+    cov = [[0.0] * 5 for _ in range(5)]
+    cov[3][3] = 0.01 ** 2  # α alone uncertain: the band widens with log N, away from where α was fitted
+    fit = Fit(**TRUE, points=16, sizes=4, cov=cov, noise=0.0, t95=2.0, largest=1e7)
     low, high = fit.predict_interval(1e6, 1e8)
     assert low < fit.predict(1e6, 1e8) < high
+    far_low, far_high = fit.predict_interval(2e8, 1e8)
+    assert (far_high - far_low) / fit.predict(2e8, 1e8) > 0  # and stays an interval past the data
     n = fit.optimal_weights_for_tokens(1e9)
     # At the compute-optimal split the two terms' marginal gains are equal.
     assert fit.alpha * fit.A / n ** fit.alpha == pytest.approx(fit.beta * fit.B / 1e9 ** fit.beta, rel=1e-9)
@@ -61,7 +65,7 @@ def test_points_of_different_val_sets_are_never_fitted_together():
 def test_lab_fit_reads_a_points_file_and_prints_one_json_object(tmp_path, recipe_home):
     path = tmp_path / "points.jsonl"
     write_points_file(path, known_law_points())
-    out = json.loads(lab("fit", "--points", str(path), "--json", "--bootstrap", "5").stdout)
+    out = json.loads(lab("fit", "--points", str(path), "--json").stdout)
     assert {"E", "A", "B", "alpha", "beta", "points", "intervals"} <= set(out)
     assert out["points"] == 16
     assert out["alpha"] == pytest.approx(TRUE["alpha"], abs=0.03)

@@ -38,7 +38,7 @@ def test_two_tokenizers_are_refused_in_nats_and_fit_together_in_bits_per_byte():
         fit_law(points)
     scaled = in_bits_per_byte(points)
     assert len(scaled) == 32 and {(p.val_set, p.tokenizer) for p in scaled} == {("one-text", None)}
-    fit = fit_law(scaled, bootstrap=8, metric="bpb")
+    fit = fit_law(scaled, metric="bpb")
     assert fit.metric == "bpb" and fit.points == 32 and fit.val_set == "one-text"
     assert fit.E == pytest.approx(TRUE["E"], abs=0.03)
     assert fit.alpha == pytest.approx(TRUE["alpha"], abs=0.03)
@@ -53,12 +53,12 @@ def test_points_without_bits_per_byte_are_left_out_of_that_scale():
 def test_lab_fit_bpb_fits_a_points_file_of_two_tokenizers(tmp_path):
     path = tmp_path / "points.jsonl"
     write_points_file(path, two_tokenizer_points())
-    out = json.loads(lab("fit", "--points", str(path), "--bpb", "--bootstrap", "5", "--json",
+    out = json.loads(lab("fit", "--points", str(path), "--bpb", "--json",
                          "--plots", str(tmp_path / "plots")).stdout)
     assert out["metric"] == "bpb" and out["points"] == 32
     assert out["alpha"] == pytest.approx(TRUE["alpha"], abs=0.03)
     assert sorted(p.rsplit("/", 1)[1] for p in out["plots"]) == ["bpb-residuals.png", "bpb-vs-bytes.png"]
-    text = lab("fit", "--points", str(path), "--bpb", "--bootstrap", "5").stdout
+    text = lab("fit", "--points", str(path), "--bpb").stdout
     assert "in bits per byte, D in bytes of text" in text
-    in_nats = lab("fit", "--points", str(path), "--bootstrap", "5")  # one tokenizer's points only
+    in_nats = lab("fit", "--points", str(path))  # one tokenizer's points only
     assert "other val set(s) or tokenizer(s) are fitted apart" in in_nats.stderr

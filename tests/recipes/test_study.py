@@ -91,7 +91,7 @@ def test_a_diverging_run_is_stopped_early_marked_and_no_point(study):
 
 @pytest.fixture(scope="module")
 def fitted(study, recipe_home) -> dict:
-    return json.loads(lab("fit", "--json", "--bootstrap", "12").stdout)
+    return json.loads(lab("fit", "--json").stdout)
 
 
 def test_lab_fit_fits_the_study_saves_the_fit_and_writes_its_plots(fitted):
@@ -145,7 +145,7 @@ def test_lab_branch_runs_a_branch_through_the_training_notebook(study, recipe_ho
 def test_the_control_notebook_panel_shows_the_fit_its_plots_and_offers_branches(fitted):
     from lab.ui.recipes import RecipePanel
     from lab.ui.text import lang, set_language
-    panel = RecipePanel(bootstrap=5)
+    panel = RecipePanel()
     assert panel.data.value
     assert "α" in panel.summary.value and "lab-recipes-params" in panel.summary.value
     assert len(panel.plots.children) >= 3
