@@ -52,15 +52,7 @@ def _data_problems(cfg: RunConfig, est: Estimate, manifest: dict | None, vocab_g
                            severity="warning"))
     wanted, available = est.tokens_wanted.value, est.tokens_available.value
     if wanted and available and wanted > available:
-        fits = available / TOKENS_PER_WEIGHT
-        out.append(Problem("layers", f"the model is bigger than the data can train: {format_count(est.weights.value)} weights "
-                                     f"want ≈ {format_count(wanted)} tokens ({TOKENS_PER_WEIGHT} per weight), the data hold "
-                                     f"{format_count(available)} ({est.epochs.value:g} epochs). It will be undertrained: "
-                                     f"pick a size up to ~{format_count(fits)} weights or add data",
-                           f"модель больше, чем данные могут обучить: {format_count(est.weights.value, 'ru')} весов хотят "
-                           f"≈ {format_count(wanted, 'ru')} токенов ({TOKENS_PER_WEIGHT} на вес), а в данных "
-                           f"{format_count(available, 'ru')} (эпох: {format_number(est.epochs.value, 'ru')}). Она недообучится: "
-                           f"возьмите размер до ~{format_count(fits, 'ru')} весов или добавьте данных", severity="warning"))
+        out.append(_too_big(cfg, est, wanted, available))
     return out
 
 
@@ -87,3 +79,39 @@ def _fit_problems(cfg: RunConfig, est: Estimate, card: Card | None) -> list[Prob
                     f"(увеличьте grad_accum, чтобы сохранить токены на шаг)", severity="warning")]
 
 
+
+
+def _too_big(cfg: RunConfig, est: Estimate, wanted: int, available: int) -> Problem:
+    """A model that wants more tokens than the data hold: given them, it would read the same text
+    many times over and learn it by heart (overfit). The size the data suit, unless that is below
+    the embedding alone (no model of this vocabulary and width is that small)."""
+    times, fits, embedding = wanted / available, available / TOKENS_PER_WEIGHT, est.vocab * cfg.width
+    runs = est.epochs.value
+    run_en = f"; this run reads them {format_number(runs)} time(s)" if runs is not None else ""
+    run_ru = f"; этот прогон прочтёт их {format_number(runs, 'ru')} раз(а)" if runs is not None else ""
+    over = format_number(round(times, 1) if times < 10 else round(times))
+    over_ru = format_number(round(times, 1) if times < 10 else round(times), "ru")
+    if times >= 2:
+        then_en = f"Given them, it would read the data ~{over} times over and learn the text by heart: it will overfit. "
+        then_ru = f"Получив их, она прочтёт данные ~{over_ru} раз и заучит текст наизусть: модель переобучится. "
+    else:
+        then_en = f"Given them, it would read the data {over} times: a size the data suit learns as much for less. "
+        then_ru = f"Получив их, она прочтёт данные {over_ru} раза: размер по данным выучит столько же дешевле. "
+    head_en = (f"the model is bigger than the data can train: {format_count(est.weights.value)} weights want "
+               f"≈ {format_count(wanted)} tokens ({TOKENS_PER_WEIGHT} per weight), the data hold {format_count(available)}"
+               f"{run_en}. {then_en}")
+    head_ru = (f"модель больше, чем данные могут обучить: {format_count(est.weights.value, 'ru')} весов хотят "
+               f"≈ {format_count(wanted, 'ru')} токенов ({TOKENS_PER_WEIGHT} на вес), а в данных "
+               f"{format_count(available, 'ru')}{run_ru}. {then_ru}")
+    if fits >= embedding:
+        return Problem("layers", head_en + f"Pick a size up to ~{format_count(fits)} weights, or add data",
+                       head_ru + f"Возьмите размер до ~{format_count(fits, 'ru')} весов или добавьте данных",
+                       severity="warning")
+    return Problem("layers", head_en + f"No size of this vocabulary and width suits them: the embedding alone "
+                                       f"({est.vocab} × {cfg.width}) is {format_count(embedding)} weights. Add data "
+                                       f"(≈ {format_count(TOKENS_PER_WEIGHT * embedding)} tokens for the embedding alone), "
+                                       f"or make the width and the vocabulary smaller",
+                   head_ru + f"Ни один размер с таким словарём и шириной им не подходит: одно только вложение "
+                             f"({est.vocab} × {cfg.width}) — это {format_count(embedding, 'ru')} весов. Добавьте данных "
+                             f"(≈ {format_count(TOKENS_PER_WEIGHT * embedding, 'ru')} токенов на одно вложение) "
+                             f"или уменьшите ширину и словарь", severity="warning")
