@@ -51,9 +51,10 @@ def wait_for_quiet(load: float | None, max_s: float = 600.0) -> float:
 
 
 def step_times(precision: str, rounds: int, steps: int = 8, warmup: int = 2, quiet: float | None = None,
-               clock=time.perf_counter, min_s: float = 0.0) -> dict[tuple, float]:
-    """Each size's step time: per round its median step over at least `steps` steps and `min_s`
-    seconds, then the median over the rounds."""
+               clock=time.perf_counter, min_s: float = 0.0, grid: list[tuple] | None = None,
+               vocab: int = VOCAB) -> dict[tuple, float]:
+    """Each size of `grid` (default GRID: (layers, width, context, batch)): its step time, per round
+    its median step over at least `steps` steps and `min_s` seconds, then the median over the rounds."""
     import torch  # its threads: OMP_NUM_THREADS, as `lab train` would take it
     from lab.config import RunConfig
     from lab.kernel.model import GPT
@@ -62,13 +63,13 @@ def step_times(precision: str, rounds: int, steps: int = 8, warmup: int = 2, qui
     rt = Runtime(0, 1, device, precision, cards=1)
     per_round: dict[tuple, list[float]] = {}
     for r in range(rounds):
-        for (layers, width, context, batch) in GRID:
+        for (layers, width, context, batch) in grid or GRID:
             wait_for_quiet(quiet)
             torch.manual_seed(0)
             heads = max(1, width // 32)
-            model = GPT(VOCAB, context, width, heads, layers)
+            model = GPT(vocab, context, width, heads, layers)
             opt = make_optimizer(model, RunConfig(), device)
-            x = torch.randint(0, VOCAB, (batch, context))
+            x = torch.randint(0, vocab, (batch, context))
             times: list[float] = []
             for i in itertools.count():
                 t0 = clock()

@@ -66,18 +66,18 @@ def measure_parts(precision: str, threads: int | None = None) -> Path:
     return save_local(record)
 
 
-_background: dict[tuple[str, int], threading.Thread] = {}
-_failed: dict[tuple[str, int], str] = {}
+_background: dict[str, threading.Thread] = {}  # by the file each measurement writes (per lab home)
+_failed: dict[str, str] = {}
 
 
 def measure_in_background(precision: str, threads: int) -> str:
-    """Starts measuring (once per precision and threads in this process) unless it is under way;
-    "measuring", "done" or "failed: why"."""
-    key = (precision, threads)
+    """Starts measuring (once per lab home, precision and threads in this process) unless it is
+    under way or done; "measuring", "done" or "failed: why"."""
+    if local_shape(precision, threads) is not None:
+        return "done"
+    key = str(local_file(precision, threads))
     if key in _failed:
         return f"failed: {_failed[key]}"
-    if local_file(precision, threads).is_file() and local_shape(precision, threads) is not None:
-        return "done"
     thread = _background.get(key)
     if thread is None:
         def work() -> None:
@@ -87,7 +87,9 @@ def measure_in_background(precision: str, threads: int) -> str:
                 _failed[key] = str(e)
         thread = _background[key] = threading.Thread(target=work, name="lab-parts", daemon=True)
         thread.start()
-    return "measuring" if thread.is_alive() else "done"
+    if thread.is_alive():
+        return "measuring"
+    return "done" if local_shape(precision, threads) is not None else f"failed: {_failed.get(key, 'no result')}"
 
 
 def grow(run: str, manifest: dict | None = None, vocab: int | None = None) -> Verdict:

@@ -27,6 +27,9 @@ from lab.home import accounts_dir, lab_home, machines_dir
 from lab.sizing.steptime import CACHE_BYTES, Curve
 
 FORMAT = 1
+# Above this load average per core, other work shared the machine while its parts were timed: the
+# calculator says so beside the figures (they may be off in shape as well as in level).
+BUSY_LOAD = 0.5
 
 
 @dataclass(frozen=True)
@@ -39,16 +42,21 @@ class Shape:
     at: str  # when, ISO date
     spread: float  # the microbenchmark's own median spread: how busy the machine was then
     threads: int | None = None
+    busy: float | None = None  # the load average per core as it was measured, where it was above a half
 
     @property
     def note(self) -> str:
+        busy = (f"; the machine was busy then (load {self.busy:.1f} per core): `lab size --measure-parts` when it "
+                f"is quiet measures them again") if self.busy else ""
         return f"the parts measured on {self.where} ({self.at[:10]}" + (
-            f", {self.threads} thread(s))" if self.threads else ")")
+            f", {self.threads} thread(s)" if self.threads else "") + f"){busy}"
 
     @property
     def note_ru(self) -> str:
+        busy = (f"; машина тогда была занята (нагрузка {self.busy:.1f} на ядро): `lab size --measure-parts` на "
+                f"свободной измерит их снова".replace(".", ",", 1)) if self.busy else ""
         return f"части, измеренные на {self.where_ru} ({self.at[:10]}" + (
-            f", потоков: {self.threads})" if self.threads else ")")
+            f", потоков: {self.threads}" if self.threads else "") + f"){busy}"
 
 
 def parts_dir() -> Path:
@@ -172,8 +180,10 @@ def shape_of(record: dict, where: str, where_ru: str, threads: int | None = None
     per_weight = record["weights"] + (0.2 * 4 / (allreduce_gb_s * 1e9) if allreduce_gb_s else 0.0)
     parts = (curve[-1][1], record["attention"], activation, spill, record["logits"], per_weight,
              record["layer"], record["step"])
+    load, cpus = record.get("load"), record.get("cpus") or 1
+    busy = load / cpus if isinstance(load, (int, float)) and load / cpus > BUSY_LOAD else None
     return Shape(tuple(float(p) for p in parts), curve, where, where_ru, str(record.get("at") or ""),
-                 float(record.get("spread") or 0.0), threads)
+                 float(record.get("spread") or 0.0), threads, busy)
 
 
 def _spilled(e: dict) -> float:

@@ -125,7 +125,8 @@ def speed_figure(model: SpeedModel, cfg: RunConfig, vocab: int) -> Figure:
                        "parts": shares, "basis": "lab", "threads": threads, "others_cpu": others, **shape})
     lo, hi = model.fit.tok_s_interval(size)
     extra = {"interval": [round(lo), round(hi)], "from": sorted({r.run for r in model.measured}), "parts": shares,
-             "basis": "lab" if model.measured else "guide" if model.prior.measured else "guess", "threads": threads,
+             "basis": "lab" if model.measured else "guide" if model.prior.measured else "parts" if model.prior.shape
+             else "guess", "threads": threads,
              "others_cpu": others, **shape}
     tok_s = round(model.tok_s(size))
     if model.measured:

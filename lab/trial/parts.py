@@ -188,9 +188,18 @@ def measure_parts(device: torch.device, precision: str, clock=time.perf_counter)
               "weights": weight_rate(rt, timer)}
     result["step"], result["layer"] = fixed_costs(rt, timer)
     result.update(spread=round(statistics.median(timer.spreads), 3), seconds=round(time.perf_counter() - started, 2),
+                  load=_load(), cpus=os.cpu_count(),
                   threads=torch.get_num_threads() if kind == "cpu" else None,
                   name=torch.cuda.get_device_name(device) if kind == "cuda" else None, torch=torch.__version__)
     return result
+
+
+def _load() -> float | None:
+    """The 1-minute load average as the measurement ends: how busy the machine was meanwhile."""
+    try:
+        return round(os.getloadavg()[0], 2)
+    except (AttributeError, OSError):  # not a Unix
+        return None
 
 
 def main(argv: list[str]) -> None:

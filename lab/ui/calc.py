@@ -214,6 +214,8 @@ def _speed_source(est: sizing.Estimate, ru: bool) -> tuple[str, str]:
         where = f"замеров лабы ({runs})" if ru else f"the lab's measurements ({runs})"
     elif basis == "guide":
         where = f"замера {est.gpu} из гайда" if ru else f"the guide's {est.gpu} measurement"
+    elif basis == "parts":
+        where = "измеренных частей этого компьютера" if ru else "this computer's measured parts"
     else:
         where = "грубой прикидки лабы" if ru else "the lab's rough guess"
     what = {"measured": ("a measurement of this size", "это замер этого размера"),

@@ -16,14 +16,15 @@ PARAMS = ("E", "A", "B", "alpha", "beta")
 
 
 def made_up_law(seed: int) -> tuple[dict, list[Point]]:
-    """A law of the lab's kind (4 model sizes × 5 amounts of data, as a first sweep gives) with its
-    own noise between 0.2% and 0.8%; both terms move the loss by several percent over the data."""
+    """A law of the lab's kind (4 model sizes × 5 amounts of data, as a first sweep gives; Chinchilla's
+    law moved a little) with its own noise between 0.2% and 0.8%, the sizes small enough that the
+    floor E lies well below every point: where a bootstrap over the points missed β and B in 2 laws
+    of 10 and came out 0.06 nats high 20× past the data (measured while writing this test)."""
     rng = random.Random(seed)
     while True:
-        truth = dict(E=rng.uniform(1.3, 2.5), A=math.exp(rng.uniform(math.log(50), math.log(800))),
-                     B=math.exp(rng.uniform(math.log(50), math.log(800))), alpha=rng.uniform(0.25, 0.5),
-                     beta=rng.uniform(0.2, 0.4))
-        smallest = math.exp(rng.uniform(math.log(5e5), math.log(5e6)))
+        truth = dict(E=rng.uniform(1.5, 2.0), A=rng.uniform(300, 500), B=rng.uniform(300, 500),
+                     alpha=rng.uniform(0.3, 0.38), beta=rng.uniform(0.25, 0.32))
+        smallest = math.exp(rng.uniform(math.log(1e5), math.log(1e6)))
         sizes = [smallest * 2.5 ** i for i in range(4)]
         tokens = [20 * smallest * 2.5 ** k for k in range(5)]
         spans = [law(sizes[0], tokens[0], **truth) / law(sizes[-1], tokens[0], **truth),

@@ -193,3 +193,34 @@ def test_the_microbenchmark_gives_a_record_the_calculator_reads(monkeypatch):
 
 def replace_threads(rec: dict) -> dict:
     return {**rec, "threads": rec.get("threads") or 1}
+
+
+def test_parts_measured_on_a_busy_machine_say_so():
+    busy = machine.shape_of({**record(), "load": 3.0, "cpus": 2}, "this computer", "этом компьютере")
+    quiet = machine.shape_of({**record(), "load": 0.4, "cpus": 2}, "this computer", "этом компьютере")
+    assert "busy then (load 1.5 per core)" in busy.note and "--measure-parts" in busy.note
+    assert "занята" in busy.note_ru and "busy" not in quiet.note
+
+
+def test_the_form_measures_this_computers_parts_in_the_background_then_uses_them(home, monkeypatch):
+    import threading
+    from lab import ui
+    release = threading.Event()
+
+    def measure(precision, threads=None):  # as the microbenchmark would, once let go
+        release.wait(10)
+        return machine.save_local({**record(threads), "precision": precision})
+    monkeypatch.setattr(api_sizing, "measure_parts", measure)
+    monkeypatch.setenv("LAB_MEASURE_PARTS", "1")
+    ui.set_language("en")
+    try:
+        form = ui.NewRunForm(gpu="cpu", machine="local", layers=2, width=64, heads=2, context=64)
+        assert "measuring this computer&#x27;s parts once" in form.calc.value
+        assert "the lab&#x27;s rough guess" in form.calc.value  # meanwhile the prior, said as such
+        release.set()
+        api_sizing._background[str(machine.local_file(form.estimate.precision, cpu_threads()))].join(10)
+        form.set(layers=3)  # the next change of a field
+        assert "measuring" not in form.calc.value and "the parts measured on this computer" in form.calc.value
+    finally:
+        release.set()
+        ui.set_language("ru")
