@@ -223,9 +223,9 @@ def _session(link: Link | None, live: dict | None) -> tuple[str | None, str | No
 
 # papermill's own progress lines in a session it runs here or on a box ("Executing Cell 3----").
 PAPERMILL_PROGRESS = re.compile(r"(Executing|Ending) Cell \d+-*$|Executing notebook with kernel:")
-# The training cell's result, printed as a dict at its end ({'step': 3000, ..., 'save_s': 0.007}):
-# the monitor says how the session ended in words of its own.
-RESULT_DICT = re.compile(r"^\{'step': \d+, .*\}$")
+# The training cell's result, shown as a dict at its end ({'step': 3000, ..., 'save_s': 0.007}, on one
+# line or pretty-printed over several): the monitor says how the session ended in words of its own.
+RESULT_START = re.compile(r"^\{'step': \d+,")
 
 
 def _log_tail(run: Run, link: Link | None, lines: int = 25) -> str:
@@ -238,8 +238,21 @@ def _log_tail(run: Run, link: Link | None, lines: int = 25) -> str:
         text = host_of(link).log_tail(run, link, lines * 8)
     except UserError:  # a machine no longer in the lab: its log is not the lab's to show
         return ""
-    return "\n".join([line for line in text.splitlines() if METRICS_MARK not in line
-                      and not PAPERMILL_PROGRESS.search(line) and not RESULT_DICT.match(line.strip())][-lines:])
+    human = [line for line in _without_result(text.splitlines())
+             if METRICS_MARK not in line and not PAPERMILL_PROGRESS.search(line)]
+    return "\n".join(human[-lines:])
+
+
+def _without_result(lines: list[str]) -> list[str]:
+    """The lines without the training cell's result dict (from its "{'step': N," to its closing "}")."""
+    out, inside = [], False
+    for line in lines:
+        inside = inside or bool(RESULT_START.match(line.strip()))
+        if not inside:
+            out.append(line)
+        elif line.rstrip().endswith("}"):
+            inside = False
+    return out
 
 
 def session_page(link: Link) -> str | None:

@@ -287,14 +287,18 @@ class Monitor(Panel):
             display(Image(data=bytes(self.plot.value)))
 
 
-# The training loop's last line (lab.kernel.train): where the session stopped and its checkpoint,
-# by its path in the session's own file system (a Kaggle session's /kaggle/working/...).
+# The training loop's last lines (lab.kernel.train, lab.kernel.session): where the session stopped,
+# its checkpoint and its plot, by their paths in the session's own file system (a Kaggle session's
+# /kaggle/working/...).
 _END = re.compile(r"^stopped at step ([\d,]+) \((.+?)\); checkpoint (\S+)$")
+_PLOT = re.compile(r"^plot\s+\S*loss\.png$")
 
 
 def end_words(line: str) -> str:
-    """A session log's line as the monitor shows it: the loop's end line in the view's language,
-    its checkpoint said where it is in the run folder, not where the session kept it."""
+    """A session log's line as the monitor shows it: the loop's end lines in the view's language,
+    its checkpoint and plot said where they are in the run folder, not where the session kept them."""
+    if _PLOT.match(line.strip()):
+        return tr("plot: loss.png in the run folder", "график — loss.png в папке прогона")
     m = _END.match(line.strip())
     if not m:
         return line

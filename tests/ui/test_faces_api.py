@@ -59,7 +59,8 @@ def test_a_runs_status_is_built_by_the_api_with_where_its_session_is(monkeypatch
 def test_the_log_tail_leaves_out_the_metrics_echo_papermills_progress_and_the_raw_result(monkeypatch):
     log = ("Executing notebook with kernel: python3\nExecuting Cell 1---------------------------------------\n"
            "step 1 loss 5.1\n@lab-metrics {\"step\": 1}\nEnding Cell 1------------------------------------------\n"
-           "saved ckpt_00000001.pt\n{'step': 1, 'done': True, 'reason': 'steps_until reached', 'save_s': 0.007}\n")
+           "saved ckpt_00000001.pt\n{'step': 1, 'done': True, 'reason': 'steps_until reached', 'save_s': 0.007}\n"
+           "{'step': 2,\n 'tokens': 256,\n 'checkpoint': '/kaggle/working/checkpoints/ckpt_00000002.pt'}\n")
 
     class Host:
         def log_tail(self, run, link, lines):

@@ -133,14 +133,15 @@ def test_stops_and_continues_answer_goes_once_the_session_it_speaks_of_has_moved
 def test_the_monitors_end_line_is_the_views_and_names_the_checkpoint_in_the_run_folder(monkeypatch):
     run = fake_run(RunConfig(**TINY, steps_until=3000), step=3000, metrics=curve(0, 30))
     tail = ("step 3,000/3,000 loss 0.4327\nstopped at step 3,000 (steps_until reached); checkpoint "
-            "/tmp/x/sessions/10/kaggle/working/run/checkpoints/ckpt_00003000.pt")
+            "/tmp/x/sessions/10/kaggle/working/run/checkpoints/ckpt_00003000.pt\n"
+            "plot       /tmp/x/sessions/10/kaggle/working/loss.png")
     real = api_runs.status
     monkeypatch.setattr(api_runs, "status", lambda run_id: __import__("dataclasses").replace(real(run_id),
                                                                                            log_tail=tail))
     monitor = ui.Monitor(run_id=run.id, every_s=3600)
     log = text(monitor.log.value)
     assert f"остановлен на шаге 3 000 (дошёл до «Шагов до»); чекпоинт — checkpoints/ckpt_00003000.pt в папке прогона" \
-        in log and "/kaggle/working" not in log
+        in log and "график — loss.png в папке прогона" in log and "/kaggle/working" not in log
     ui.set_language("en")
     assert "stopped at step 3,000 (steps_until reached); its checkpoint is checkpoints/ckpt_00003000.pt in the run " \
            "folder" in text(monitor.log.value)
