@@ -73,14 +73,21 @@ def run_precision(precision: str) -> str:
     return sizing.estimate(size_cfg(SIZES[0], precision, 10), manifest={}, runs=[]).precision
 
 
-def measure_parts(home: Path, precision: str) -> dict:
-    """This computer's parts, as the calculator measures them the first time it sizes a run here."""
+def measure_parts(home: Path, precision: str, cpu_clock: bool = False) -> dict:
+    """This computer's parts, as the calculator measures them the first time it sizes a run here
+    (with `cpu_clock`, in this process's CPU seconds: on a busy machine, one thread)."""
     os.environ["LAB_HOME"] = str(home)
     from lab.api.sizing import measure_parts as measure
+    from lab.sizing.machine import save_local
     from lab.sizing.priors import cpu_threads
     prec = run_precision(precision)
     t0 = time.monotonic()
-    path = measure(prec, cpu_threads())
+    if cpu_clock:
+        import torch
+        from lab.trial.parts import measure_parts as microbenchmark
+        path = save_local(microbenchmark(torch.device("cpu"), prec, clock=time.process_time))
+    else:
+        path = measure(prec, cpu_threads())
     record = json.loads(path.read_text())
     print(f"  parts: {prec} on {record['threads']} thread(s) in {time.monotonic() - t0:.0f} s (their own timings' "
           f"spread {record['spread']:.0%}), kept in {path}", file=sys.stderr, flush=True)
@@ -275,16 +282,18 @@ def _time_line(home: Path, m: dict, precision: str, steps: int) -> str:
     return "time less a session's start, predicted / measured (median): " + ", ".join(errs)
 
 
-def parts_check(home: Path, precision: str, rounds: int, min_s: float) -> str:
+def parts_check(home: Path, precision: str, rounds: int, min_s: float, cpu_clock: bool = False) -> str:
     """The shape alone, in a few minutes: each size's lean step (bench_prior's timing, no run around
-    it) against the base's, as measured and as this computer's parts and the lab's prior predict."""
+    it) against the base's, as measured and as this computer's parts and the lab's prior predict
+    (with `cpu_clock`, steps timed in CPU seconds as the parts were)."""
     from bench_prior import step_times  # beside this script
     from lab.sizing.priors import cpu_threads, prior
     from lab.sizing.steptime import Size
     from lab.sizing import card_for
     prec = run_precision(precision)
     grid = [(layers, width, context, batch) for _, layers, width, _, context, batch in SIZES]
-    times = step_times(prec, rounds, min_s=min_s, grid=grid, vocab=4000)
+    times = step_times(prec, rounds, min_s=min_s, grid=grid, vocab=4000,
+                       clock=time.process_time if cpu_clock else time.perf_counter)
     sizes = {name: Size(n, d, L, 4000, b) for name, L, d, _, n, b in SIZES}
     with_parts = prior(card_for("cpu"), prec, cpu_threads())
     with without_parts(home):
@@ -293,7 +302,8 @@ def parts_check(home: Path, precision: str, rounds: int, min_s: float) -> str:
     def ratio(pri, name):  # tokens/s of the size over the base's
         step = lambda s: sum(c * x for c, x in zip(pri.parts, s.parts(pri.curve)))  # noqa: E731
         return (sizes[name].tokens_per_step / step(sizes[name])) / (sizes[FIRST].tokens_per_step / step(sizes[FIRST]))
-    lines = [f"\nthe shape: each size's lean step ({prec}, {cpu_threads()} thread(s), median of {rounds} rounds) as "
+    clock = "CPU seconds" if cpu_clock else "wall clock"
+    lines = [f"\nthe shape: each size's lean step ({prec}, {cpu_threads()} thread(s), {clock}, median of {rounds} rounds) as "
              f"tokens/s over the base's; error = predicted / measured - 1",
              f"{'size':<9} {'measured':>8} {'parts':>6} {'err':>5} {'prior':>6} {'err':>5}"]
     for name, L, d, _, n, b in SIZES[1:]:
@@ -336,6 +346,9 @@ def main() -> None:
                    help="before each run, wait (up to 3 min) until the 1-minute load average is at most LOAD")
     p.add_argument("--parts-check", action="store_true",
                    help="only the shape: lean steps of every size against this computer's parts and the lab's prior")
+    p.add_argument("--cpu-clock", action="store_true",
+                   help="with --parts-check on a busy machine: time the parts and the steps in CPU seconds, which "
+                        "waiting for a core does not move (needs OMP_NUM_THREADS=1)")
     a = p.parse_args()
     if a.threads:
         os.environ["OMP_NUM_THREADS"] = str(a.threads)  # the runs inherit it; the calculator reads it
@@ -343,13 +356,15 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-est-") as tmp:
         home = Path(a.source or a.keep or tmp)
         home.mkdir(parents=True, exist_ok=True)
+        if a.cpu_clock and (os.environ.get("OMP_NUM_THREADS") != "1" or not a.parts_check):
+            p.error("--cpu-clock goes with --parts-check and OMP_NUM_THREADS=1")
         if not a.source:
             for precision in precisions:
-                measure_parts(home, precision)
+                measure_parts(home, precision, a.cpu_clock)
         print(f"machine: {os.cpu_count()} CPU(s) ({_cpu_name()}), load average {os.getloadavg()[0]:.1f} now")
         if a.parts_check:
             for precision in precisions:
-                print(parts_check(home, precision, a.rounds, min_s=1.0))
+                print(parts_check(home, precision, a.rounds, min_s=1.0, cpu_clock=a.cpu_clock))
             return
         if not a.source:
             measure(home, prepared(home), precisions, a.rounds, a.steps, a.quiet, a.over_min)

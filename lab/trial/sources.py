@@ -9,8 +9,10 @@ from lab.notebooks import kernel_source
 
 GPU_SIZE = {"context": 1024, "width": 512, "heads": 8, "layers": 8, "vocab": 4000, "batch_per_card": 6}
 CPU_SIZE = {"context": 32, "width": 32, "heads": 2, "layers": 2, "vocab": 512, "batch_per_card": 4}
-# What lab.trial.worker imports of the kernel side, in the order the training notebook pastes it.
+# What lab.trial.worker imports of the kernel side, in the order the training notebook pastes it;
+# then what it imports of lab.trial, pasted after those.
 WORKER_USES = ("config", "model", "speed", "step")
+WORKER_TRIAL = ("parts",)
 HERE = Path(__file__).resolve().parent
 
 
@@ -18,7 +20,8 @@ def worker_source() -> str:
     """The probe's worker as one script for torchrun: the kernel modules it trains with (the
     loop's own step), the parts' microbenchmark, then the burst (a box's check runs the same)."""
     worker = _pasted(HERE / "worker.py")
-    return "\n\n".join([*map(kernel_source, WORKER_USES), _pasted(HERE / "parts.py"), worker])
+    trial = [_pasted(HERE / f"{name}.py") for name in WORKER_TRIAL]
+    return "\n\n".join([*map(kernel_source, WORKER_USES), *trial, worker])
 
 
 def session_source() -> str:
