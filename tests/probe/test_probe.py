@@ -146,11 +146,11 @@ def test_the_pasted_worker_has_every_kernel_module_it_imports():
     from pathlib import Path
 
     import lab.trial.worker
-    from lab.trial.sources import WORKER_USES
+    from lab.trial.sources import WORKER_TRIAL, WORKER_USES
     tree = ast.parse(Path(lab.trial.worker.__file__).read_text(encoding="utf-8"))
     used = {node.module.rpartition(".")[2] for node in ast.walk(tree)
             if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("lab.")}
-    assert used and used <= set(WORKER_USES)
+    assert used and used <= set(WORKER_USES) | set(WORKER_TRIAL)
     source = "".join(probe_notebook(ProbePlan())["cells"][2]["source"])
     assert "def one_step(" in source and "def pick_precision(" in source and "def make_optimizer(" in source
     assert source.count("def one_step(") == 1 and "torch.optim.AdamW(model.parameters()" not in source
