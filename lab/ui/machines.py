@@ -42,7 +42,7 @@ class MachinesPanel(Panel):
         self.error: str | None = None
         self.probing: dict[str, list[str]] = {}  # account -> what its running probe said so far (its English lines)
         self.asking: dict[str, str] = {}  # machine -> the action waiting for its confirmation ("probe", "remove")
-        self.results: dict[str, str] = {}  # machine -> the last answer of an action, as HTML
+        self.results: dict = {}  # machine -> the last answer of an action: its HTML, drawn in the view's language
         self._asking_anew = False  # a background look at stale figures is on its way
         self._anew_failed = False  # it failed: no other look until Refresh (no loop against a dead service)
         on_language(self.render)
@@ -154,7 +154,7 @@ class MachinesPanel(Panel):
             said = probe_words(self.probing[m.name][-1]) if self.probing[m.name] else ""
             out.append(html(f"lab-probing-{m.name}", note(tr("Probing… ", "Проба идёт… ") + said), margin="0 0 0 2em"))
         if m.name in self.results:
-            out.append(html(f"lab-answer-{m.name}", self.results[m.name], margin="0 0 0 2em"))
+            out.append(html(f"lab-answer-{m.name}", self.results[m.name](), margin="0 0 0 2em"))
         return out
 
     def _question(self, name: str, action: str) -> widgets.Widget:
@@ -192,7 +192,7 @@ class MachinesPanel(Panel):
                 accounts.remove(name)
                 console.machines.forget()
             except UserError as e:
-                self.results[name] = note(error_text(e), "error")
+                self.results[name] = lambda e=e: note(error_text(e), "error")
                 self.render()
                 return
             self.refresh(tell_others=True)
@@ -209,22 +209,22 @@ class MachinesPanel(Panel):
 
     def _probed(self, name: str, error: Exception | None) -> None:
         self.probing.pop(name, None)
-        self.results[name] = note(error_text(error), "error") if error else \
+        self.results[name] = (lambda: note(error_text(error), "error")) if error else lambda: \
             note(tr("Probe done: its result is in the row.", "Проба готова: её итог — в строке."), "ok")
         self.refresh(tell_others=True)  # a probe that found the account cannot run bars it from Auto: the states anew
 
     def _checking(self, name: str, text: str) -> None:
         """A box's first check takes a while (a training burst): what it is doing, in its row."""
-        self.results[name] = note(tr("Checking… ", "Проверка… ") + text.split(": ", 1)[-1])
+        self.results[name] = lambda: note(tr("Checking… ", "Проверка… ") + text.split(": ", 1)[-1])
         self.render()
 
     def _check(self, name: str) -> None:
         try:
             machines.check(name, say=lambda text: self._checking(name, text))
         except UserError as e:
-            self.results[name] = note(error_text(e), "error")
+            self.results[name] = lambda e=e: note(error_text(e), "error")
         else:
-            self.results[name] = note(tr("It answers: ready for runs.", "Отвечает: готова к прогонам."), "ok")
+            self.results[name] = lambda: note(tr("It answers: ready for runs.", "Отвечает: готова к прогонам."), "ok")
         self.render()
 
 
