@@ -300,7 +300,7 @@ def parts_check(home: Path, precision: str, rounds: int, min_s: float, cpu_clock
         lab_prior = prior(card_for("cpu"), prec, cpu_threads())
 
     def ratio(pri, name):  # tokens/s of the size over the base's
-        step = lambda s: sum(c * x for c, x in zip(pri.parts, s.parts(pri.curve)))  # noqa: E731
+        step = lambda s: sum(c * x for c, x in zip(pri.parts, s.parts(pri.curves)))  # noqa: E731
         return (sizes[name].tokens_per_step / step(sizes[name])) / (sizes[FIRST].tokens_per_step / step(sizes[FIRST]))
     clock = "CPU seconds" if cpu_clock else "wall clock"
     lines = [f"\nthe shape: each size's lean step ({prec}, {cpu_threads()} thread(s), {clock}, median of {rounds} rounds) as "

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from lab.corpus.manifests import read_json_cached
 from lab.home import accounts_dir, lab_home, machines_dir
-from lab.sizing.steptime import CACHE_BYTES, Curve
+from lab.sizing.steptime import CACHE_BYTES, Curve, Curves
 
 FORMAT = 1
 # Above this load average per core, other work shared the machine while its parts were timed: the
@@ -36,7 +36,7 @@ BUSY_LOAD = 0.5
 class Shape:
     """A machine's parts in the units of `steptime.PARTS`, and where they were measured."""
     parts: tuple[float, ...]
-    curve: Curve
+    curves: Curves
     where: str  # "this computer", "probe of alice", "check of gpu-box"
     where_ru: str
     at: str  # when, ISO date
@@ -144,13 +144,14 @@ def _worker_of(record: dict) -> dict:
 
 def _usable(record, device: str, precision: str) -> bool:
     return (isinstance(record, dict) and record.get("format") == FORMAT and record.get("device") == device
-            and record.get("precision") == precision and isinstance(record.get("matmul"), list))
+            and record.get("precision") == precision and isinstance(record.get("matmul"), list)
+            and isinstance(record.get("attention"), list))
 
 
 def monotone(curve: list[tuple[float, float]]) -> Curve:
-    """The cost per FLOP by width made non-increasing (pooling neighbours that disagree, in log
-    space): a wider product never runs at a lower rate, and a busy second in one width's timing
-    must not bend the model's shape."""
+    """The cost per FLOP by width (or context) made non-increasing (pooling neighbours that disagree,
+    in log space): a wider product never runs at a lower rate, and a busy second in one width's
+    timing must not bend the model's shape."""
     blocks: list[list[float]] = []  # [sum of logs, count]
     for _, s in curve:
         blocks.append([math.log(s), 1])
@@ -164,12 +165,14 @@ def monotone(curve: list[tuple[float, float]]) -> Curve:
 
 def shape_of(record: dict, where: str, where_ru: str, threads: int | None = None,
              allreduce_gb_s: float | None = None) -> Shape:
-    """The parts of PARTS from a measurement: the matmul at its widest width (the curve carries the
-    rest), attention, the elementwise work split into its in-cache cost and the extra once it spills
+    """The parts of PARTS from a measurement: the matmul at its widest width and attention at its
+    longest context (their curves carry the rest), the elementwise work split into its in-cache cost
+    and the extra once it spills
     (on a GPU none: its elementwise work runs at memory bandwidth already), the loss per logit, the
     optimizer per weight (on several cards with the all-reduce a backward pass leaves exposed, a
     fifth of a ring's 4 bytes per weight), a layer, a step."""
-    curve = monotone([(float(w), float(s)) for w, s in record["matmul"]])
+    curves = Curves(monotone([(float(w), float(s)) for w, s in record["matmul"]]),
+                    monotone([(float(n), float(s)) for n, s in record["attention"]]))
     small, large = record["elementwise"]["small"], record["elementwise"]["large"]
     if record["device"] == "cpu":
         f_small, f_large = _spilled(small), _spilled(large)
@@ -178,11 +181,11 @@ def shape_of(record: dict, where: str, where_ru: str, threads: int | None = None
     else:
         spill, activation = 0.0, large["s_per_element"]
     per_weight = record["weights"] + (0.2 * 4 / (allreduce_gb_s * 1e9) if allreduce_gb_s else 0.0)
-    parts = (curve[-1][1], record["attention"], activation, spill, record["logits"], per_weight,
+    parts = (curves.matmul[-1][1], curves.attention[-1][1], activation, spill, record["logits"], per_weight,
              record["layer"], record["step"])
     load, cpus = record.get("load"), record.get("cpus") or 1
     busy = load / cpus if isinstance(load, (int, float)) and load / cpus > BUSY_LOAD else None
-    return Shape(tuple(float(p) for p in parts), curve, where, where_ru, str(record.get("at") or ""),
+    return Shape(tuple(float(p) for p in parts), curves, where, where_ru, str(record.get("at") or ""),
                  float(record.get("spread") or 0.0), threads, busy)
 
 

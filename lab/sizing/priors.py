@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from lab.sizing.cards import REFERENCE, Card
 from lab.sizing.machine import Shape, card_shape, local_shape
-from lab.sizing.steptime import NOISE, Curve, Point, Size
+from lab.sizing.steptime import NO_CURVES, NOISE, Curves, Point, Size
 
 # This CPU's parts per thread count, measured by `OMP_NUM_THREADS=T scripts/bench_prior.py`: the
 # lean step (model, fused AdamW, clipping, autocast) on its grid of sizes, torch 2.13 CPU build;
@@ -89,7 +89,7 @@ class Prior:
     note_ru: str
     threads: int | None = None  # a CPU's: the threads it is for
     run_noise: float = NOISE  # one run's tokens/s against another's at the same size on this card
-    curve: Curve = ()  # the matmul rate by width, where the machine's parts were measured
+    curves: Curves = NO_CURVES  # the rates by width and context, where the machine's parts were measured
     shape: Shape | None = None  # the machine's measured parts the shape comes from (None: the lab's prior)
 
     @property
@@ -116,17 +116,17 @@ def prior(card: Card, precision: str, threads: int | None = None) -> Prior:
         return _measured_cpu_prior(card, precision, threads, shape) if shape else _cpu_prior(card, precision, threads)
     shape = card_shape(card.name, card.precision)
     # A box's card without a measurement of its parts: a T4's shape, its own measured scale.
-    parts, curve = (shape.parts, shape.curve) if shape else (GPU_PARTS.get(card.name, GPU_PARTS["T4"]), ())
+    parts, curves = (shape.parts, shape.curves) if shape else (GPU_PARTS.get(card.name, GPU_PARTS["T4"]), NO_CURVES)
     size = reference_size(card)
     step_s = size.tokens_per_step / card.ref_tok_s
-    scale = step_s / sum(c * x for c, x in zip(parts, size.parts(curve)))
+    scale = step_s / sum(c * x for c, x in zip(parts, size.parts(curves)))
     anchor = Point("guide" if card.ref_measured else "guess", size, step_s,
                    GUIDE_NOISE if card.ref_measured else GUESS_NOISE)
     basis = ("the guide's measurement", "замера из гайда") if card.ref_measured else \
         ("the lab's rough guess", "грубой прикидки лабы")
     return Prior(card.name, card.precision, tuple(c * scale for c in parts), SHAPE_SPREAD["gpu"], anchor,
                  card.ref_measured, f"{basis[0]} on {card.name} at the reference size",
-                 f"{basis[1]} на {card.name} для эталонного размера", curve=curve, shape=shape)
+                 f"{basis[1]} на {card.name} для эталонного размера", curves=curves, shape=shape)
 
 
 def cpu_threads() -> int:
@@ -183,9 +183,9 @@ def _measured_cpu_prior(card: Card, precision: str, threads: int, shape: Shape) 
     """This computer's own parts on `threads`, anchored at the reference size by their own sum with
     a wide noise: the parts set the shape, a measured run the level."""
     size = reference_size(card)
-    anchor = Point("parts", size, sum(c * x for c, x in zip(shape.parts, size.parts(shape.curve))),
+    anchor = Point("parts", size, sum(c * x for c, x in zip(shape.parts, size.parts(shape.curves))),
                    PARTS_ANCHOR_NOISE)
     note = f"{shape.note} in {precision}, summed at the reference size (a short run here measures the level)"
     note_ru = f"{shape.note_ru} в {precision}, сумма для эталонного размера (короткий прогон здесь измерит уровень)"
     return Prior("cpu", precision, shape.parts, SHAPE_SPREAD["cpu"], anchor, False, note, note_ru, threads=threads,
-                 run_noise=CPU_RUN_NOISE, curve=shape.curve, shape=shape)
+                 run_noise=CPU_RUN_NOISE, curves=shape.curves, shape=shape)

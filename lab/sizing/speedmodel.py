@@ -47,7 +47,7 @@ def point_of(m: Measured, pri: Prior | None = None, scatter: float = 0.0) -> Poi
 
 
 def _step(pri: Prior, size: Size) -> float:
-    return sum(c * x for c, x in zip(pri.parts, size.parts(pri.curve)))
+    return sum(c * x for c, x in zip(pri.parts, size.parts(pri.curves)))
 
 
 def scatters(runs: list[Measured]) -> dict[tuple, float]:
@@ -91,13 +91,13 @@ def speed_model(card: Card, precision: str, runs: list[Measured], compiled: bool
     same = [r for r in own if r.compiled in (None, compiled)] if compiled is not None else own
     own = same or own
     pri = prior(card, precision, threads)
-    key = (card.name, precision, pri.parts, pri.curve, pri.threads,
+    key = (card.name, precision, pri.parts, pri.curves, pri.threads,
            tuple((r.run, r.size_key(), r.tok_s, r.spread, r.others_cpu, r.threads) for r in own))
     hit = _models.get(key)
     if hit is None:  # the form asks on every keystroke: fit once per set of measurements
         apart = scatters(own)
         points = [point_of(r, pri, apart.get((r.size_key(), r.threads), 0.0)) for r in own] or [pri.anchor]
-        hit = _models[key] = SpeedModel(card, precision, pri, fit(pri.parts, pri.shape_spread, points, pri.curve),
+        hit = _models[key] = SpeedModel(card, precision, pri, fit(pri.parts, pri.shape_spread, points, pri.curves),
                                         tuple(own))
     return hit
 

@@ -15,10 +15,11 @@ optimizer step on one card, with T = batch_per_card · n · grad_accum tokens an
     layers       layers·grad_accum per step and layer: kernel launches, Python
     step         grad_accum       per micro-step: the loop, the batch, the loss
 
-On a CPU the matrix products' rate also depends on the width: a product d wide runs far below
-the processor's peak at d 64 and near it at d 512. Where the machine's parts were measured
-(`lab.sizing.machine`), `curve` holds that rate by width, and the matmul units are the FLOPs
-times the cost per FLOP at the size's width relative to the curve's widest (`matmul_factor`).
+On a CPU the matrix products' rate also depends on the width (a product d wide runs far below the
+processor's peak at d 64 and near it at d 512), and attention's on the context. Where the machine's
+parts were measured (`lab.sizing.machine`), `Curves` hold those rates, and the matmul and attention
+units are their FLOPs times the cost per FLOP at the size's width (context) relative to the widest
+(longest) measured (`rate_factor`).
 
 B is one layer's activation tensor of a micro-step (batch_per_card · n · d fp32 values) and C a
 core's share of cache (`CACHE_BYTES`): on a CPU the elementwise passes slow down per element as B
@@ -46,21 +47,32 @@ PARTS = ("matmul", "attention", "activations", "spill", "logits", "weights", "la
 CACHE_BYTES = 4 * 2 ** 20  # the saturation point of the spill (a core's L2 and its share of L3: a few MiB)
 NOISE = 0.05  # one run's tokens/s against another's at the same size: the spread a fit cannot beat
 Z95 = 1.96
-Curve = tuple[tuple[float, float], ...]  # (width, seconds per matmul FLOP), widths ascending
+Curve = tuple[tuple[float, float], ...]  # (width or context, seconds per FLOP), ascending
 
 
-def matmul_factor(curve: Curve, width: int) -> float:
-    """The cost per matmul FLOP at `width` over the cost at the curve's widest, interpolated in
-    log-log between the measured widths and held flat beyond them; 1 without a curve."""
+@dataclass(frozen=True)
+class Curves:
+    """A machine's measured rates where they depend on the size: the matrix products' by width,
+    attention's by context (empty: not measured, the parts' rates hold at every size)."""
+    matmul: Curve = ()
+    attention: Curve = ()
+
+
+NO_CURVES = Curves()
+
+
+def rate_factor(curve: Curve, x: float) -> float:
+    """The cost per FLOP at `x` over the cost at the curve's last (widest, longest) point,
+    interpolated in log-log between the measured points and held flat beyond them; 1 without one."""
     if not curve:
         return 1.0
-    widest = curve[-1][1]
-    if width <= curve[0][0]:
-        return curve[0][1] / widest
-    for (w0, s0), (w1, s1) in zip(curve, curve[1:]):
-        if width <= w1:
-            t = math.log(width / w0) / math.log(w1 / w0)
-            return math.exp(math.log(s0) + t * (math.log(s1) - math.log(s0))) / widest
+    last = curve[-1][1]
+    if x <= curve[0][0]:
+        return curve[0][1] / last
+    for (x0, s0), (x1, s1) in zip(curve, curve[1:]):
+        if x <= x1:
+            t = math.log(x / x0) / math.log(x1 / x0)
+            return math.exp(math.log(s0) + t * (math.log(s1) - math.log(s0))) / last
     return 1.0
 
 
@@ -80,15 +92,17 @@ class Size:
         """Tokens of one optimizer step, all cards together."""
         return self.batch_per_card * self.context * self.grad_accum * self.cards
 
-    def parts(self, curve: Curve = ()) -> tuple[float, ...]:
+    def parts(self, curves: Curves = NO_CURVES) -> tuple[float, ...]:
         """The units of each part of PARTS in one optimizer step on one card; with a machine's
-        `curve`, the matmul FLOPs weighted by their cost at this width (`matmul_factor`)."""
+        `curves`, the matmul and attention FLOPs weighted by their cost at this width and context."""
         n, d, L, g = self.context, self.width, self.layers, self.grad_accum
         tokens = self.batch_per_card * n * g
         weights = weight_count(L, d, self.vocab, n)
         tensor = 4.0 * self.batch_per_card * n * d
         elementwise = float(tokens * L * d)
-        return (6.0 * weights * tokens * matmul_factor(curve, d), 12.0 * L * n * d * tokens, elementwise, elementwise * tensor / (tensor + CACHE_BYTES),
+        return (6.0 * weights * tokens * rate_factor(curves.matmul, d),
+                12.0 * L * n * d * tokens * rate_factor(curves.attention, n), elementwise,
+                elementwise * tensor / (tensor + CACHE_BYTES),
                 float(tokens * self.vocab), float(weights), float(L * g), float(g))
 
 
@@ -110,14 +124,14 @@ class Fit:
     cov: tuple[tuple[float, ...], ...]  # over (factor of each part..., common scale)
     points: tuple[str, ...]
     noise: float  # the relative noise of one measurement, as the fit saw it
-    curve: Curve = field(default=())  # the machine's matmul rate by width, where measured
+    curves: Curves = field(default=NO_CURVES)  # the machine's rates by width and context, where measured
 
     def step_s(self, size: Size) -> float:
-        return sum(c * x for c, x in zip(self.seconds, size.parts(self.curve)))
+        return sum(c * x for c, x in zip(self.seconds, size.parts(self.curves)))
 
     def shares(self, size: Size) -> dict[str, float]:
         """Each part's share of the step (what the time goes to)."""
-        secs = [c * x for c, x in zip(self.seconds, size.parts(self.curve))]
+        secs = [c * x for c, x in zip(self.seconds, size.parts(self.curves))]
         total = sum(secs) or 1.0
         return {name: s / total for name, s in zip(PARTS, secs)}
 
@@ -125,7 +139,7 @@ class Fit:
         """The relative standard deviation of a run's step time at `size`: the fit's own
         uncertainty there plus one run's noise."""
         total = self.step_s(size) or 1.0
-        g = [u * x / total for u, x in zip(self.unit, size.parts(self.curve))] + [0.0]
+        g = [u * x / total for u, x in zip(self.unit, size.parts(self.curves))] + [0.0]
         var = sum(g[i] * self.cov[i][j] * g[j] for i in range(len(g)) for j in range(len(g)))
         return math.sqrt(max(var, 0.0) + self.noise ** 2)
 
@@ -135,7 +149,7 @@ class Fit:
         return tok_s * math.exp(-Z95 * sd), tok_s * math.exp(Z95 * sd)
 
 
-def fit(prior: tuple[float, ...], shape_spread: float, points: list[Point], curve: Curve = ()) -> Fit:
+def fit(prior: tuple[float, ...], shape_spread: float, points: list[Point], curves: Curves = NO_CURVES) -> Fit:
     """The parts' costs from `points`, regularized toward `prior`'s shape.
 
     Unknowns: a factor w_k on each part's prior cost and a common scale s. Rows: each point's
@@ -144,7 +158,7 @@ def fit(prior: tuple[float, ...], shape_spread: float, points: list[Point], curv
     tell seven parts apart, to the smallest change of shape that explains them."""
     if not points:
         raise ValueError("fit needs at least one measurement")
-    x = [p.size.parts(curve) for p in points]
+    x = [p.size.parts(curves) for p in points]
     base = [[c * u for c, u in zip(prior, row)] for row in x]
     # Rescale the prior first, so that the factors are near 1 and the ridge is relative.
     ratios = [sum(b) / p.step_s for b, p in zip(base, points)]
@@ -165,4 +179,4 @@ def fit(prior: tuple[float, ...], shape_spread: float, points: list[Point], curv
     # Residuals above the points' stated noise widen the intervals by as much.
     inflate = (noise / min(p.noise for p in points)) ** 2
     cov = tuple(tuple(v * inflate for v in row) for row in inverse_spd(ata))
-    return Fit(seconds, tuple(scale * c for c in prior), cov, tuple(p.name for p in points), noise, curve)
+    return Fit(seconds, tuple(scale * c for c in prior), cov, tuple(p.name for p in points), noise, curves)

@@ -9,12 +9,13 @@ each is timed here on its own, at the run's precision, with the training loop's 
 
     matmul       a block's product (d -> 4d) forward and backward, at several widths: seconds per
                  FLOP, which on a CPU falls steeply with the width
-    attention    causal scaled-dot-product attention forward and backward: seconds per FLOP
+    attention    causal scaled-dot-product attention forward and backward at two contexts: seconds
+                 per FLOP, which falls with the context
     activations  a block's elementwise work (its two norms, GELU over 4·d, the residual adds, the
                  casts autocast makes), forward and backward, on a tensor that stays in cache and
                  on one that does not: seconds per element, and the extra once it spills
     logits       the loss (fp32 cross-entropy) forward and backward: seconds per logit
-    weights      fused AdamW and the clipping over a million weights: seconds per weight
+    weights      fused AdamW and the clipping over a million weights (16 on a GPU): seconds per weight
     layers, step the lab's GPT at a tiny size, one layer and nine: a whole step's fixed cost, and
                  what each layer adds to it (launches, Python)
 
@@ -39,12 +40,14 @@ from lab.kernel.step import Runtime, autocast, make_optimizer
 
 FORMAT = 1
 WIDTHS = {"cpu": (64, 128, 256, 512), "cuda": (128, 256, 512, 1024, 2048)}
+CONTEXTS = {"cpu": (128, 512), "cuda": (512, 2048)}  # attention's
 TOKENS = {"cpu": 1024, "cuda": 16384}  # rows of a product and of the loss
 # The elementwise work's two tensors (batch, n, d): ~0.5 MB, which a core's cache holds, and
 # ~16 MB, which it does not (lab.sizing.steptime.CACHE_BYTES: a few MiB); on a GPU both spill.
 ELEMENTWISE = {"cpu": {"small": (2, 64, 512), "large": (16, 512, 512)},
                "cuda": {"small": (8, 512, 512), "large": (64, 1024, 1024)}}
 MIN_S = {"cpu": 0.25, "cuda": 0.05}  # each timing repeats for at least this long
+WEIGHTS = {"cpu": 1 << 20, "cuda": 1 << 24}  # the optimizer's: enough that a card's launches do not count
 
 
 class Timer:
@@ -99,16 +102,22 @@ def matmul_rates(rt: Runtime, timer: Timer, tokens: int, widths: tuple[int, ...]
     return out
 
 
-def attention_rate(rt: Runtime, timer: Timer) -> float:
-    """Seconds per attention FLOP (12·n·d per token and layer, as lab.sizing.steptime counts it)."""
-    b, heads, n, hd = (2, 4, 256, 32) if rt.device.type == "cpu" else (16, 8, 1024, 64)
-    q, k, v = (torch.randn(b, heads, n, hd, device=rt.device, requires_grad=True) for _ in range(3))
+def attention_rates(rt: Runtime, timer: Timer, contexts: tuple[int, ...]) -> list[list[float]]:
+    """[[context, seconds per attention FLOP], ...] (12·n·d per token and layer, as lab.sizing.steptime
+    counts it): causal scaled-dot-product attention forward and backward at each context, the
+    same number of tokens at each (its kernels' blocks make the rate depend on n)."""
+    heads, hd, tokens = (4, 32, 1024) if rt.device.type == "cpu" else (8, 64, 16384)
+    out = []
+    for n in contexts:
+        b = max(1, tokens // n)
+        q, k, v = (torch.randn(b, heads, n, hd, device=rt.device, requires_grad=True) for _ in range(3))
 
-    def work():
-        with autocast(rt):
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        y.float().sum().backward()
-    return timer(work) / (12.0 * n * heads * hd * b * n)
+        def work():
+            with autocast(rt):
+                y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            y.float().sum().backward()
+        out.append([n, timer(work) / (12.0 * n * heads * hd * b * n)])
+    return out
 
 
 def elementwise_block(x: torch.Tensor, dtype) -> torch.Tensor:
@@ -142,9 +151,9 @@ def logit_rate(rt: Runtime, timer: Timer, tokens: int, vocab: int = 4000) -> flo
     return timer(lambda: F.cross_entropy(z.float(), y).backward()) / (tokens * vocab)
 
 
-def weight_rate(rt: Runtime, timer: Timer, weights: int = 1 << 20) -> float:
-    """Seconds per weight of the optimizer's step: the loop's fused AdamW and the clipping, over a
-    million weights in one tensor (a tensor's own cost is a layer's: `fixed_costs`)."""
+def weight_rate(rt: Runtime, timer: Timer, weights: int) -> float:
+    """Seconds per weight of the optimizer's step: the loop's fused AdamW and the clipping, over
+    `weights` in one tensor (a tensor's own cost is a layer's: `fixed_costs`)."""
     layer = torch.nn.Linear(1024, weights // 1024, bias=False).to(rt.device)
     layer.weight.grad = torch.randn_like(layer.weight)
     opt = make_optimizer(layer, RunConfig(), rt.device)
@@ -183,9 +192,10 @@ def measure_parts(device: torch.device, precision: str, clock=time.perf_counter)
     rt = Runtime(0, 1, device, precision, cards=1)
     timer, started, tokens = Timer(device, MIN_S[kind], clock), time.perf_counter(), TOKENS[kind]
     result = {"format": FORMAT, "device": kind, "precision": precision,
-              "matmul": matmul_rates(rt, timer, tokens, WIDTHS[kind]), "attention": attention_rate(rt, timer),
+              "matmul": matmul_rates(rt, timer, tokens, WIDTHS[kind]),
+              "attention": attention_rates(rt, timer, CONTEXTS[kind]),
               "elementwise": elementwise_rates(rt, timer), "logits": logit_rate(rt, timer, tokens),
-              "weights": weight_rate(rt, timer)}
+              "weights": weight_rate(rt, timer, WEIGHTS[kind])}
     result["step"], result["layer"] = fixed_costs(rt, timer)
     result.update(spread=round(statistics.median(timer.spreads), 3), seconds=round(time.perf_counter() - started, 2),
                   load=_load(), cpus=os.cpu_count(),

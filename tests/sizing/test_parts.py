@@ -16,11 +16,12 @@ from lab.config import RunConfig
 from lab.sizing import machine
 from lab.sizing.priors import cpu_threads, prior
 from lab.sizing.speedmodel import point_of, scatters
-from lab.sizing.steptime import CACHE_BYTES, Size, matmul_factor
+from lab.sizing.steptime import CACHE_BYTES, Curves, Size, rate_factor
 
 # A made-up CPU: matrix products four times slower per FLOP at d 64 than at d 512 (as small products
 # are on a CPU), a fixed cost per layer and per step that small models feel.
 CURVE = [[64, 6e-10], [128, 2.5e-10], [256, 1.4e-10], [512, 1e-10]]
+ATTENTION = [[128, 3e-10], [512, 2e-10]]  # a longer context's attention runs faster per FLOP
 TRUTH = {"attention": 2e-10, "logits": 1e-8, "weights": 4e-9, "layer": 3e-3, "step": 5e-3,
          "activation": 6e-8, "spill": 4e-8}
 LEVEL = 1.3  # a whole step of the lab's model runs this much slower than its parts' sum
@@ -34,13 +35,13 @@ def record(threads: int | None = None, curve=CURVE, **change) -> dict:
         tensor = 4.0 * b * n * d
         per = t["activation"] + t["spill"] * tensor / (tensor + CACHE_BYTES)
         elementwise[key] = {"batch": b, "context": n, "width": d, "s_per_element": per}
-    return {"format": 1, "device": "cpu", "precision": "fp32", "matmul": curve, "attention": t["attention"],
+    return {"format": 1, "device": "cpu", "precision": "fp32", "matmul": curve, "attention": ATTENTION,
             "elementwise": elementwise, "logits": t["logits"], "weights": t["weights"], "layer": t["layer"],
             "step": t["step"], "threads": threads or cpu_threads(), "spread": 0.02, "seconds": 5.0}
 
 
 def true_step(size: Size) -> float:
-    u = size.parts(tuple((float(w), s) for w, s in CURVE))
+    u = size.parts(Curves(tuple((float(w), s) for w, s in CURVE), tuple((float(n), s) for n, s in ATTENTION)))
     parts = (CURVE[-1][1], TRUTH["attention"], TRUTH["activation"], TRUTH["spill"], TRUTH["logits"],
              TRUTH["weights"], TRUTH["layer"], TRUTH["step"])
     return LEVEL * sum(c * x for c, x in zip(parts, u))
@@ -73,16 +74,16 @@ def predicted(fields: dict, runs: list) -> float:
                            runs=runs).tok_s.value
 
 
-def test_the_matmul_curve_is_made_monotone_and_read_by_width():
+def test_a_rate_curve_is_made_monotone_and_read_by_width_or_context():
     noisy = [(64, 4e-10), (128, 1.5e-10), (256, 2.5e-10), (512, 1e-10)]  # 256 timed in a busy second
     curve = machine.monotone(noisy)
     costs = [s for _, s in curve]
     assert costs == sorted(costs, reverse=True) and costs[1] == costs[2] == pytest.approx(math.sqrt(1.5e-10 * 2.5e-10))
-    assert matmul_factor(curve, 512) == 1.0 and matmul_factor(curve, 1024) == 1.0  # flat past the widest
-    assert matmul_factor(curve, 64) == pytest.approx(4.0) and matmul_factor(curve, 32) == pytest.approx(4.0)
+    assert rate_factor(curve, 512) == 1.0 and rate_factor(curve, 1024) == 1.0  # flat past the widest
+    assert rate_factor(curve, 64) == pytest.approx(4.0) and rate_factor(curve, 32) == pytest.approx(4.0)
     t = math.log(90 / 64) / math.log(2)  # log-log between the widths measured
-    assert matmul_factor(curve, 90) == pytest.approx(4.0 ** (1 - t) * (costs[1] / 1e-10) ** t)
-    assert matmul_factor((), 64) == 1.0
+    assert rate_factor(curve, 90) == pytest.approx(4.0 ** (1 - t) * (costs[1] / 1e-10) ** t)
+    assert rate_factor((), 64) == 1.0
 
 
 def test_a_records_elementwise_work_splits_into_its_cost_in_cache_and_past_it():
@@ -127,9 +128,9 @@ def test_a_kaggle_probe_and_a_box_check_give_their_cards_parts(home):
     assert shape.where == "probe of alice" and shape.parts[3] == 0.0  # a GPU's elementwise work is not cached
     assert shape.parts[5] == pytest.approx(4e-9 + 0.2 * 4 / 5e9)  # the optimizer, and the all-reduce left exposed
     pri = prior(sizing.card_for("2xT4"), "fp16")
-    assert pri.shape == shape and pri.curve == shape.curve
+    assert pri.shape == shape and pri.curves == shape.curves
     ref = Size(1024, 512, 8, 4000, 6, 1, 2)
-    assert ref.tokens_per_step / sum(c * x for c, x in zip(pri.parts, ref.parts(pri.curve))) == pytest.approx(102_000)
+    assert ref.tokens_per_step / sum(c * x for c, x in zip(pri.parts, ref.parts(pri.curves))) == pytest.approx(102_000)
     box = home / "machines" / "gpubox" / "check.json"
     box.parent.mkdir(parents=True)
     box.write_text(json.dumps({"gpu": "2xT4", "at": "2026-12-02T10:00:00+00:00",
@@ -177,17 +178,20 @@ def test_the_microbenchmark_gives_a_record_the_calculator_reads(monkeypatch):
     import torch
     monkeypatch.setattr(parts, "WIDTHS", {"cpu": (16, 32)})
     monkeypatch.setattr(parts, "TOKENS", {"cpu": 64})
+    monkeypatch.setattr(parts, "CONTEXTS", {"cpu": (8, 16)})
     monkeypatch.setattr(parts, "ELEMENTWISE", {"cpu": {"small": (1, 8, 16), "large": (2, 32, 64)}})
     monkeypatch.setattr(parts, "MIN_S", {"cpu": 0.0})
+    monkeypatch.setattr(parts, "WEIGHTS", {"cpu": 1 << 14})
     got = worker.card_parts(torch.device("cpu"), "fp32")  # what a probe's rank 0 adds to its result on a GPU
     assert got["format"] == 1 and got["device"] == "cpu" and got["precision"] == "fp32"
     assert [w for w, _ in got["matmul"]] == [16, 32] and all(s > 0 for _, s in got["matmul"])
-    assert got["attention"] > 0 and got["logits"] > 0 and got["weights"] > 0 and got["layer"] >= 0
+    assert [n for n, _ in got["attention"]] == [8, 16] and all(s > 0 for _, s in got["attention"])
+    assert got["logits"] > 0 and got["weights"] > 0 and got["layer"] >= 0
     shape = machine.shape_of(replace_threads(got), "this computer", "этом компьютере")
     assert len(shape.parts) == len(sizing.PARTS) and all(p >= 0 for p in shape.parts)
     def broken(*args):
         raise RuntimeError("no kernel for this")
-    monkeypatch.setattr(parts, "attention_rate", broken)  # a measurement that fails is recorded, not raised
+    monkeypatch.setattr(parts, "attention_rates", broken)  # a measurement that fails is recorded, not raised
     assert worker.card_parts(torch.device("cpu"), "fp32") == {"error": "RuntimeError: no kernel for this"}
 
 
