@@ -80,11 +80,12 @@ class Outcome:
     reason_ru: str | None = None
     session: bool = True  # the machine started a session for the link
     until: str | None = None  # BUSY: when the machine may be asked again, as it said (ISO 8601 UTC)
+    pass_over: bool = False  # its machine lost the session: the next link goes elsewhere where one can take it
 
     @classmethod
     def from_dict(cls, d: dict) -> "Outcome":
         return cls(End(d["kind"]), d.get("reason") or "", d.get("reason_ru"), bool(d.get("session", True)),
-                   d.get("until"))
+                   d.get("until"), bool(d.get("pass_over")))
 
 
 def now() -> str:

@@ -29,8 +29,10 @@ from lab.machines.local import local_gpu as local_card_set
 from lab.machines.registry import host_for, kind_of, machine_names
 from lab.machines.slurm import cluster as clusters
 from lab.machines.slurm.check import check_cluster, partition_line
+from lab.machines.remote.client import parse_hosts
+from lab.machines.remote.store import check_problem, read_check
 from lab.machines.ssh import boxes
-from lab.machines.ssh.check import check_machine
+from lab.machines.ssh.boxes import check_machine
 from lab.sizing import card_for
 
 __all__ = ["Choice", "Machine", "MachineRow", "View", "overview", "rows", "check", "add_box", "add_cluster", "remove_box", "check_box",
@@ -152,7 +154,7 @@ def local_gpu() -> tuple[str, str]:
 def box_cards() -> dict[str, str]:
     """The lab's boxes, each with the card set its check found ("" before a check)."""
     try:
-        return {b.name: (boxes.read_check(b.name) or {}).get("gpu") or "" for b in boxes.list_boxes()}
+        return {b.name: (read_check(b.name) or {}).get("gpu") or "" for b in boxes.Box.all()}
     except UserError:
         return {}
 
@@ -160,7 +162,7 @@ def box_cards() -> dict[str, str]:
 def cluster_cards() -> dict[str, str]:
     """The lab's Slurm clusters, each with the card set its check found ("" before a check)."""
     try:
-        return {c.name: (boxes.read_check(c.name) or {}).get("gpu") or "" for c in clusters.list_clusters()}
+        return {c.name: (read_check(c.name) or {}).get("gpu") or "" for c in clusters.Cluster.all()}
     except UserError:
         return {}
 
@@ -172,7 +174,7 @@ def machine_cards(machine: str) -> str:
         return local_gpu()[0]
     if machine == "auto":
         return ""
-    return (boxes.read_check(machine) or {}).get("gpu") or ""
+    return (read_check(machine) or {}).get("gpu") or ""
 
 
 def sized_cards(machine: str) -> str | None:
@@ -197,13 +199,13 @@ def add_box(name: str, ssh: str | None = None, hosts: str | None = None, port: i
             say: Callable[[str], None] = print) -> tuple[boxes.Box, dict | None]:
     """A box (`ssh`) or a group of boxes (`hosts`), stored and checked at once unless `check` is
     off; one that cannot be reached is not kept. Returns it with its check's record."""
-    box = boxes.add_box(name, boxes.parse_hosts(ssh, hosts, port), python, workdir, taken=machine_names())
+    box = boxes.add_box(name, parse_hosts(ssh, hosts, port), python, workdir, taken=machine_names())
     if not check:
         return box, None
     try:
         return box, check_machine(box.name, say=say)
     except UserError as e:  # unreachable, a changed host key, no Python there: not worth keeping
-        boxes.remove_box(box.name)
+        box.remove()
         text = str(e)
         raise UserError(text + (" " if text.endswith((".", "?")) else ". ") + "The machine was not added.") from None
 
@@ -223,7 +225,7 @@ def add_cluster(name: str, login: str, port: int | None = None, partition: str |
     try:
         return cluster, check_cluster(cluster.name, say=say)
     except UserError as e:  # unreachable, no Python or partition there, a job Slurm refuses: not worth keeping
-        clusters.remove_cluster(cluster.name)
+        cluster.remove()
         text = str(e)
         raise UserError(text + (" " if text.endswith((".", "?")) else ". ") + "The machine was not added.") from None
 
@@ -234,7 +236,7 @@ def remove_box(name: str) -> None:
     if running:
         raise UserError(f"machine '{name}' runs {', '.join(running)} now: `lab cancel {running[0]}` first "
                         "(its outputs come back), then remove it")
-    (clusters.remove_cluster if kind_of(name) == "slurm" else boxes.remove_box)(name)
+    (clusters.Cluster if kind_of(name) == "slurm" else boxes.Box).get(name).remove()
 
 
 def check_box(name: str, say: Callable[[str], None] = print) -> dict:
@@ -243,7 +245,7 @@ def check_box(name: str, say: Callable[[str], None] = print) -> dict:
 
 
 def box_record(name: str) -> dict | None:
-    return boxes.read_check(name)
+    return read_check(name)
 
 
 def box_age(record: dict) -> str:
@@ -252,4 +254,4 @@ def box_age(record: dict) -> str:
 
 def box_problem(name: str) -> str | None:
     """Why the box's last check says it cannot run the lab's sessions, or None."""
-    return boxes.check_problem(name)
+    return check_problem(name)

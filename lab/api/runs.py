@@ -23,8 +23,8 @@ from lab.config import Problem, RunConfig, UserError
 from lab.kernel.checkpoint import checkpoint_step, list_checkpoints
 from lab.kernel.metrics import METRICS_MARK, read_metrics
 from lab.machines import driver
-from lab.machines.control import (active_link, cancel_requested, driver_alive, read_control, spawn_driver, spawned,
-                                  tail)
+from lab.machines.control import (active_link, cancel_requested, driver_alive, read_control, set_control, spawn_driver,
+                                  spawned, tail)
 from lab.machines.driver import HALTED
 from lab.machines.live import live_curve
 from lab.machines.pace import Slow, slow_links
@@ -130,6 +130,17 @@ def cancel(run_id: str) -> str:
     checkpoint first), or the person is told where to stop it (Kaggle's API cannot). Returns what
     happened."""
     return driver.cancel(run_id)
+
+
+def newest_image(run_id: str) -> None:
+    """The run's next Kaggle links run on Kaggle's newest image (each pins its first link's otherwise)."""
+    set_control(run_id, kaggle_image="newest")
+
+
+def cancel_loses(run_id: str) -> tuple[str, str] | None:
+    """(English, Russian) of what a cancel now loses, for the person to confirm (a Kaggle session
+    cannot save first: its kernel is deleted); None where the session saves and stops."""
+    return driver.cancel_loses(run_id)
 
 
 def driven(run_id: str) -> bool:

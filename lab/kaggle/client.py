@@ -39,7 +39,8 @@ from lab.kaggle.accounts import (Account, add_account, check_no_global_token, ge
 from lab.kaggle.datasets import DATASET_LICENCES, DatasetCalls  # noqa: F401 - re-exported
 from lab.kaggle.replies import (DATASET_PAGE, DatasetInfo, PushResult, Quota, log_text, notebook_text,  # noqa: F401
                                 quota_from)
-from lab.kaggle.retries import RetryPolicy, busy, is_transient, retry_after, status_of, surely_unprocessed, unwrap
+from lab.kaggle.retries import (RetryPolicy, busy, is_transient, page_title, retry_after, status_of, surely_unprocessed,
+                                unreadable, unwrap)
 from lab.kaggle.transport import api_for, lab_api_class
 
 DEFAULT_API_URL = "https://api.kaggle.com"
@@ -76,8 +77,10 @@ class KaggleError(UserError):
 
 
 # Why Kaggle refused, where its answer says: a busy spell (429 RESOURCE_EXHAUSTED, kaggle-cli#931),
-# the account's GPU session cap, its weekly quota, an empty draft an earlier refusal left.
-CAUSES = ("busy", "session-cap", "quota", "shell")
+# the account's GPU session cap, its weekly quota, an empty draft an earlier refusal left; or an
+# answer it could not read (an HTML error page: a passing one); a dataset version refused while the one
+# before still processes.
+CAUSES = ("busy", "session-cap", "quota", "shell", "unreadable", "processing")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -159,7 +162,7 @@ class AccountClient(DatasetCalls):
                 if not is_transient(exc):
                     if status is not None:
                         raise self._refusal(what, exc, status, own) from None
-                    if isinstance(exc, ValueError):
+                    if isinstance(exc, ValueError) and not unreadable(exc):
                         raise UserError(f"{what}: {self._scrub(str(exc))}") from None
                     raise
                 if not repeatable and not surely_unprocessed(exc):
@@ -176,6 +179,10 @@ class AccountClient(DatasetCalls):
     def _gave_up(self, what: str, exc: BaseException, attempt: int) -> KaggleError:
         """The error once the tries are spent: a busy spell says so, with the wait Kaggle asked for."""
         status, wait = status_of(exc), retry_after(exc)
+        if unreadable(exc):
+            return self._error(f"{what}: Kaggle answered with {page_title(exc)} {attempt} times",
+                               "Kaggle sends such pages while it is busy or down: the lab waits and asks again.",
+                               retryable=True, cause="unreadable")
         if not busy(exc):
             return self._error(f"{what} failed {attempt} times ({self._reason(exc)})",
                                "Kaggle is busy or unreachable; try again in a few minutes.", status=status,
@@ -197,6 +204,8 @@ class AccountClient(DatasetCalls):
 
     def _reason(self, exc: BaseException) -> str:
         """A short cause: requests' own messages run to several lines of URL and pool detail."""
+        if unreadable(exc):
+            return page_title(exc)
         if isinstance(exc, requests.Timeout):
             return f"no answer from {self.base_url} within {self.timeout_s:g} s"
         if isinstance(exc, requests.ConnectionError):
@@ -247,10 +256,11 @@ class AccountClient(DatasetCalls):
 
     def push_kernel(self, slug: str, title: str, notebook_json: str | dict, dataset_sources: Iterable[str] = (),
                     kernel_sources: Iterable[str] = (), timeout_s: float | None = None, gpu: bool = True,
-                    internet: bool = False, private: bool = True) -> PushResult:
+                    internet: bool = False, private: bool = True, image: str | None = None) -> PushResult:
         """Pushes a notebook as a new version of the kernel and starts its session (2×T4 with
-        `gpu`). Raises KaggleError when Kaggle refuses; when it ran the kernel but dropped some
-        sources, the error carries the PushResult as `.push`."""
+        `gpu`; on the docker `image` given, else on the one Kaggle runs now). Raises KaggleError when
+        Kaggle refuses; when it ran the kernel but dropped some sources, the error carries the
+        PushResult as `.push`."""
         owner, name = self._ref(slug, own=True)
         ref = f"{owner}/{name}"
         _check_kernel_title(ref, name, title)
@@ -271,6 +281,8 @@ class AccountClient(DatasetCalls):
         # Every version on the image Kaggle runs now, the probe's and the runs' alike (the client's
         # kernel metadata field; "original" would keep each kernel on its first version's image).
         meta["docker_image_pinning_type"] = IMAGE_PINNING
+        if image:  # a run's later links on its first link's image (kagglesdk's SaveKernel `docker_image`)
+            meta["docker_image"] = image
         timeout = str(int(timeout_s)) if timeout_s else None
         # kernels_push reads a folder with kernel-metadata.json: a private temporary one.
         with tempfile.TemporaryDirectory(prefix="lab-push-") as folder:
@@ -350,6 +362,20 @@ class AccountClient(DatasetCalls):
         resp = self._call(f"reading the status of {ref}", lambda: self._api.kernels_status(ref),
                           own=owner.lower() == self.username.lower(), item=True)
         return resp.status.name, resp.failure_message or ""
+
+    def kernel_image(self, slug: str) -> str | None:
+        """The docker image Kaggle keeps on the kernel (GetKernel's metadata), None where it says none."""
+        from kagglesdk.kernels.types.kernels_api_service import ApiGetKernelRequest  # where a kernel is read back
+        owner, name = self._ref(slug)
+
+        def get() -> Any:
+            request = ApiGetKernelRequest()
+            request.user_name, request.kernel_slug = owner, name
+            with self._api.build_kaggle_client() as kaggle:
+                return kaggle.kernels.kernels_api_client.get_kernel(request)
+        resp = self._call(f"reading the kernel {owner}/{name}", get, own=owner.lower() == self.username.lower(),
+                          item=True)
+        return getattr(getattr(resp, "metadata", None), "docker_image", None) or None
 
     def kernel_output(self, slug: str, dest_dir: str | Path, page_size: int = 100) -> list[Path]:
         """Downloads the latest session's output files (every page) and its log (`<slug>.log`)

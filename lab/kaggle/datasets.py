@@ -39,10 +39,14 @@ MAX_DATASET_FILES = 1000
 class DatasetCalls:
     """The dataset calls of AccountClient: it gives `_call`, `_ref`, `_error`, `account`, `username`."""
 
-    def upload_dataset(self, slug: str, folder: str | Path, title: str, notes: str = "", licence: str = "other") -> int:
+    def upload_dataset(self, slug: str, folder: str | Path, title: str, notes: str = "", licence: str = "other",
+                       ready_wait_s: float = 3600.0) -> int:
         """Uploads the files of `folder` as a private dataset: creates it, or adds a version that
         replaces the older ones. Returns the dataset's version number. Kaggle then processes it:
-        wait_dataset_ready."""
+        wait_dataset_ready. A new version Kaggle refuses with 403 while the dataset's version before is
+        still processing (kagglehub PR #182, Kaggle staff: "you get a 403 if you try uploading a new
+        version while the FIRST version is still being processed") waits for it, `ready_wait_s` at
+        most, and is sent again; one still processing then is an error of cause "processing"."""
         owner, name = self._ref(slug, own=True)
         ref = f"{owner}/{name}"
         if not DATASET_SLUG.fullmatch(name):
@@ -68,8 +72,7 @@ class DatasetCalls:
                                   "Fix what Kaggle names and upload again.")
             created = not resp.error
         if exists:
-            resp = self._call(f"adding a version to dataset {ref}", lambda: self._api.dataset_create_version(
-                str(stage), notes or "new version", quiet=True, delete_old_versions=True, dir_mode="skip"))
+            resp = self._new_version(ref, stage, notes, ready_wait_s)
             if resp.error:
                 raise self._error(f"Kaggle refused a new version of dataset {ref}: {resp.error}",
                                   "Fix what Kaggle names and upload again.")
@@ -78,6 +81,23 @@ class DatasetCalls:
             raise self._error(f"dataset {ref} is not there after the upload", f"Upload it again. {STORAGE_HINT}")
         # A dataset just created may not be visible yet (403 or 404 for a while): it is version 1.
         return int(state.get("current_version_number") or 0) if state else 1
+
+    def _new_version(self, ref: str, stage: Path, notes: str, ready_wait_s: float):
+        def send():
+            return self._call(f"adding a version to dataset {ref}", lambda: self._api.dataset_create_version(
+                str(stage), notes or "new version", quiet=True, delete_old_versions=True, dir_mode="skip"), own=True)
+        try:
+            return send()
+        except UserError as e:
+            if getattr(e, "status", None) != 403:
+                raise
+        try:
+            self.wait_dataset_ready(ref, ready_wait_s)
+        except UserError as e:
+            raise self._error(f"Kaggle refuses a new version of dataset {ref} while the one before is processing, "
+                              f"and it is not done after {ready_wait_s:g} s ({getattr(e, 'what', e)})",
+                              "The run goes on on another account meanwhile.", cause="processing") from None
+        return send()
 
     def _stage_dataset(self, name: str, ref: str, title: str, files: list[Path], licence: str) -> Path:
         """The upload folder: links to the files plus dataset-metadata.json, in this account's
@@ -136,7 +156,8 @@ class DatasetCalls:
             if left <= 0:
                 hint = f" {STORAGE_HINT}" if status == "MISSING" else ""
                 raise self._error(f"dataset {ref} is still {status} after {timeout_s:g} s",
-                                  f"Kaggle may be slow: wait longer, or upload it again.{hint}", retryable=True)
+                                  f"Kaggle may be slow: wait longer, or upload it again.{hint}", retryable=True,
+                                  cause="processing")
             time.sleep(min(poll_s, left))
 
     def dataset_files(self, slug: str, version: int | None = None) -> dict[str, int]:

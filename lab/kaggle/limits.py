@@ -3,6 +3,7 @@ and the push asks a timeout below that with room for the start and the final sav
 an account passes before Kaggle gives it a GPU at all.
 
     limit_problems(cfg)   what is wrong with a run's `limit_min` for a Kaggle session
+    auto_note(cfg)        the same, where Auto may send the run to a Kaggle account: its links there are capped
     GPU_CHECKS_EN, _RU    what an account without a GPU does about it, in words the advice shares
 """
 from __future__ import annotations
@@ -27,9 +28,9 @@ GPU_CHECKS_RU = ("Kaggle даёт GPU только подтверждённым 
 
 
 def limit_problems(cfg: RunConfig) -> list[Problem]:
-    """The run's limit against Kaggle's 12-hour session (a run for this computer has none)."""
+    """The run's limit against Kaggle's 12-hour session."""
     out: list[Problem] = []
-    if cfg.limit_min <= 0 or cfg.machine == "local":
+    if cfg.limit_min <= 0:
         return out
     if cfg.limit_min > KAGGLE_LIMIT_MAX_MIN:
         out.append(Problem("limit_min", f"limit_min {cfg.limit_min:g} leaves no room before Kaggle's 12-hour session "
@@ -46,3 +47,15 @@ def limit_problems(cfg: RunConfig) -> list[Problem]:
                            f"лимит {cfg.limit_min:g} мин оставляет мало запаса до 12 часов Kaggle; лаба берёт 630",
                            severity="warning"))
     return out
+
+
+def auto_note(cfg: RunConfig) -> list[Problem]:
+    """A run on Auto whose limit is above a Kaggle session's: on an account its links are capped
+    (lab.machines.kaggle.host.link_limit_min) and the run goes on in more of them."""
+    if cfg.limit_min <= KAGGLE_LIMIT_MAX_MIN:
+        return []
+    return [Problem("limit_min", f"on a Kaggle account a link runs at most {KAGGLE_LIMIT_MAX_MIN:g} min (its 12-hour "
+                                 "session, less the start and the final save): Auto continues the run there in links "
+                                 "that long", f"на аккаунте Kaggle звено идёт не дольше {KAGGLE_LIMIT_MAX_MIN:g} мин "
+                                 "(12-часовая сессия без запуска и последнего сохранения): «Авто» продолжит прогон там "
+                                 "звеньями такой длины", severity="note")]

@@ -1,10 +1,20 @@
 """One retry policy for every call to Kaggle: which failures are transient, which are surely
 unprocessed (safe to repeat even a push), and how long to wait (backoff with jitter, or the
-server's Retry-After)."""
+server's Retry-After).
+
+An answer the client cannot read is a passing one: Kaggle answers 429 and 503 with an HTML error
+page, and kagglesdk decodes a body labelled JSON before it looks at the status, so the error has no
+status and reads `Expecting value: line 1 column 1 (char 0)` (unsloth's Kaggle CI, launch.py). It is
+retried like a 503, and named as the page it is (`page_title`). Only a request that surely never
+reached Kaggle, or that Kaggle plainly refused for its rate (a readable 429 RESOURCE_EXHAUSTED), is
+repeated when it must not be done twice: a 5xx may come after the work was done (a committed push
+answered with a 5xx, in the same notes)."""
 from __future__ import annotations
 
 import email.utils
+import json
 import random
+import re
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
@@ -12,7 +22,6 @@ import requests
 import urllib3.exceptions
 
 TRANSIENT_STATUS = {429, 500, 502, 503, 504}
-UNPROCESSED_STATUS = {429, 503}  # refused before any work: safe to repeat even a push
 
 
 def unwrap(exc: BaseException) -> BaseException:
@@ -29,7 +38,22 @@ def status_of(exc: BaseException) -> int | None:
     return getattr(response, "status_code", None)
 
 
+def unreadable(exc: BaseException) -> bool:
+    """An answer the client could not decode (an HTML error page where JSON was due)."""
+    return isinstance(exc, (json.JSONDecodeError, requests.exceptions.InvalidJSONError))
+
+
+def page_title(exc: BaseException) -> str:
+    """What an unreadable answer was, as a person would see it: the page's title where it has one."""
+    doc = str(getattr(exc, "doc", "") or "")
+    found = re.search(r"<title[^>]*>(.*?)</title>", doc, re.IGNORECASE | re.DOTALL)
+    said = " ".join(found.group(1).split()) if found else " ".join(re.sub(r"<[^>]+>", " ", doc).split())[:80]
+    return f"an error page, not JSON ({said!r})" if said else "an answer that is not JSON"
+
+
 def is_transient(exc: BaseException) -> bool:
+    if unreadable(exc):
+        return True
     if isinstance(exc, ValueError) and str(exc).startswith("Upload unsuccessful"):
         return True  # a blob upload ran out of resumes; the next try resumes where it stopped
     if isinstance(exc, requests.HTTPError):
@@ -39,9 +63,13 @@ def is_transient(exc: BaseException) -> bool:
 
 
 def surely_unprocessed(exc: BaseException) -> bool:
-    """Kaggle certainly did not act on the request: it refused it, or it never arrived."""
+    """Kaggle certainly did not act on the request: it never arrived, or Kaggle refused it for its
+    rate in words it could read (a JSON 429 RESOURCE_EXHAUSTED). A 5xx, an unreadable page or no answer
+    may come after the work was done."""
+    if unreadable(exc):
+        return False
     if isinstance(exc, requests.HTTPError):
-        return status_of(exc) in UNPROCESSED_STATUS
+        return status_of(exc) == 429 and busy(exc)
     if isinstance(exc, requests.ConnectTimeout):
         return True
     reason = getattr(exc.args[0], "reason", None) if exc.args else None

@@ -14,7 +14,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Callable
 
-from lab.config import UserError
+from lab.config import Problem, RunConfig, UserError
 from lab.machines.auto import Machine
 from lab.runs import Link, Run
 
@@ -64,6 +64,19 @@ class Host(ABC):
         """What of a run's next link the machine already has: {"data", "checkpoint"}."""
         return set()
 
+    def limits(self, cfg: RunConfig) -> list[Problem]:
+        """What the run's fields meet on this machine (a session's longest time there); none by default."""
+        return []
+
+    @classmethod
+    def limits_under_auto(cls, cfg: RunConfig) -> list[Problem]:
+        """What Auto meets on machines of this kind, said as notes: Auto's links there are capped."""
+        return []
+
+    def cards(self) -> str | None:
+        """The cards its sessions train on, as the calculator names them; None where not known yet."""
+        return None
+
     @abstractmethod
     def start(self, run: Run, machine: Machine, why: str) -> Link:
         """Records a new link of `run` here (with `kind`, and `limit_min` where the machine sets
@@ -80,6 +93,11 @@ class Host(ABC):
     def cancel(self, run: Run, link: Link, driver_pid: int | None) -> str:
         """Stops the link's session, or says how; returns what happened."""
 
+    def cancel_loses(self, run: Run, link: Link) -> tuple[str, str] | None:
+        """(English, Russian) of what a cancel of the running link loses, where its session cannot save
+        first (a person confirms it); None where it saves and stops."""
+        return None
+
     @abstractmethod
     def log_tail(self, run: Run, link: Link, lines: int) -> str:
         """The end of the session's log, as far as the control side has it."""
@@ -94,15 +112,15 @@ class Host(ABC):
         return None
 
 
-def env_seconds(var: str, default: float) -> float:
-    """A positive number of seconds the person set in the environment, else `default`."""
+def env_seconds(var: str, default: float, unit: str = "seconds") -> float:
+    """A positive number (of seconds, or `unit`) the person set in the environment, else `default`."""
     raw = os.environ.get(var, "").strip()
     if not raw:
         return default
     try:
         value = float(raw)
     except ValueError:
-        raise UserError(f"{var}={raw!r} is not a number of seconds") from None
+        raise UserError(f"{var}={raw!r} is not a number of {unit}") from None
     if value <= 0:
         raise UserError(f"{var} must be positive (got {raw})")
     return value

@@ -168,6 +168,8 @@ def _after(run_id: str, ended: Link, state: _Driving, say: Callable[[str], None]
     out = ended.outcome
     if out.session:
         _predicted_on_its_cards(run_id)
+    if out.pass_over:  # its service lost the session: another machine takes the next link where one can
+        state.excluded[ended.machine] = (time.monotonic() + RECHECK_POLLS * state.poll_s, out)
     if out.kind in REFUSED:  # a picked machine too: the lab waits for it and asks again
         # Until the time the machine named (Kaggle's Retry-After), else until a recheck.
         state.excluded[ended.machine] = (_monotonic(out.until) if out.until else
@@ -294,7 +296,9 @@ def _next_step(run: Run, state: _Driving, say: Callable[[str], None]) -> Run | N
     state.started.add(link.n)
     state.one_link = host.one_link_per_start
     limit = f" (limit {link.limit_min:g} min)" if link.limit_min else ""
-    say(f"link {link.n} on {chosen.name}{limit}: {choice.reason_en}")
+    # This computer's link is the person's own pick: said once, plainly.
+    say(f"link {link.n} on this computer{limit}" if chosen.kind == "local" else
+        f"link {link.n} on {chosen.name}{limit}: {choice.reason_en}")
     return None
 
 
@@ -419,6 +423,13 @@ def holdings(machines: list[Machine], cfg: RunConfig, run: Run | None = None) ->
 
 # ---------------------------------------------------------------------------------------------
 # Cancelling a run (where a run is: lab.api.runs.status)
+
+
+def cancel_loses(run_id: str) -> tuple[str, str] | None:
+    """(English, Russian) of what cancelling the run now loses (a session that cannot save first), or None."""
+    run = load_run(run_id)
+    link = active_link(run)
+    return host_of(link).cancel_loses(run, link) if link is not None else None
 
 
 def cancel(run_id: str) -> str:

@@ -6,17 +6,21 @@ line across links and the newest checkpoints are kept.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 
 from lab.config import UserError
 from lab.kernel.checkpoint import (INPUT_NOT_READY, checkpoint_meta, checkpoint_step, list_checkpoints,
-                                   place_checkpoint, pre_decay_checkpoint, sha256_file, verify_checkpoint)
+                                   place_checkpoint, sha256_file, verify_checkpoint)
 from lab.kernel.metrics import metrics_lines, write_metrics_lines
+from lab.kernel.saver import kept_steps
 from lab.kernel.plots import save_loss_plot
-from lab.kernel.preflight import NO_GPU
+from lab.kernel.preflight import NO_GPU, PREFLIGHT, TIMELINE
 
 
 def put(src: Path, dst: Path) -> None:
@@ -64,43 +68,90 @@ def read_marker(path: Path) -> dict | None:
     return got if isinstance(got, dict) else {"found": "unreadable marker"}
 
 
-def check_output(folder: Path) -> dict:
-    """The session's result and its newest whole checkpoint (sha256 recomputed here); the
-    markers of a session that stopped before training (its inputs, its cards)."""
-    out: dict = {}
-    for key, name in (("input_not_ready", INPUT_NOT_READY), ("no_gpu", NO_GPU)):
-        marker = read_marker(folder / name)
-        if marker is not None:
-            out[key] = marker
+@dataclass(frozen=True)
+class SessionOutputs:
+    """What a session left in its outputs, read once (`read_outputs`), the same for every machine:
+    its result, the newest whole checkpoint (sha256 recomputed here), the markers of a session
+    that stopped before training (its inputs not as sent, its cards missing), its start's checks
+    and timeline, and what is wrong with what came back."""
+    result: dict | None = None
+    checkpoint: dict | None = None  # {"name", "step", "sha256"}
+    input_not_ready: dict | None = None
+    no_gpu: dict | None = None
+    preflight: dict | None = None
+    timeline: dict | None = None
+    problem: str | None = None
+
+    @property
+    def saved(self) -> bool:
+        """The session wrote its own result of a stop that saved: its limit, a signal, done."""
+        return bool(self.result) and not self.result.get("failed") and not self.problem
+
+    @property
+    def failure(self) -> str | None:
+        """The session's own error, as its result says it."""
+        return str(self.result.get("reason")) if self.result and self.result.get("failed") else None
+
+    def went_on(self, from_step: int) -> bool:
+        """A whole checkpoint past the link's start came back: the run goes on from it."""
+        return bool(self.checkpoint) and self.checkpoint["step"] > from_step
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict | None) -> "SessionOutputs":
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in (d or {}).items() if k in names})
+
+
+def read_outputs(folder: Path) -> SessionOutputs:
+    """What the session left in `folder`, checked: its result, its newest whole checkpoint, its markers."""
+    found: dict = {key: read_marker(folder / name) for key, name in (
+        ("input_not_ready", INPUT_NOT_READY), ("no_gpu", NO_GPU), ("preflight", PREFLIGHT), ("timeline", TIMELINE))}
     result_path = folder / "result.json"
     if result_path.is_file():
         try:
-            out["result"] = json.loads(result_path.read_text(encoding="utf-8"))
+            found["result"] = json.loads(result_path.read_text(encoding="utf-8"))
         except ValueError:
-            out["problem"] = "result.json is unreadable"
+            found["problem"] = "result.json is unreadable"
     for path in reversed(list_checkpoints(folder / "checkpoints")):
         problem = verify_checkpoint(path)
         if problem is not None:
-            out["problem"] = f"checkpoint {path.name}: {problem}"
+            found["problem"] = f"checkpoint {path.name}: {problem}"
             continue
         meta = checkpoint_meta(path)
-        out["checkpoint"] = {"name": path.name, "step": int(meta["step"]), "sha256": meta["sha256"]}
+        found["checkpoint"] = {"name": path.name, "step": int(meta["step"]), "sha256": meta["sha256"]}
         break
-    named = (out.get("result") or {}).get("checkpoint")
-    if named and (out.get("checkpoint") or {}).get("name") != Path(named).name:
-        out["problem"] = f"the session's checkpoint {Path(named).name} is missing or corrupt in its output"
-    return out
+    named = (found.get("result") or {}).get("checkpoint")
+    if named and (found.get("checkpoint") or {}).get("name") != Path(named).name:
+        found["problem"] = f"the session's checkpoint {Path(named).name} is missing or corrupt in its output"
+    return SessionOutputs(**found)
 
+
+def wanted(listed: dict[str, int], named: str | None, cfg) -> dict[str, int]:
+    """Of a session's output files (relative path -> size), what comes back: every file but the
+    checkpoints, then the checkpoint the run goes on from (`named`: the one its result names, else
+    its newest committed one) and those the run keeps (lab.kernel.saver.kept_steps: its stable
+    phase's marks, where a cooldown branch or more steps start), each with its sidecar."""
+    ckpts = sorted(rel.split("/", 1)[1] for rel in listed if rel.startswith("checkpoints/ckpt_")
+                   and rel.endswith(".pt") and rel[:-3] + ".json" in listed)
+    newest = named if named in ckpts else (ckpts[-1] if ckpts else None)
+    kept = kept_steps([checkpoint_step(c) for c in ckpts], cfg)
+    keep = {c for c in ckpts if checkpoint_step(c) in kept} | ({newest} if newest else set())
+    return {rel: size for rel, size in listed.items() if not rel.startswith("checkpoints/")
+            or any(rel in (f"checkpoints/{c}", f"checkpoints/{c[:-3]}.json") for c in keep)}
 
 
 def merge_checkpoint(ckpt: Path, run_folder: Path) -> Path:
-    """Puts a verified checkpoint into the run's `checkpoints/`, hard-linked where it can be, with
-    the session's checkpoint where the run's decay began when it saved one (a finished run grows
-    from there: lab.settle.grow)."""
-    sessions = [p for p in list_checkpoints(ckpt.parent) if checkpoint_step(p) <= checkpoint_step(ckpt)]
-    before = pre_decay_checkpoint(sessions)
-    if before is not None and before != ckpt and verify_checkpoint(before) is None:
-        place_checkpoint(before, run_folder / "checkpoints", put=put)
+    """Puts a verified checkpoint into the run's `checkpoints/`, hard-linked where it can be, with the
+    session's others the run keeps (its stable phase's marks: lab.kernel.saver.kept_steps), whole."""
+    sessions = [p for p in list_checkpoints(ckpt.parent) if checkpoint_step(p) < checkpoint_step(ckpt)]
+    cfg = checkpoint_meta(ckpt).get("config")  # (a sidecar without it keeps only the newest)
+    kept = kept_steps([checkpoint_step(p) for p in sessions], SimpleNamespace(**cfg) if cfg else None)
+    for path in sessions:
+        if checkpoint_step(path) in kept and verify_checkpoint(path) is None:
+            place_checkpoint(path, run_folder / "checkpoints", put=put)
     return place_checkpoint(ckpt, run_folder / "checkpoints", put=put)
 
 

@@ -11,64 +11,50 @@ from __future__ import annotations
 from pathlib import Path
 
 from lab.kernel.checkpoint import list_checkpoints
-from lab.kernel.train import train
-from lab.machines.auto import Machine
-from lab.machines.base import Follow, Host
-from lab.runs import End, Link, Outcome, Run, now, updating
+from lab.machines.base import Follow
+from lab.machines.ending import Facts, Said, ended
+from lab.machines.handoff import read_outputs
+from lab.machines.local import LocalHost
+from lab.runs import Link, Run, now, updating
 
-NAME = "inline"
 STOP_FILE = "inline-stop"  # in the run folder: the loop stops at its next step boundary, saving first
 
 
-class InlineHost(Host):
+class InlineHost(LocalHost):
     kind = "inline"
-    one_link_per_start = True
-    session_in_driver = True
     listed = False  # not among the lab's machines: only a run registered for it goes there
-
-    def __init__(self, name: str = NAME):
-        super().__init__(name)
-
-    @classmethod
-    def names(cls) -> list[str]:
-        return [NAME]
-
-    def state(self, running: list[str], patient: bool = False) -> Machine:
-        # This computer to the Auto rule (`pick`), which offers it only when the run names it.
-        return Machine(NAME, "local", "cpu", running=running, free=not running)
-
-    def start(self, run: Run, machine: Machine, why: str) -> Link:
-        with updating(run.id) as r:
-            link = Link(n=len(r.links) + 1, machine=NAME, kind=self.kind, status="running", from_step=r.step)
-            r.links.append(link)
-            r.status = "running"
-        return link
+    keeps_notebook = False
 
     def follow(self, run: Run, link: Link, how: Follow) -> Link:
+        from lab.kernel.train import train  # torch: only where a link trains in this process
         stop = run.folder / STOP_FILE
         stop.unlink(missing_ok=True)
         resume = run.folder if list_checkpoints(run.folder / "checkpoints") else None
-        status, reason, step, error = "failed", None, None, None
+        error, result = None, None
         try:
             result = train(run.cfg, run.folder, Path(run.cfg.data_dir), resume=resume, log=lambda s: None,
                            stop_file=stop)
-            status = "done" if result["done"] else "stopped"
-            reason, step = result["reason"], result["step"]
         except Exception as e:  # noqa: BLE001 - recorded on the link as its outcome
-            reason = error = f"{type(e).__name__}: {e}"
+            error = f"{type(e).__name__}: {e}"
         finally:
             stop.unlink(missing_ok=True)
+        out = read_outputs(run.folder)
+        out = out if result is None else type(out)(**{**out.to_dict(), "result": result})
+        end = ended(Facts("this process", Said.EXITED, out, link.from_step, cancel_asked=how.cancelled(),
+                          error=error))
         with updating(run.id) as r:
-            ended = r.links[link.n - 1]
-            ended.status, ended.reason, ended.ended = status, reason, now()
-            ended.outcome = Outcome(End.FAILED if error else End.CONTINUE, reason or "")
-            ended.to_step = step if step is not None else r.step
-            r.status = status
-        return ended
+            last = r.links[link.n - 1]
+            last.status, last.reason, last.ended, last.outcome = end.status, end.reason, now(), end.outcome
+            last.to_step = int(result["step"]) if result else (out.checkpoint or {}).get("step", r.step)
+            r.status = end.status
+        return last
 
     def cancel(self, run: Run, link: Link, driver_pid: int | None) -> str:
         ask_to_stop(run.folder, "cancelled")
         return f"run {run.id}: the loop in this process saves a checkpoint and stops"
+
+    def cards(self) -> str | None:
+        return "cpu"
 
     def log_tail(self, run: Run, link: Link, lines: int) -> str:
         return ""

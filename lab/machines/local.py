@@ -6,24 +6,28 @@ kept as `links/<n>-local.ipynb`. Progress streams to the terminal while it runs.
 """
 from __future__ import annotations
 
-import json
 import shutil
 import signal
 import subprocess
 import sys
-from dataclasses import replace
 from pathlib import Path
 
-from lab.config import RunConfig, card_set
-from lab.kernel.checkpoint import checkpoint_meta, checkpoint_step, list_checkpoints
+from typing import Callable
+
+from lab.config import card_set
+from lab.kernel.checkpoint import checkpoint_step, list_checkpoints
+from lab.kernel.metrics import METRICS_MARK
 from lab.machines.auto import Machine
 from lab.machines.base import Follow, Host
 from lab.machines.control import set_control, tail
-from lab.notebooks import TRAIN_NOTEBOOK, parameterized
+from lab.machines.ending import Facts, Said, ended
+from lab.machines.handoff import SessionOutputs, read_outputs
+from lab.machines.lifecycle import Away
+from lab.notebooks import write_link_notebook
 from lab.procs import descendants, forwarding_stop_signals, signal_quietly
 from lab.runs import End, Link, Outcome, Run, now, updating
+from lab.spec import LinkSpec
 
-NAME = "local"
 _local_cards: list[str] | None = None
 
 
@@ -63,21 +67,25 @@ class LocalHost(Host):
     kind = "local"
     one_link_per_start = True
     session_in_driver = True
+    keeps_notebook = True  # its link's notebook is kept as executed here
 
-    def __init__(self, name: str = NAME):
-        super().__init__(name)
+    def __init__(self, name: str | None = None):
+        super().__init__(name or self.kind)  # this computer is called by its kind: local, inline
 
     @classmethod
     def names(cls) -> list[str]:
-        return [NAME]
+        return [cls.kind]
 
     def state(self, running: list[str], patient: bool = False) -> Machine:
-        return Machine(NAME, "local", local_gpu(), running=running, free=not running)
+        return Machine(self.name, "local", self.cards(), running=running, free=not running)
+
+    def cards(self) -> str | None:
+        return local_gpu()
 
     def start(self, run: Run, machine: Machine, why: str) -> Link:
         with updating(run.id) as r:
-            link = Link(n=len(r.links) + 1, machine=NAME, kind=self.kind, status="running", from_step=r.step)
-            link.notebook = f"links/{link.n:03d}-{NAME}.ipynb"
+            link = Link(n=len(r.links) + 1, machine=self.name, kind=self.kind, status="running", from_step=r.step)
+            link.notebook = f"links/{link.n:03d}-{self.name}.ipynb" if self.keeps_notebook else None
             r.links.append(link)
             r.status = "running"
         return link
@@ -93,11 +101,8 @@ class LocalHost(Host):
             resume = None
         set_control(run.id, message="running on this computer", message_ru="идёт на этом компьютере",
                     waiting_until=None)
-        how.say(f"link {link.n} on this computer")
-        ended = execute_link(run, link, run.cfg, Path(run.cfg.data_dir), resume, progress=how.progress,
-                             nproc=how.nproc)
-        how.say(f"run {run.id}: link {ended.n} {ended.status} at step {ended.to_step} ({ended.reason})")
-        return ended
+        return execute_link(run, link, Path(run.cfg.data_dir), resume, progress=how.progress, nproc=how.nproc,
+                            cancelled=how.cancelled)
 
     def cancel(self, run: Run, link: Link, driver_pid: int | None) -> str:
         if driver_pid:
@@ -125,64 +130,76 @@ def _abandon(run: Run, link: Link, say) -> Link:
     return last
 
 
-def execute_link(run: Run, link: Link, cfg: RunConfig, data_dir: Path, resume: Path | None, *,
-                 progress: bool = True, nproc: int = 0) -> Link:
-    """Runs the session of `link` here and records how it ended; returns the ended link. A
-    session that failed fails the run: the person looks at the notebook before it goes on."""
+def execute_link(run: Run, link: Link, data_dir: Path, resume: Path | None, *, progress: bool = True,
+                 nproc: int = 0, cancelled: Callable[[], bool] = lambda: False) -> Link:
+    """Runs the session of `link` here and records how it ended (the one table every kind shares,
+    lab.machines.ending); returns the ended link."""
     import papermill as pm  # papermill: only where a session runs here
 
     out_nb = run.folder / link.notebook
-    out_nb.parent.mkdir(exist_ok=True)
-    cfg = replace(cfg, data_dir=str(data_dir), resume_from=str(resume) if resume else "")  # where, here
-    params = parameterized(cfg, out_dir=str(run.folder), nproc=nproc, plot_every_s=30)  # every field, as settled
+    spec = LinkSpec.of(run.cfg, data_dir=str(data_dir), out_dir=str(run.folder), resume_from=str(resume) if resume
+                       else "", nproc=nproc, plot_every_s=30)
+    sent = write_link_notebook(spec, out_nb.with_name(f"{out_nb.stem}.sent.ipynb"))  # the link's spec, once
     (run.folder / "result.json").unlink(missing_ok=True)  # the previous link's
     error = None
     try:
-        # The kernel's own stdout (the loop's progress lines) streams to this terminal.
-        streams = {"stdout_file": sys.stdout, "stderr_file": sys.stderr} if progress else {}
+        # The kernel's own lines (the loop's progress) stream to this terminal; its machine lines stay in the files.
+        streams = {"stdout_file": HumanLines(sys.stdout), "stderr_file": HumanLines(sys.stderr)} if progress else {}
         with forwarding_stop_signals(say=lambda m: print(m, file=sys.stderr, flush=True)):
-            pm.execute_notebook(str(TRAIN_NOTEBOOK), str(out_nb), parameters=params, cwd=str(run.folder),
-                                progress_bar=False, kernel_name="python3", **streams)
+            pm.execute_notebook(str(sent), str(out_nb), cwd=str(run.folder), progress_bar=False, kernel_name="python3",
+                                extra_arguments=QUIET_KERNEL, **streams)
     except pm.PapermillExecutionError as e:
         error = f"{e.ename}: {e.evalue}"
     except KeyboardInterrupt:
         error = "interrupted"
     except Exception as e:  # noqa: BLE001 - a dead kernel, no kernelspec: the link is recorded failed
         error = f"{type(e).__name__}: {e}"
-    result = _read_result(run.folder)
+    out = read_outputs(run.folder)
+    end = ended(facts_here(link, out, error, cancelled(), out_nb))
     with updating(run.id) as r:
         link = r.links[link.n - 1]
-        link.ended = now()
-        if result and not error:
-            link.to_step, link.reason = result["step"], result["reason"]
-            link.status = "done" if result["done"] else "stopped"
-            link.checkpoint = _checkpoint_meta(result.get("checkpoint"))
-            link.outcome = Outcome(End.CONTINUE, link.reason)
-        else:
-            link.status, link.reason = "failed", error or "the notebook wrote no result"
-            link.to_step = _last_checkpoint_step(run.folder)
-            link.outcome = _failed(run.id, link.reason, out_nb) if error else Outcome(End.LOST, link.reason)
+        link.ended, link.status, link.reason, link.outcome = now(), end.status, end.reason, end.outcome
+        Away.put(link, spec=spec.to_dict())  # what it was sent, as every kind records it
+        if out.checkpoint and out.checkpoint["step"] > link.from_step:
+            link.checkpoint, link.to_step = dict(out.checkpoint), out.checkpoint["step"]
+        if out.saved:
+            link.to_step = int(out.result["step"])
         r.status = link.status
     return link
 
 
-def _failed(run_id: str, error: str, notebook: Path) -> Outcome:
-    return Outcome(End.FAILED, f"run {run_id} failed: {error}. The executed notebook is {notebook}; "
-                               f"`lab watch {run_id}` continues it from the last checkpoint",
-                   f"прогон {run_id} упал: {error}. Выполненный блокнот: {notebook}; `lab watch {run_id}` "
-                   "продолжит его с последнего чекпоинта")
+def facts_here(link: Link, out: SessionOutputs, error: str | None, cancel_asked: bool, notebook: Path) -> Facts:
+    """What the lab knows of a session here once papermill returned: what it left, and papermill's own
+    error (a kernel that died, an interrupt) where it raised one."""
+    return Facts(where="this computer", said=Said.EXITED, out=out, from_step=link.from_step, error=error,
+                 cancel_asked=cancel_asked, hint=f"The executed notebook is {notebook}.")
 
 
-def _read_result(folder: Path) -> dict | None:
-    path = folder / "result.json"
-    return json.loads(path.read_text()) if path.exists() else None
+# The kernel's own start-up warnings ("running over TCP without encryption") go straight to this
+# terminal, past papermill's streams: the kernel is told to say only its errors.
+QUIET_KERNEL = ["--IPKernelApp.log_level=ERROR"]
 
 
-def _checkpoint_meta(path: str | None) -> dict | None:
-    if not path:
-        return None
-    meta = checkpoint_meta(path)
-    return {"name": Path(path).name, "step": meta["step"], "sha256": meta["sha256"]}
+class HumanLines:
+    """A stream for the session's output on this terminal: whole lines, without the machine's own
+    (the metrics lines echoed for a live curve, the kernel's start-up warnings); they stay in the files."""
+
+    MACHINE = (METRICS_MARK, "[IPKernelApp]", "Kernel is running over TCP")
+
+    def __init__(self, stream):
+        self.stream, self.partial = stream, ""
+
+    def write(self, text: str) -> int:
+        lines = (self.partial + text).split("\n")
+        self.partial = lines.pop()
+        for line in lines:
+            if not any(mark in line for mark in self.MACHINE):
+                self.stream.write(line + "\n")
+        self.stream.flush()
+        return len(text)
+
+    def flush(self) -> None:
+        self.stream.flush()
 
 
 def _last_checkpoint_step(folder: Path) -> int | None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import importlib
 
-from lab.config import UserError
+from lab.config import Problem, RunConfig, UserError
 from lab.machines.base import Host
 from lab.runs import Link
 
@@ -73,6 +73,18 @@ def hosts(only: str | None = None) -> list[Host]:
     """Every machine of the lab as its host, in `machine_names` order (`only`: that one, if the
     lab has it)."""
     return [host_class(kind)(name) for name, kind in _named(listed=only is None) if only is None or name == only]
+
+
+def limits(cfg: RunConfig) -> list[Problem]:
+    """What the run's fields meet where it goes: its machine's own limits (Kaggle's 12 hours, a Slurm
+    partition's time limit, a box's none), or under Auto each kind's, said as notes."""
+    machine = cfg.machine or "auto"
+    if machine == "auto":
+        return [p for kind in KINDS if host_class(kind).listed for p in host_class(kind).limits_under_auto(cfg)]
+    try:
+        return host_for(machine).limits(cfg)
+    except UserError:  # a machine not in the lab: registering it says so (lab.settle.check_machine)
+        return []
 
 
 def class_of(link: Link) -> type[Host]:

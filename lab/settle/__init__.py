@@ -25,14 +25,11 @@ from typing import Callable
 
 from lab.config import (MODEL_FIELDS, SESSION_FIELDS, Problem, RunConfig, UserError, check, check_resume,
                         field_names, raise_on_errors)
-from lab.kaggle.limits import limit_problems
 from lab.kernel.checkpoint import (CheckpointError, checkpoint_meta, checkpoint_step, list_checkpoints,
                                    resolve_checkpoint, sha256_file)
 from lab.machines import registry
 from lab.machines.control import cancel_flag, driver_alive
-from lab.machines.local import local_gpu
 from lab.machines.needs import data_problems, found_data
-from lab.machines.ssh.boxes import read_check
 from lab.runs import Run, Settled, Start, create_run, load_run, updating
 from lab.settle.grow import GrowPlan, grow_plan
 from lab.sizing.calibration import record_prediction
@@ -191,6 +188,7 @@ def preview(given: dict, resume: str | None = None, machine: str | None = None, 
     if data is not None and (data / "manifest.json").is_file():  # prepared: pinned now
         cfg, sha = replace(cfg, data_dir=str(data)), sha256_file(data / "manifest.json")
     settled = Settled(cfg, frozenset(given), point.start(), cfg.machine or "auto", sha)
+    problems = problems + registry.limits(cfg)  # what its machine's sessions allow (Kaggle's 12 hours ...)
     if grown is not None:  # said beside "Steps until": which way the run grows
         problems = problems + [Problem("steps_until", grown.words_en, grown.words_ru, severity="note")]
     ckpt = None if point.meta is None else {"step": int(point.meta["step"]), "config": point.meta.get("config") or {},
@@ -211,7 +209,7 @@ def checked(pv: Preview) -> list[Problem]:
     """Every problem with the previewed run that keeps it from being registered, raised; returns
     the warnings: where it starts, its fields, and the context against its pinned data."""
     cfg = pv.cfg
-    problems = pv.problems + check(cfg) + limit_problems(cfg)
+    problems = pv.problems + check(cfg)
     if cfg.data_dir:
         problems += data_problems(cfg, Path(cfg.data_dir))
     return raise_on_errors(problems)
@@ -238,12 +236,9 @@ def _predict(run: Run, settled: Settled) -> None:
     run is made comes through `register_run`, so every run has it."""
     cfg = settled.cfg
     record_prediction(run.folder, cfg)  # on the card it is sized for
-    if settled.machine == "local":  # and on this computer's, where it will train
-        record_prediction(run.folder, cfg, gpu=local_gpu())
-    elif settled.machine != "auto":  # or on a box's, as its check found them
-        checked_gpu = (read_check(settled.machine) or {}).get("gpu")
-        if checked_gpu:
-            record_prediction(run.folder, cfg, gpu=checked_gpu)
+    cards = registry.host_for(settled.machine).cards() if settled.machine != "auto" else None
+    if cards and cards != cfg.gpu:  # and on its machine's, where it will train
+        record_prediction(run.folder, cfg, gpu=cards)
 
 
 def _going_on(run: Run, settled: Settled) -> Run:

@@ -3,7 +3,6 @@ field checks of `lab.config`, the data, the checkpoint, whether the batch fits).
 from __future__ import annotations
 
 from lab.config import Problem, RunConfig, check, check_against_data
-from lab.kaggle.limits import limit_problems
 from lab.sizing.cards import TOKENS_PER_WEIGHT, Card, card_where
 from lab.sizing.figures import Estimate
 from lab.sizing.words import format_count, format_number
@@ -12,7 +11,7 @@ from lab.sizing.words import format_count, format_number
 def problems(run_cfg: RunConfig, est: Estimate, card: Card | None, vocab_given: int | None,
              manifest: dict | None) -> list[Problem]:
     """Where the run starts (its checkpoint, the locked fields) is `lab.settle.preview`'s to check."""
-    out = check(run_cfg) + limit_problems(run_cfg)
+    out = check(run_cfg)  # a machine's own limits: lab.machines.registry.limits, in lab.settle.preview
     if est.vocab < 1:
         out.append(Problem("vocab", f"vocab must be at least 1 (got {est.vocab})",
                            f"словарь должен быть не меньше 1 (сейчас {est.vocab})"))

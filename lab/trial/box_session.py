@@ -1,6 +1,6 @@
 """The box's half of `lab machines check`: what one host of an SSH machine has.
 
-Sent over ssh as a script (lab.machines.ssh.check builds it: the probe session's functions,
+Sent over ssh as a script (lab.machines.remote.check builds it: the probe session's functions,
 lab.trial.session, then this) and run with the box's own Python: stdlib, and torch where it is
 installed. It records the Python, what the training notebook needs and which of it is missing,
 free disk in the machine's workdir, whether rsync is there, and with torch the cards (name,
@@ -77,5 +77,5 @@ def box_main(workdir: str, gpu_size: dict, cpu_size: dict, steps: int, timeout_s
 if __name__ == "__main__" and len(sys.argv) > 1:
     args = json.loads(sys.argv[1])
     print(json.dumps(box_main(args["workdir"], args["gpu_size"], args["cpu_size"], args["steps"], args["timeout_s"],
-                              args["burst"], args["min_free_gb"], WORKER_SOURCE)),  # noqa: F821 - lab.machines.ssh.check
+                              args["burst"], args["min_free_gb"], WORKER_SOURCE)),  # noqa: F821 - lab.machines.remote.check
           flush=True)

@@ -35,6 +35,7 @@ from typing import Any, Callable
 from kaggle_emulator.datasets import DATASET_BEHAVIOURS, Datasets
 from kaggle_emulator.kernels import Kernels
 from kaggle_emulator.logs import Logs
+from kaggle_emulator.overnight import Overnight
 from kaggle_emulator.pages import Pages
 from kaggle_emulator.quirks import Quirks
 from kaggle_emulator.files import _kill_tree
@@ -44,7 +45,7 @@ from kaggle_emulator.server import _Handler
 from kaggle_emulator.sessions import Sessions
 
 
-class KaggleEmulator(Datasets, Kernels, Sessions, Logs, Pages, Quirks):
+class KaggleEmulator(Datasets, Kernels, Sessions, Logs, Pages, Overnight, Quirks):
     """The emulated Kaggle: `start()`, `url`, `stop()`; a context manager.
 
     time_scale: emulated seconds per wall second (quota use, session timeouts, and the pushed
@@ -70,7 +71,8 @@ class KaggleEmulator(Datasets, Kernels, Sessions, Logs, Pages, Quirks):
 
     The quirks a second reading of other sources found (a busy spell, empty drafts after a refusal,
     401 for a missing kernel, sessions past their quota, ...) are switched on one by one:
-    kaggle_emulator.quirks.
+    kaggle_emulator.quirks; those of a third (a session Kaggle loses, error pages, a push answered
+    with an error, a dataset's second version refused, a new image): kaggle_emulator.overnight.
     """
 
     def __init__(self, state_dir: str | Path | None = None, *, accounts: list[EmulatedAccount] = (),
@@ -123,6 +125,9 @@ class KaggleEmulator(Datasets, Kernels, Sessions, Logs, Pages, Quirks):
         self._kill_plans: dict[str, list[_KillPlan]] = {}
         self._holds: dict[str, list[str]] = {}
         self._spells: dict[str, tuple] = {}  # busy spells: user -> (until, Retry-After s, methods, length)
+        self._pages: dict[str, list] = {}  # error pages: user -> [[until, status, methods, answers left]]
+        self._wedges: dict[str, list] = {}  # sessions Kaggle will lose: user -> [(after_s, once)]
+        self._late: dict[str, float] = {}  # user -> seconds a pushed kernel stays unseen
         self._recorded: list[dict] = []
         self._ids = itertools.count(1)
         self._server: ThreadingHTTPServer | None = None
@@ -377,6 +382,10 @@ class KaggleEmulator(Datasets, Kernels, Sessions, Logs, Pages, Quirks):
         if busy is not None:
             self._record({**entry, "status": 429, "busy": True})
             return busy
+        page = self._page_reply(user, method)
+        if page is not None:
+            self._record({**entry, "status": page[0], "page": True})
+            return page
         try:
             if method != "IntrospectToken" and user is None:
                 raise _HttpError(401, "Unauthenticated: unknown username/key or token")
@@ -428,6 +437,7 @@ _RPCS: dict[tuple[str, str], Callable[..., dict]] = {
     ("kernels.KernelsApiService", "CancelKernelSession"): KaggleEmulator._cancel_session,
     ("kernels.KernelsApiService", "ListKernels"): KaggleEmulator._list_kernels,
     ("kernels.KernelsApiService", "DeleteKernel"): KaggleEmulator._delete_kernel,
+    ("kernels.KernelsApiService", "GetKernel"): KaggleEmulator._get_kernel,
     ("blobs.BlobApiService", "StartBlobUpload"): KaggleEmulator._start_blob_upload,
     ("datasets.DatasetApiService", "CreateDataset"): KaggleEmulator._create_dataset,
     ("datasets.DatasetApiService", "CreateDatasetVersion"): KaggleEmulator._create_dataset_version,

@@ -124,6 +124,8 @@ class Datasets:
             ds = self._visible_dataset(user, owner, slug)
             if ds.owner != user.username:
                 raise _HttpError(403, "You may only version datasets you own")
+            if self._version_refused(ds):  # kagglehub PR #182: while the first version is processing
+                raise _HttpError(403, "Permission 'datasets.update' was denied")
             inner = body.get("body") or {}
             if len(inner.get("files") or []) > MAX_DATASET_FILES:
                 return _too_many_files()

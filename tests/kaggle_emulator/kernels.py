@@ -11,6 +11,7 @@ from kaggle_emulator.files import _list_files
 from kaggle_emulator.model import (ACTIVE, GPU_SHAPES, KAGGLE_SESSION_LIMIT_S, MAX_PAGE_SIZE, NOTEBOOK_LIMIT_BYTES,
                                    SIGNED_URL_TTL_S, TERMINAL, EmulatedAccount, _HttpError, _Kernel, _KernelVersion,
                                    _Session, _utcnow)
+from kaggle_emulator.overnight import check_label
 from kaggle_emulator.quirks import NOT_FOUND
 
 
@@ -64,6 +65,8 @@ class Kernels:
                                timeout_status=plan.status if plan else self.timeout_status,
                                listing_status=plan.listing_status if plan else None,
                                kill_once=plan.once if plan else None)
+            session.image = str(body.get("dockerImage") or self.image)
+            session.wedge = self._wedge_plan(user.username)
             if holds:
                 session.status, session.held = holds.pop(0), True
             kernel.versions.append(_KernelVersion(number, text, dict(body), session))
@@ -163,8 +166,9 @@ class Kernels:
         owner, slug = body.get("userName") or user.username, body.get("kernelSlug") or ""
         kernel = self._kernels.get((owner, slug))
         # Kaggle answers alike for a kernel that is missing and one that is private: 403, or 401 (quirks).
-        if kernel is None or (kernel.private and owner != user.username):
+        if kernel is None or (kernel.private and owner != user.username) or self._hidden(owner, slug):
             raise self._missing_kernel()
+        check_label(body.get("versionLabel"))
         try:
             return self._kernel_version(owner, slug, body.get("versionLabel")).session
         except (KeyError, ValueError):

@@ -113,6 +113,11 @@ class _Session:
     held: bool = False  # it never starts: it reads `status` (QUEUED, NEW_SCRIPT) for ever
     kill_once: str | None = None  # killed (as at its timeout) once a file matching this glob is in its working dir
     exited_at: float | None = None
+    charged_s: float = 0.0  # emulated seconds of GPU quota it was charged
+    wedge: tuple | None = None  # (after_s, once): when its notebook dies unnoticed (kaggle_emulator.overnight)
+    wedged: bool = False
+    deleted: bool = False  # its kernel was deleted while it ran
+    image: str = ""  # the docker image it runs on
     log: list[dict] = field(default_factory=list)
     log_done: threading.Event = field(default_factory=threading.Event)
 

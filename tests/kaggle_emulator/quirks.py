@@ -157,17 +157,6 @@ class Quirks:
             rows = [_kernel_row(k) for k in mine[(page - 1) * size:page * size]]
         return {"kernels": rows}
 
-    def _delete_kernel(self, user: EmulatedAccount, body: dict) -> dict:
-        owner, slug = body.get("userName") or user.username, body.get("kernelSlug") or ""
-        with self._lock:
-            kernel = self._kernels.get((owner, slug))
-            if kernel is None or owner != user.username:
-                raise self._missing_kernel()
-            if any(v.session.status in ACTIVE for v in kernel.versions):
-                return {"errorMessage": "A kernel with a running session cannot be deleted"}
-            del self._kernels[(owner, slug)]
-        return {}
-
 
 def _now() -> datetime:
     return datetime.now(timezone.utc)

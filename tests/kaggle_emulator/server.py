@@ -47,6 +47,9 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(payload)
 
     def _send_json(self, status: int, body: dict, headers: dict | None = None) -> None:
+        if "__html__" in body:  # an error page labelled as JSON, as Kaggle sends when busy (kaggle_emulator.overnight)
+            self._send(status, body["__html__"].encode(), headers=headers)
+            return
         self._send(status, json.dumps(body).encode(), headers=headers)
 
     def do_POST(self) -> None:  # noqa: N802 - http.server's naming

@@ -60,10 +60,12 @@ class Sessions:
         no faster than one training step per that many wall seconds, so how far a session gets
         within its limit does not depend on how fast this machine is."""
         lines = []
-        if self.time_scale != 1.0:
-            lines += [f"for _name in {TIME_PARAMETERS!r}:",
-                      "    if _name in globals():",
-                      f"        globals()[_name] = globals()[_name] / {self.time_scale!r}"]
+        if self.time_scale != 1.0:  # a training notebook's spec (`run`, `session`), or a probe's own values
+            lines += [f"for _where in [globals()] + [globals()[_n] for _n in ('run', 'session') if isinstance("
+                      "globals().get(_n), dict)]:",
+                      f"    for _name in {TIME_PARAMETERS!r}:",
+                      "        if isinstance(_where.get(_name), (int, float)) and _where[_name]:",
+                      f"            _where[_name] = _where[_name] / {self.time_scale!r}"]
         if self.min_step_s:
             lines += ["import time as _emu_time", "import torch as _emu_torch",
                       "_emu_backward = _emu_torch.Tensor.backward",
@@ -152,7 +154,7 @@ class Sessions:
         env = {k: v for k, v in os.environ.items()
                if not k.startswith(("KAGGLE_", "LAB_")) and k not in ("PYTHONPATH", "GIT_COMMIT", "BUILD_DATE")}
         env.update(LAB_KAGGLE_ROOT=str(s.root), KAGGLE_KERNEL_RUN_TYPE="Batch", CUDA_VISIBLE_DEVICES="",
-                   PYTHONUNBUFFERED="1", TMPDIR=str(s.root / "tmp"), GIT_COMMIT=EMULATED_IMAGE,
+                   PYTHONUNBUFFERED="1", TMPDIR=str(s.root / "tmp"), GIT_COMMIT=s.image.rpartition(":")[2] or EMULATED_IMAGE,
                    BUILD_DATE=_utcnow().strftime("%Y%m%d-000000"))
         if self._accounts[s.owner].nccl_p2p_broken:
             site = s.folder / "site"
@@ -197,6 +199,8 @@ class Sessions:
             account = self._accounts[s.owner]
             if s.gpu:
                 account.gpu_used_s += dt * self.time_scale
+                s.charged_s += dt * self.time_scale
+            self._wedge_due(s, now)
             due = self.enforce_timeout and (now - s.started_at) * self.time_scale >= s.timeout_s
             if s.kill_once:  # a test's kill at a point of the session's own (a file it wrote), not a time
                 due = any(s.working.glob(s.kill_once))
@@ -231,6 +235,8 @@ class Sessions:
             if s.proc is None or s.status in TERMINAL:
                 continue
             rc = s.proc.poll()
+            if s.wedged:
+                continue  # Kaggle lost it: it reads RUNNING until its kernel is deleted
             if rc is None:
                 if s.term_sent_at is not None and now - s.term_sent_at > self.grace_s:
                     _kill_tree(s.proc, getattr(signal, "SIGKILL", signal.SIGTERM))

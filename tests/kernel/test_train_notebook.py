@@ -309,3 +309,17 @@ def test_ctrl_c_on_lab_run_saves_a_checkpoint_and_the_run_can_continue(pydoc_dat
     record = json.loads((folder / "run.json").read_text())
     assert record["links"][0]["status"] == "stopped" and record["links"][0]["reason"] == "SIGTERM received"
     assert record["links"][0]["checkpoint"]["step"] == record["links"][0]["to_step"] > 3
+
+
+def test_a_run_here_speaks_to_a_person_on_the_terminal(pydoc_data):
+    """The terminal of `lab run --machine local` (what ./scripts/demo shows): the loop's progress and the
+    run's events, each once; the machine's own lines (the metrics echoed for a live curve, the kernel's
+    start-up warnings) stay in the files."""
+    proc = lab("run", "--machine", "local", *[f for f in RUN_FLAGS if f != "-q"], "--steps-until", "12",
+               "--log-every", "1")
+    text = proc.stdout + proc.stderr
+    for machine_line in ("@lab-metrics", "[IPKernelApp]", "Kernel is running over TCP", "image ?"):
+        assert machine_line not in text, machine_line
+    lines = [line for line in text.splitlines() if line.strip()]
+    assert not [line for line in set(lines) if lines.count(line) > 1], text
+    assert "link 1 on this computer" in text and "step 12" in text, text

@@ -20,6 +20,7 @@ from lab.corpus.manifests import data_id_of
 from lab.kaggle import client as kc
 from lab.machines import driver
 from lab.machines.kaggle import host as km
+from lab.machines.kaggle import names as kn
 from lab.runs import End
 from test_kaggle_runs import SETTINGS, losses, pushes, tiny
 
@@ -73,7 +74,7 @@ def test_an_auto_run_across_accounts_under_the_quirks_reaches_its_end_as_one_cur
     emu.set_quota("alice", total_s=22 * 60)  # a 12-minute link (12 wall seconds): not the whole run
     emu.occupy("bob", 2)  # another member's runs fill bob: Auto must neither push there nor count it free
     emu.busy_spell("alice", for_s=8.0, retry_after_s=1.0, methods=("SaveKernel",), from_first_call=True)
-    slug = km.data_slug(data_id_of(data))
+    slug = kn.data_slug(data_id_of(data))
     emu.set_dataset_behaviour("bob", slug, "listing-lag")
     emu.set_dataset_behaviour("carol", slug, "drop-file")  # carol has the most quota: Auto tries her first
     run = settle.register_run(tiny(data, steps_until=200).to_dict(), machine="auto")
@@ -106,11 +107,11 @@ def test_an_auto_run_across_accounts_under_the_quirks_reaches_its_end_as_one_cur
     bob_pushes = [r for r in emu.recorded("SaveKernel") if r["user"] == "bob"]
     assert len(bob_pushes) == 1 and len(pushes(emu, "bob")) == 1
     assert emu.dataset_versions("alice", slug) == [1] and emu.dataset_versions("bob", slug) == [1]
-    assert emu.dataset_versions("bob", km.ckpt_slug(run.id)) == [1]
+    assert emu.dataset_versions("bob", kn.ckpt_slug(run.id)) == [1]
     assert {r["user"] for r in emu.recorded("CreateDatasetVersion")} == {"carol"}, "only carol's one more upload"
     assert any("listing it again" in line for line in lines), lines
     # bob signed in with its access token as a Bearer token, and ran its GPU push without a GPU.
-    bob = emu.session("bob", km.kernel_slug(run.id, final.links[-1].n))
+    bob = emu.session("bob", kn.kernel_slug(run.id, final.links[-1].n))
     assert not bob.gpu and emu.account("bob").gpu_used_s == 0
     texts = [r["body"].get("text", "") for r in emu.recorded("SaveKernel")]
     texts += [(final.folder / "run.json").read_text(), (final.folder / "control.log").read_text(),

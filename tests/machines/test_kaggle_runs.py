@@ -37,12 +37,15 @@ from lab.machines import control
 from lab.api import runs as api_runs
 from lab.machines import driver as machines
 from lab.machines.kaggle import host as km
+from lab.machines.kaggle import names as kn
+from lab.machines.kaggle import data as kd
 from lab.runs import End, load_run
 
 TINY = dict(context=32, width=32, heads=2, layers=2, batch_per_card=4, eval_every=200, eval_batches=2, lr=3e-3,
             warmup_steps=2)
 ALICE_QUOTA_S = 26 * 60  # a 16-minute link (16 wall seconds) after the 10-minute start-up: not the whole run
-SETTINGS = km.KaggleSettings(poll_s=0.2, retry_base_s=0.01, dataset_wait_s=20, input_wait_s=0.5, allow_cpu=True)
+SETTINGS = kd.KaggleSettings(poll_s=0.2, retry_base_s=0.01, dataset_wait_s=20, input_wait_s=0.5, unsure_wait_s=1.0,
+                             allow_cpu=True)
 
 
 def tiny(data: Path, **kw) -> RunConfig:
@@ -145,30 +148,32 @@ def test_a_run_longer_than_alices_quota_continues_on_bob_as_one_curve(paced_lab,
     # The hand-off: the sha256 is the same at every hop, down to the file Kaggle stored for bob.
     out_ckpt = first.detail["output"]["checkpoint"]
     hop = second.detail["ckpt"]
-    stored = emu.state_dir / "datasets" / "bob" / km.ckpt_slug(run.id) / "v1" / out_ckpt["name"]
+    stored = emu.state_dir / "datasets" / "bob" / kn.ckpt_slug(run.id) / "v1" / out_ckpt["name"]
     downloaded = final.folder / first.detail["folder"] / "checkpoints" / out_ckpt["name"]
     assert out_ckpt["sha256"] == first.checkpoint["sha256"] == sha256_file(downloaded)
     assert hop["sha256_source"] == hop["sha256_staged"] == hop["sha256"] == out_ckpt["sha256"] == sha256_file(stored)
 
     # Nothing lost, nothing done twice: one session per link, the data once per account.
     assert len(pushes(emu)) == 2 and first.detail["kernel"].get("adopted")  # its reply was lost
-    assert emu.kernel_versions("alice", km.kernel_slug(run.id, 1)) == [1]
-    assert emu.kernel_versions("bob", km.kernel_slug(run.id, 2)) == [1]
-    data_slug = km.data_slug(data_id_of(data))
+    # Two pushes answered 503 were read back (not there: never done) before another was sent, by a new name.
+    assert first.detail["kernel"]["tried"] == [f"alice/{kn.kernel_slug(run.id, 1, a)}" for a in (1, 2)]
+    assert emu.kernel_versions("alice", kn.kernel_slug(run.id, 1, 3)) == [1]
+    assert emu.kernel_versions("bob", kn.kernel_slug(run.id, 2)) == [1]
+    data_slug = kn.data_slug(data_id_of(data))
     assert emu.dataset_versions("alice", data_slug) == [1] and emu.dataset_versions("bob", data_slug) == [1]
-    assert emu.dataset_versions("bob", km.ckpt_slug(run.id)) == [1]
+    assert emu.dataset_versions("bob", kn.ckpt_slug(run.id)) == [1]
     assert emu.recorded("CreateDatasetVersion") == []
 
     # The push as sent: shape, privacy, GPU, sources, size, and no secret in it.
     sent = [r for r in emu.recorded("SaveKernel") if r["user"] == "bob" and r["status"] == 200][0]["body"]
     assert (sent["machineShape"], sent["enableGpu"], sent["isPrivate"], sent["enableInternet"]) == (
         "NvidiaTeslaT4", True, True, False)
-    assert sent["datasetDataSources"] == [f"bob/{data_slug}", f"bob/{km.ckpt_slug(run.id)}"]
-    assert sent["sessionTimeoutSeconds"] == (630 + 10) * 60 and sent["slug"] == f"bob/{km.kernel_slug(run.id, 2)}"
+    assert sent["datasetDataSources"] == [f"bob/{data_slug}", f"bob/{kn.ckpt_slug(run.id)}"]
+    assert sent["sessionTimeoutSeconds"] == (630 + 10) * 60 and sent["slug"] == f"bob/{kn.kernel_slug(run.id, 2)}"
     assert len(sent["text"].encode()) < 1_000_000
     params = "".join(c["source"] for c in json.loads(sent["text"])["cells"]
                      if "injected-parameters" in c["metadata"].get("tags", []))
-    assert f'resume_from = "{km.ckpt_slug(run.id)}"' in params and 'data_dir = ""' in params
+    assert f'"resume_from": "{kn.ckpt_slug(run.id)}"' in params and '"data_dir": ""' in params
     first_sent = [r for r in emu.recorded("SaveKernel") if r["user"] == "alice" and r.get("status") == 500][0]["body"]
     assert first_sent["sessionTimeoutSeconds"] == (16 + 10) * 60  # the link's limit fits alice's quota
     for key in secrets_of(emu):
@@ -180,14 +185,14 @@ def test_a_run_longer_than_alices_quota_continues_on_bob_as_one_curve(paced_lab,
 
     # Pushed on the image Kaggle runs now, told to check its cards (and, on the emulator, allowed the CPU).
     assert sent["dockerImagePinningType"] == "latest"
-    assert 'expect_cards = "2xT4"' in params and "allow_cpu = True" in params and "nccl_env = {}" in params
+    assert '"expect_cards": "2xT4"' in params and '"allow_cpu": true' in params.lower() and '"nccl_env": {}' in params
     # Only documented licence names go up, and the upload says which was sent (pydoc: the PSF's terms).
     assert {r["body"]["licenseName"] for r in emu.recorded("CreateDataset")} == {"other"}
     assert any('licence sent as "other": Kaggle documents no name for' in line for line in lines), lines
     # Each link records the image it ran and what its session measured; the account keeps them.
     for link in final.links:
         device = json.loads((final.folder / link.detail["folder"] / "device.json").read_text())
-        assert device["image"]["git_commit"] == "kaggle-emulator" and device["image"]["python"] == sys.version.split()[0]
+        assert device["image"]["git_commit"] == "v160" and device["image"]["python"] == sys.version.split()[0]
         assert device["image"]["torch"] and device["cards_found"] == []
         seen = link.detail["measured"]
         assert seen["boot_s"] > 0 and seen["data_checks_s"] >= 0 and seen["output_copy_s"] is not None
@@ -226,12 +231,12 @@ def test_killing_the_control_side_anywhere_neither_loses_nor_repeats_anything(pa
     # It dies again after bob's copy of the checkpoint was uploaded, before that was recorded...
     with pytest.raises(Crash), faults.at("after-checkpoints-upload", crash):
         drive(run_id)
-    assert emu.dataset_versions("bob", km.ckpt_slug(run_id)) == [1]
+    assert emu.dataset_versions("bob", kn.ckpt_slug(run_id)) == [1]
     assert load_run(run_id).links[1].detail.get("ckpt") is None
     # ...then after bob's push was sent, before its reply was recorded...
     with pytest.raises(Crash), faults.at("after-push", crash):
         drive(run_id)
-    assert emu.kernel_versions("bob", km.kernel_slug(run_id, 2)) == [1]
+    assert emu.kernel_versions("bob", kn.kernel_slug(run_id, 2)) == [1]
     assert not load_run(run_id).links[1].detail["kernel"].get("pushed_at")
     # ...and `lab watch` finishes the run.
     done = subprocess.run([sys.executable, "-m", "lab.cli", "watch", run_id, "-q"], cwd=ROOT, capture_output=True,
@@ -240,9 +245,9 @@ def test_killing_the_control_side_anywhere_neither_loses_nor_repeats_anything(pa
 
     final = load_run(run_id)
     assert final.status == "done" and [link.machine for link in final.links] == ["alice", "bob"]
-    assert [r["body"]["slug"] for r in pushes(emu)] == [f"alice/{km.kernel_slug(run_id, 1)}",
-                                                        f"bob/{km.kernel_slug(run_id, 2)}"]
-    assert emu.dataset_versions("bob", km.ckpt_slug(run_id)) == [1], "the lost upload was found, not repeated"
+    assert [r["body"]["slug"] for r in pushes(emu)] == [f"alice/{kn.kernel_slug(run_id, 1)}",
+                                                        f"bob/{kn.kernel_slug(run_id, 2)}"]
+    assert emu.dataset_versions("bob", kn.ckpt_slug(run_id)) == [1], "the lost upload was found, not repeated"
     assert final.links[1].detail["ckpt"].get("adopted") and final.links[1].detail["kernel"].get("adopted")
     assert sorted(losses(final.folder)) == list(range(1, 301))
 
@@ -274,9 +279,9 @@ def test_a_push_refused_at_the_session_limit_waits_for_a_picked_account_or_moves
     assert [(link.machine, link.status) for link in final.links] == [("alice", "failed"), ("alice", "done")]
     assert any(busy in line and "Kaggle account 'alice'" in line and "waits for it and asks again" in line
                for line in lines), lines
-    assert final.links[0].detail["kernel"]["refused"] and emu.kernel_versions("alice", km.kernel_slug(run.id, 1)) == []
-    assert km.held("alice", "data", data_id_of(data))["ready"], "the upload is kept for the next try"
-    assert len(emu.dataset_versions("alice", km.data_slug(data_id_of(data)))) == 1, "the data went up once"
+    assert final.links[0].detail["kernel"]["refused"] and emu.kernel_versions("alice", kn.kernel_slug(run.id, 1)) == []
+    assert kd.held("alice", "data", data_id_of(data))["ready"], "the upload is kept for the next try"
+    assert len(emu.dataset_versions("alice", kn.data_slug(data_id_of(data)))) == 1, "the data went up once"
 
     # With Auto, the lab moves on to the next free account.
     emu.set_quota("bob", total_s=30 * 3600, used_s=29 * 3600)  # so Auto tries alice (most quota) first
@@ -291,17 +296,16 @@ def test_a_push_refused_at_the_session_limit_waits_for_a_picked_account_or_moves
 
 def test_a_push_with_no_clear_answer_is_not_pushed_again_until_kaggle_is_asked(lab_env):
     emu, data = lab_env.emu, lab_env.data
-    emu.inject_faults("SaveKernel", 500, 1)  # no answer, and Kaggle did not take it
+    emu.inject_faults("SaveKernel", 500, 1)  # an error answer, and Kaggle did not take it
     run = settle.register_run(tiny(data, steps_until=5).to_dict(), machine="alice")
-    slug = km.kernel_slug(run.id, 1)
+    slug = kn.kernel_slug(run.id, 1)
     final = drive(run.id)
-    message = api_runs.status(run.id).message
-    assert final.status == "failed" and "no clear answer" in message and f"lab watch {run.id}" in message
-    assert final.links[0].status == "starting" and final.links[0].detail["kernel"]["pushing"]
-    assert len(emu.recorded("SaveKernel")) == 1 and emu.kernel_versions("alice", slug) == [], "no second push at once"
-    final = drive(run.id)  # `lab watch`: asks Kaggle, finds no kernel, pushes once
-    assert final.status == "done" and emu.kernel_versions("alice", slug) == [1]
-    assert [link.status for link in final.links] == ["done"]
+    assert final.status == "done" and [link.status for link in final.links] == ["done"]
+    calls = [(r["method"], r["body"].get("kernelSlug") or r["body"].get("slug", "").split("/")[-1])
+             for r in emu.recorded() if r["method"] in ("SaveKernel", "GetKernelSessionStatus")]
+    second = calls.index(("SaveKernel", kn.kernel_slug(run.id, 1, 2)))
+    assert ("GetKernelSessionStatus", slug) in calls[1:second], "Kaggle was asked before any second push"
+    assert emu.kernel_versions("alice", slug) == [] and final.links[0].detail["kernel"]["tried"] == [f"alice/{slug}"]
 
 
 def test_a_session_kaggle_ran_without_its_data_trains_nothing_and_the_data_goes_up_again(lab_env):
@@ -310,14 +314,14 @@ def test_a_session_kaggle_ran_without_its_data_trains_nothing_and_the_data_goes_
     run = settle.register_run(tiny(data, steps_until=5).to_dict(), machine="alice")
     lines: list[str] = []
     final = drive(run.id, lines)
-    slug = f"alice/{km.data_slug(data_id_of(data))}"
+    slug = f"alice/{kn.data_slug(data_id_of(data))}"
     assert any("without these sources" in line and slug in line for line in lines), lines
     assert final.status == "done" and [link.status for link in final.links] == ["failed", "done"]
     first = final.links[0]
     assert first.outcome.kind is End.PUSH_AGAIN and first.detail["kernel"]["dropped_sources"] == [slug]
     assert not (final.folder / first.detail["folder"] / "metrics.jsonl").exists(), "it trained nothing"
     # What Kaggle lost went up again, as a version that replaced the old one (storage holds one copy).
-    assert emu.dataset_versions("alice", km.data_slug(data_id_of(data))) == [2]
+    assert emu.dataset_versions("alice", kn.data_slug(data_id_of(data))) == [2]
     assert len(pushes(emu)) == 2
 
 
@@ -342,10 +346,10 @@ def test_quota_exhausted_everywhere_waits_for_the_earliest_refresh_and_says_so(l
 
 def test_a_dataset_that_never_gets_ready_stops_the_run_and_the_retry_uploads_nothing_twice(lab_env, monkeypatch):
     emu, data = lab_env.emu, lab_env.data
-    slug = km.data_slug(data_id_of(data))
+    slug = kn.data_slug(data_id_of(data))
     emu.set_dataset_behaviour("alice", slug, "stuck")
     run = settle.register_run(tiny(data, steps_until=5).to_dict(), machine="alice")
-    kaggle_settings(monkeypatch, km.KaggleSettings(poll_s=0.2, retry_base_s=0.01, dataset_wait_s=1, allow_cpu=True))
+    kaggle_settings(monkeypatch, kd.KaggleSettings(poll_s=0.2, retry_base_s=0.01, dataset_wait_s=1, allow_cpu=True))
     final = drive(run.id)
     message = api_runs.status(run.id).message
     assert final.status == "failed" and pushes(emu) == []
@@ -361,7 +365,8 @@ def test_a_dataset_that_never_gets_ready_stops_the_run_and_the_retry_uploads_not
 
 def test_a_kernel_ending_in_error_twice_stops_the_run_with_its_log(lab_env, monkeypatch):
     failing = make_notebook("raise RuntimeError('CUDA out of memory. Tried to allocate 2.00 GiB')")
-    monkeypatch.setattr(km, "kernel_notebook", lambda cfg, resume_name, limit_min, **expected: failing)
+    import lab.notebooks
+    monkeypatch.setattr(lab.notebooks, "link_notebook", lambda spec: failing)
     run = settle.register_run(tiny(lab_env.data, steps_until=5).to_dict(), machine="alice")
     lines: list[str] = []
     final = drive(run.id, lines)
@@ -369,28 +374,32 @@ def test_a_kernel_ending_in_error_twice_stops_the_run_with_its_log(lab_env, monk
     assert final.status == "failed" and [link.status for link in final.links] == ["failed", "failed"]
     assert any("only that session is lost" in line for line in lines), "the first failure costs only its session"
     assert "Kaggle account 'alice': the session ended ERROR" in message and f"lab watch {run.id}" in message
-    log = final.folder / "links" / "002-alice" / f"{km.kernel_slug(run.id, 2)}.log"
+    log = final.folder / "links" / "002-alice" / f"{kn.kernel_slug(run.id, 2)}.log"
     assert log.is_file() and "CUDA out of memory" in log.read_text() and str(log.relative_to(final.folder)) in message
     assert "CUDA out of memory" in api_runs.status(run.id).log_tail
     assert len(pushes(lab_env.emu)) == 2 and final.links[1].to_step is None
 
 
-def test_cancel_starts_no_further_link_and_says_where_to_stop_the_session(lab_env):
+def test_cancel_ends_the_kaggle_session_by_deleting_its_kernel_and_starts_no_further_link(lab_env):
     emu = lab_env.emu
     run_id = settle.register_run(tiny(lab_env.data, steps_until=100_000).to_dict(), machine="alice").id
     control.spawn_driver(run_id)
     wait_for(lambda: (load_run(run_id).links or [None])[0] is not None
              and load_run(run_id).links[0].detail.get("kaggle_status") == "RUNNING", what="the session to run")
-    slug = km.kernel_slug(run_id, 1)
+    slug = kn.kernel_slug(run_id, 1)
     log = emu.session("alice", slug).root.parent / "log.txt"
     wait_for(lambda: log.is_file() and "step 1/" in log.read_text(), what="training to start")
-    said = machines.cancel(run_id)
-    assert "Stop session" in said and f"alice/{slug}" in said and "account 'alice'" in said
-    emu.cancel("alice", slug)  # the person presses Stop in Kaggle's web page
+    from conftest import lab_here
+    code, _, err = lab_here("cancel", run_id)  # not at a terminal: the person confirms with --yes
+    assert code == 2 and "a cancel deletes its kernel" in err and "--yes" in err
+    assert not api_runs.status(run_id).cancel_requested, "nothing cancelled unasked"
+    code, said, _ = lab_here("cancel", run_id, "--yes")
+    assert code == 0 and f"alice/{slug}" in said and "deleted" in said and "is lost" in said, said
     control.spawned[run_id].wait(timeout=60)
     final = load_run(run_id)
-    assert final.status == "cancelled" and final.links[0].status == "cancelled"
-    assert final.step > 0 and (final.folder / "checkpoints").is_dir(), "what the session saved is kept"
+    assert final.status == "cancelled" and final.links[0].status == "cancelled", final.links[0].reason
+    assert emu.kernel_versions("alice", slug) == [], "its kernel was deleted: that ends a Kaggle session"
+    assert emu.charged_s("alice", slug) == 0, "and gives its time back"
     assert len(pushes(emu)) == 1 and api_runs.status(run_id).cancel_requested
 
 
@@ -420,9 +429,9 @@ def continues_on_bob(lab, steps_until: int = 200, links: int | None = 2, lines: 
         links or len(final.links)), \
         [(link.machine, link.status, link.reason) for link in final.links]
     assert sorted(losses(final.folder)) == list(range(1, steps_until + 1)), "one curve"
-    data_slug = km.data_slug(data_id_of(data))
+    data_slug = kn.data_slug(data_id_of(data))
     assert emu.dataset_versions("alice", data_slug) == [1] and emu.dataset_versions("bob", data_slug) == [1]
-    assert emu.dataset_versions("bob", km.ckpt_slug(run.id)) == [1], "the hand-off went up once"
+    assert emu.dataset_versions("bob", kn.ckpt_slug(run.id)) == [1], "the hand-off went up once"
     texts = [r["body"].get("text", "") for r in emu.recorded("SaveKernel")]
     texts += [(final.folder / "run.json").read_text(), (final.folder / "control.log").read_text(),
               str(api_runs.status(run.id))]
@@ -469,7 +478,7 @@ def test_ready_before_mounted_is_waited_out_and_never_resumes_from_another_check
 
     def register(given, *args, **kwargs):  # bob's hand-off is READY two seconds before it can be mounted
         run = real_register(given, *args, **kwargs)
-        lab.emu.set_dataset_behaviour("bob", km.ckpt_slug(run.id), "mount-lag")
+        lab.emu.set_dataset_behaviour("bob", kn.ckpt_slug(run.id), "mount-lag")
         return run
     monkeypatch.setattr(settle, "register_run", register)
     final = continues_on_bob(lab, links=None)
@@ -501,19 +510,31 @@ def test_a_session_refused_for_quota_at_its_start_moves_the_run_to_the_next_acco
     assert any("quota is spent" in line and "tries another machine" in line for line in lines), lines
 
 
-def test_a_kernel_still_running_long_past_its_timeout_is_given_up_on(make_kaggle_emulator, pydoc_data, tmp_path,
-                                                                    monkeypatch):
+def test_a_session_kaggle_lost_is_deleted_past_its_limit_and_its_quota_comes_back(make_kaggle_emulator, pydoc_data,
+                                                                                 tmp_path, monkeypatch):
+    """unsloth's CI saw a kernel whose notebook crashed sit in RUNNING for hours past its timeout, stopped
+    only by a delete, which took the account's used hours down: the lab's watchdog deletes it."""
+    import time
+
+    from lab.machines.base import Follow
     from lab.runs import updating
     lab = unfriendly_lab(make_kaggle_emulator, pydoc_data, tmp_path, monkeypatch, enforce_timeout=False)
+    lab.emu.wedge_next_session("alice", after_s=0)  # its notebook dies at once; Kaggle says RUNNING for ever
+    monkeypatch.setenv("LAB_WATCHDOG_MARGIN_MIN", "0.05")  # 3 s past its own limit
+    monkeypatch.setenv("LAB_WATCHDOG_SILENCE_MIN", "600")  # (the silence rule has its own test)
     run = settle.register_run(tiny(lab.data, steps_until=100_000).to_dict(), machine="alice")
-    km.plan_link(run.id, "alice", 30 * 3600, None, "test")
-    with updating(run.id) as r:  # a timeout the emulator's clock passes at once; Kaggle never ends it
-        r.links[0].detail["session_timeout_s"] = 1
-    kaggle_settings(monkeypatch, km.KaggleSettings(poll_s=0.2, retry_base_s=0.01, overdue_s=2.0, allow_cpu=True))
-    final = drive(run.id)
-    message = api_runs.status(run.id).message
-    assert final.status == "failed" and "past its session timeout" in message and "Stop session" in message
-    assert f"lab watch {run.id}" in message and lab.emu.session("alice", km.kernel_slug(run.id, 1)).status == "RUNNING"
+    link = km.plan_link(run.id, "alice", 30 * 3600, None, "test")
+    with updating(run.id) as r:  # a link of 3 s with no margin of its own: the watchdog's margin decides
+        r.links[0].limit_min, r.links[0].detail["margin_min"] = 0.05, 0.0
+    lines: list[str] = []
+    began = time.monotonic()
+    ended = km.KaggleHost("alice").follow(load_run(run.id), link, Follow(lines.append, lambda: False))
+    slug = kn.kernel_slug(run.id, 1)
+    assert ended.outcome.kind is End.LOST and ended.outcome.pass_over, ended.reason
+    assert "the lab ended the session" in ended.reason and "past its own limit" in ended.reason
+    assert time.monotonic() - began < 3 + 3 + 20, "deleted within its limit plus the watchdog's margin (and a poll)"
+    assert lab.emu.kernel_versions("alice", slug) == [] and lab.emu.charged_s("alice", slug) == 0
+    assert lab.emu.account("alice").gpu_used_s < 60, "the account's quota shows the time given back"
 
 
 def test_a_session_cut_off_after_a_save_is_a_link_that_ended_and_the_run_goes_on(make_kaggle_emulator, pydoc_data,
@@ -574,12 +595,13 @@ def test_a_kernel_kaggle_never_starts_is_given_up_with_the_time_it_waited(lab_en
     message = api_runs.status(run.id).message
     assert final.status == "failed" and final.links[0].detail["kaggle_status"] == "NEW_SCRIPT"
     assert "still reads NEW_SCRIPT 0 min after its push" in message and "has not started it" in message
-    assert "Stop session" in message and f"lab watch {run.id}" in message and len(pushes(lab_env.emu)) == 1
+    assert f"`lab cancel {run.id}` (it deletes the kernel" in message and f"lab watch {run.id}" in message
+    assert len(pushes(lab_env.emu)) == 1
 
 
 def test_a_version_that_does_not_hold_the_files_sent_is_caught_before_any_push(lab_env):
     emu, data = lab_env.emu, lab_env.data
-    slug = km.data_slug(data_id_of(data))
+    slug = kn.data_slug(data_id_of(data))
     emu.set_dataset_behaviour("alice", slug, "drop-file")  # Kaggle keeps all but the largest file, silently
     run = settle.register_run(tiny(data, steps_until=5).to_dict(), machine="alice")
     final = drive(run.id)
@@ -590,7 +612,7 @@ def test_a_version_that_does_not_hold_the_files_sent_is_caught_before_any_push(l
     assert final.links[0].outcome.kind is End.ELSEWHERE
     assert f"version 2 of dataset alice/{slug} does not hold what was sent (missing pydoc__" in message
     assert "uploaded twice" in message and "kaggle-cli#284" in message and "passed over for this run" in message
-    assert km.held("alice", "data", data_id_of(data)) is None, "forgotten: the next try uploads it again"
+    assert kd.held("alice", "data", data_id_of(data)) is None, "forgotten: the next try uploads it again"
     assert emu.recorded("ListDatasetFiles")[0]["body"]["datasetVersionNumber"] == 1
     assert emu.dataset_versions("alice", slug) == [2] and len(emu.recorded("ListDatasetFiles")) == 8
 

@@ -21,8 +21,9 @@ from lab.machines.auto import choose
 from lab.machines.base import Follow, Host
 from lab.machines.kaggle import data as kaggle_data
 from lab.machines.kaggle import host as km
+from lab.machines.kaggle import names as kn
+from lab.machines.kaggle import data as kd
 from lab.machines.kaggle import names as kaggle_names
-from lab.machines.kaggle import outputs as kaggle_outputs
 from lab.runs import End, Outcome, load_run
 
 CFG = RunConfig()
@@ -41,11 +42,11 @@ def test_a_links_limit_is_the_runs_or_what_the_quota_allows_after_the_start_up()
 def test_names_on_kaggle_are_valid_slugs_and_titles():
     from slugify import slugify
     long_id = "20261130-120000-" + "x" * 60
-    for slug in (km.kernel_slug("20261130-120000-8x512-ab12", 3), km.kernel_slug(long_id, 12),
-                 km.data_slug("pydoc+bible-1a2b3c4d"), km.ckpt_slug(long_id)):
+    for slug in (kn.kernel_slug("20261130-120000-8x512-ab12", 3), kn.kernel_slug(long_id, 12),
+                 kn.data_slug("pydoc+bible-1a2b3c4d"), kn.ckpt_slug(long_id)):
         assert re.fullmatch(r"[a-z0-9][a-z0-9-]{4,48}[a-z0-9]", slug), slug
         assert slugify(slug) == slug  # the title a kernel is pushed with makes this very slug
-    assert km.kernel_slug(long_id, 1) != km.kernel_slug(long_id, 2)
+    assert kn.kernel_slug(long_id, 1) != kn.kernel_slug(long_id, 2)
 
 
 def test_the_data_folder_goes_up_flat_and_reads_the_same(pydoc_data, tmp_path, monkeypatch):
@@ -108,22 +109,37 @@ def test_merged_checkpoints_keep_the_newest_two(tmp_path):
         "ckpt_00000020.json", "ckpt_00000020.pt", "ckpt_00000030.json", "ckpt_00000030.pt"]
 
 
-def test_the_pushed_notebook_carries_the_links_parameters():
+def test_the_pushed_notebook_carries_the_links_spec_once():
+    from lab.notebooks import link_notebook
+    from lab.spec import LinkSpec
     cfg = RunConfig(data_dir="/home/me/lab-home/data/pydoc-1", steps_until=777, checkpoint_every_min=30)
-    nb = km.kernel_notebook(cfg, "lab-ckpt-run-1", limit_min=120)
+    nb = link_notebook(LinkSpec.of(cfg, limit_min=120, resume_from="lab-ckpt-run-1"))
     text = kc.notebook_text(nb)
     assert len(text.encode()) < kc.NOTEBOOK_LIMIT_BYTES
-    injected = [c for c in nb["cells"] if "injected-parameters" in c["metadata"].get("tags", [])]
-    assert len(injected) == 1
-    source = "".join(injected[0]["source"])
-    for line in ('resume_from = "lab-ckpt-run-1"', 'data_dir = ""', "steps_until = 777", "limit_min = 120.0",
-                 "checkpoint_every_min = 30.0", 'out_dir = ""'):
+    cells = [c for c in nb["cells"] if "parameters" in c["metadata"].get("tags", [])]
+    assert len(cells) == 1, "the run's values once"
+    source = "".join(cells[0]["source"])
+    for line in ('"resume_from": "lab-ckpt-run-1"', '"steps_until": 777', '"limit_min": 120,',
+                 '"checkpoint_every_min": 30'):
         assert line in source, line
     assert "/home/me" not in text
 
 
 # ---------------------------------------------------------------------------------------------
 # Accounts as machines, against the emulator
+
+
+def test_kaggles_12_hour_session_limits_a_run_on_an_account_and_only_notes_it_under_auto(kaggle_lab):
+    """Limits belong to their machine (a box takes 900 minutes: tests/machines/test_ssh.py)."""
+    from lab.config import ConfigError
+    long = {**dataclasses.asdict(RunConfig()), "limit_min": 900}
+    on_alice = settle.preview(long, machine="alice")
+    assert any(p.severity == "error" and "Kaggle's 12-hour session" in p.en for p in on_alice.problems)
+    with pytest.raises(ConfigError, match="12-hour session"):
+        settle.checked(on_alice)
+    under_auto = settle.preview(long, machine="auto").problems
+    assert [p.severity for p in under_auto if p.field == "limit_min"] == ["note"], under_auto
+    assert settle.preview({**long, "limit_min": 630}, machine="alice").problems == []
 
 
 def test_overview_shows_each_account_with_its_quota_and_this_computer(kaggle_lab):
@@ -241,8 +257,8 @@ def test_a_run_started_on_this_computer_goes_on_in_the_background_and_cancel_sav
         if driver.poll() is None:
             driver.kill()
     final = load_run(run_id)
-    assert final.status == "cancelled" and final.links[0].status == "stopped"
-    assert final.links[0].reason == "SIGINT received" and final.step > 0
+    assert final.status == "cancelled" and final.links[0].status == "cancelled"  # as on every machine
+    assert "cancelled with lab cancel after saving at step" in final.links[0].reason and final.step > 0
     assert (final.folder / "checkpoints" / f"ckpt_{final.step:08d}.pt").is_file()
 
 
@@ -293,13 +309,14 @@ def test_a_notebook_that_dies_unexpectedly_fails_its_link_and_says_lab_watch(pyd
         raise RuntimeError("Kernel died before replying to kernel_info")
     monkeypatch.setattr(papermill, "execute_notebook", dead_kernel)
     link = local_machine.LocalHost().start(run, local_machine.LocalHost().state([]), "test")
-    ended = local_machine.execute_link(run, link, run.cfg, pydoc_data, None, progress=False)
-    assert ended.outcome.kind is End.FAILED, "a failed session on this computer fails the run"
-    assert "RuntimeError: Kernel died" in ended.outcome.reason and f"lab watch {run.id}" in ended.outcome.reason
+    ended = local_machine.execute_link(run, link, pydoc_data, None, progress=False)
+    assert ended.outcome.kind is End.LOST, "a session that died without a word is lost, as on every machine"
+    assert "RuntimeError: Kernel died" in ended.outcome.reason and "only that session is lost" in ended.outcome.reason
     link = load_run(run.id).links[-1]
     assert link.status == "failed" and "RuntimeError" in link.reason and link.outcome == ended.outcome
-    final = machines.drive(run.id, say=lambda s: None, progress=False)  # the driver stops it with that reason
+    final = machines.drive(run.id, say=lambda s: None, progress=False)  # a second in a row stops the run
     assert final.status == "failed" and "RuntimeError: Kernel died" in api_runs.status(run.id).message
+    assert f"lab watch {run.id}" in api_runs.status(run.id).message
 
 
 def test_one_accounts_surprise_shows_as_its_error_only(kaggle_lab, monkeypatch):
@@ -319,9 +336,9 @@ def test_a_cancel_before_the_push_uploads_nothing(kaggle_lab, pydoc_data):
     run = settle.register_run(RunConfig(data_dir=str(pydoc_data), steps_until=5).to_dict(), machine="alice")
     link = km.plan_link(run.id, "alice", 3600, None, "test")
     link = km.KaggleHost("alice").follow(load_run(run.id), link, Follow(lambda s: None, lambda: True))
-    assert link.status == "cancelled" and link.reason == "cancelled before its push"
+    assert link.status == "cancelled" and link.reason == "cancelled before its session started"
     assert kaggle_lab.emu.recorded("CreateDataset") == [] and kaggle_lab.emu.recorded("SaveKernel") == []
-    assert km.held("alice", "data", data_id_of(pydoc_data)) is None
+    assert kd.held("alice", "data", data_id_of(pydoc_data)) is None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -491,11 +508,16 @@ def test_an_unexpected_error_fails_the_run_with_its_traceback_and_lab_watch_goes
 def test_a_sigterm_the_lab_did_not_send_is_said_to_be_kaggles_and_the_run_goes_on():
     """The lab never signals a Kaggle session: a session that saved on a SIGTERM was stopped by
     Kaggle (its runtime limit, or the weekly quota in the emulator), which the link says."""
-    from lab.runs import Link
-    output = {"result": {"reason": "SIGTERM received", "step": 12, "done": False},
-              "checkpoint": {"name": "ckpt_00000012.pt", "step": 12, "sha256": "0" * 64}}
-    status, reason, outcome = kaggle_outputs._ending(Link(1, "alice"), "ERROR", "quota ran out", output)
-    assert status == "stopped" and outcome.kind is End.CONTINUE
-    assert reason.startswith("Kaggle stopped the session (ERROR, SIGTERM: quota ran out)") and "step 12" in reason
-    assert outcome.reason_ru.startswith("Kaggle остановил сессию") and "SIGTERM" not in kaggle_outputs._ending(
-        Link(1, "alice"), "COMPLETE", "", {**output, "result": {"reason": "time limit", "step": 12}})[1]
+    from lab.machines.ending import Facts, Said, ended
+    from lab.machines.handoff import SessionOutputs
+    out = SessionOutputs(result={"reason": "SIGTERM received", "step": 12, "done": False},
+                         checkpoint={"name": "ckpt_00000012.pt", "step": 12, "sha256": "0" * 64})
+    said = Facts("Kaggle account 'alice'", Said.EXITED, out, 0, words="the session ended ERROR: quota ran out",
+                 signalled_by="Kaggle (its runtime limit, or the account's weekly quota)")
+    end = ended(said)
+    assert end.status == "stopped" and end.outcome.kind is End.CONTINUE
+    assert end.reason.startswith("Kaggle (its runtime limit, or the account's weekly quota) stopped the session "
+                                 "(the session ended ERROR: quota ran out)") and "step 12" in end.reason
+    assert end.outcome.reason_ru.startswith("Kaggle (its runtime limit")
+    timed = dataclasses.replace(said, out=dataclasses.replace(out, result={"reason": "time limit", "step": 12}))
+    assert "SIGTERM" not in ended(timed).reason and ended(timed).reason == "time limit"

@@ -10,6 +10,7 @@ the module does (`runs`), the cluster's node taking them side by side, and each 
 from __future__ import annotations
 
 import json
+import re
 import os
 import signal
 import time
@@ -67,7 +68,8 @@ def rows_of(folder: Path) -> list[dict]:
 
 
 def run_id_of(out: str) -> str:
-    return out.split("run ", 1)[1].split(":", 1)[0]
+    """The run's id from `lab run`'s line "run ID: ..." (notes on the fields may come before it)."""
+    return re.search(r"^run (\S+):", out, re.MULTILINE).group(1)
 
 
 def wait(what, timeout_s: float = 120.0, every_s: float = 0.2, about=lambda: ""):
@@ -158,7 +160,7 @@ def test_a_run_waits_in_the_queue_is_requeued_while_the_control_side_is_away_and
     assert "started again (restart 1)" in log and log.count("step 1/200") == 1, "the run was not started twice"
     last = record["links"][-1]
     executed = json.loads((folder / last["notebook"]).read_text())
-    assert any("limit_min = 1.0" in "".join(c["source"]) for c in executed["cells"]), "the limit inside the job's"
+    assert any('"limit_min": 1.0' in "".join(c["source"]) for c in executed["cells"]), "the limit inside the job's"
     assert (folder / "loss.png").stat().st_size > 1000
     from lab.kernel.checkpoint import verify_checkpoint
     assert verify_checkpoint(folder / "checkpoints" / last["checkpoint"]["name"]) is None
@@ -186,7 +188,7 @@ def test_a_job_at_its_time_limit_goes_on_in_a_next_job_as_one_curve_and_a_cancel
         assert slurm.job(link["detail"]["job"])["JobState"] == "COMPLETED", "it ended before Slurm had to kill it"
     assert [x["from_step"] for x in links[1:]] == [x["to_step"] for x in links[:-1]], "each goes on where one stopped"
     assert last["status"] == "cancelled" and last["outcome"]["kind"] == "cancelled"
-    assert "cancelled with lab cancel: saved at step" in last["reason"]
+    assert "cancelled with lab cancel after saving at step" in last["reason"]
     step = last["to_step"]
     assert last["checkpoint"]["step"] == step > last["from_step"]
     from lab.kernel.checkpoint import verify_checkpoint

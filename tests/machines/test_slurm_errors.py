@@ -95,9 +95,9 @@ def test_a_job_that_fails_at_once_stops_the_run_with_the_end_of_its_log(home, tm
                     "--no-check")[0] == 0
     err = refused("run", "--machine", "bare", *TINY, *FP32, "--data-dir", str(pydoc_data), "-c", "pydoc",
                   "--steps-until", "20")
-    assert "cluster 'bare' (this computer, its default partition): job" in err
-    assert "'s session failed: ModuleNotFoundError: No module named 'papermill' (the cluster's Python lacks it" in err
-    assert "Its log ends:" in err and "The job's log and notebook are in links/001-bare/" in err
+    assert "cluster 'bare' (this computer, its default partition): the session failed" in err
+    assert "the session failed: ModuleNotFoundError: No module named 'papermill'" in err
+    assert "(the cluster's Python lacks it" in err and "Its log ends:" in err and "are in links/001-bare/" in err
     run = next((home / "runs").iterdir())
     record = json.loads((run / "run.json").read_text())
     link = record["links"][0]

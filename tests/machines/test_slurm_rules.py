@@ -12,7 +12,9 @@ from lab.machines.auto import Machine, choose
 from lab.runs import End
 from lab.machines.slurm.cluster import Cluster, checked_shape, job_time, parse_time
 from lab.machines.slurm.job import SlurmLink, job_script
-from lab.machines.slurm.outputs import ending
+from lab.machines.ending import Facts, ended
+from lab.machines.handoff import SessionOutputs
+from lab.machines.slurm.host import job_facts, said_of
 from lab.machines.slurm.query import from_scontrol, reason_words, scontrol_fields, SlurmUnreachable
 
 WHERE = "cluster 'hpc' (login.hpc, partition gpu)"
@@ -63,36 +65,38 @@ def test_a_queue_reason_is_said_in_words_and_those_that_never_clear_are_known():
 
 def test_the_job_script_asks_for_the_shape_the_time_the_signal_and_a_requeue():
     cluster = Cluster("hpc", None, partition="gpu", account="lab", gres="gpu:4", nodes=2, python="~/venv/bin/python")
-    rec = SlurmLink("links/001-hpc", remote="/scratch/lab/runs/r/001", job_name="lab-r-1", minutes=640, signal_s=300)
+    rec = SlurmLink(remote="/scratch/lab/runs/r/001", job_name="lab-r-1", minutes=640, signal_s=300)
     script = job_script(cluster, rec, "run r, link 1")
     for line in ("#SBATCH --time=640", "#SBATCH --signal=TERM@300", "#SBATCH --requeue", "#SBATCH --open-mode=append",
                  "#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=1", "#SBATCH --partition=gpu",
                  "#SBATCH --account=lab", "#SBATCH --gres=gpu:4",
                  "#SBATCH --output=/scratch/lab/runs/r/001/session.log"):
         assert line + "\n" in script
-    assert script.rstrip().endswith('"$HOME"/venv/bin/python /scratch/lab/runs/r/001/node.py job '
+    assert script.rstrip().endswith('"$HOME"/venv/bin/python /scratch/lab/runs/r/001/box.py job '
                                     '/scratch/lab/runs/r/001')
     assert "exec srun --ntasks-per-node=1" in script and " --gres=gpu:4 --kill-on-bad-exit=1 " in script
 
 
 def _ended(state: str | None, *, ckpt_step: int | None = None, result: dict | None = None, cancelled=False,
            preempted=False, error: str | None = None):
-    rec = SlurmLink("links/002-hpc", job="41", minutes=60, state={"state": state} if state else None,
+    """How the lifecycle decides it (lab.machines.lifecycle.facts_of): Slurm's word, what came back, the
+    cluster's additions, one table for every kind."""
+    rec = SlurmLink(job="41", minutes=60, state={"state": state} if state else None,
                     preempted="2026-12-01T00:00:00+00:00" if preempted else None,
                     last={"exit": {"ok": error is None, "error": error}})
-    output = {"done": True}
-    if ckpt_step is not None:
-        output["checkpoint"] = {"name": f"ckpt_{ckpt_step:08d}.pt", "step": ckpt_step, "sha256": "x"}
-    if result is not None:
-        output["result"] = result
-    return ending(rec, 100, output, cancelled, WHERE, "lab: job 41 (start 0)\nTraceback ...\nRuntimeError: boom\n")
+    out = SessionOutputs(result=result, checkpoint={"name": f"ckpt_{ckpt_step:08d}.pt", "step": ckpt_step,
+                                                    "sha256": "x"} if ckpt_step is not None else None)
+    said, words = said_of(rec, cancelled)
+    extra = job_facts(rec, out, "lab: job 41 (start 0)\nTraceback ...\nRuntimeError: boom\n")
+    end = ended(Facts(WHERE, said, out, 100, words, cancel_asked=cancelled, folder="links/002-hpc", **extra))
+    return end.status, end.reason, end.outcome
 
 
 def test_each_way_a_job_ends_is_the_links_outcome():
     status, reason, out = _ended("TIMEOUT", ckpt_step=180)
     assert (status, out.kind) == ("stopped", End.CONTINUE) and "reached its time limit (60 min)" in reason
     status, reason, out = _ended("TIMEOUT")
-    assert (status, out.kind) == ("failed", End.LOST) and "only that job is lost" in reason
+    assert (status, out.kind) == ("failed", End.LOST) and "only that session is lost" in reason
     assert _ended("NODE_FAIL", ckpt_step=150)[2].kind is End.CONTINUE
     assert _ended(None)[2].kind is End.LOST and "Slurm no longer knows job 41" in _ended(None)[1]
     assert _ended("PREEMPTED")[2].kind is End.LOST and "preempted" in _ended("PREEMPTED")[1]
@@ -103,17 +107,22 @@ def test_each_way_a_job_ends_is_the_links_outcome():
     assert "goes on from its checkpoint at step 130" in reason and out.reason_ru
     assert _ended("CANCELLED", cancelled=True)[2].kind is End.CANCELLED
     status, reason, out = _ended("FAILED", error="ModuleNotFoundError: No module named 'torch'")
-    assert out.kind is End.FAILED and "the cluster's Python lacks it" in reason and "links/002-hpc/" in reason
+    assert out.kind is End.FAILED and "the cluster's Python lacks it" in reason and "links/002-hpc/" in reason, \
+        "no session there does better until it is installed"
+    assert _ended("FAILED", error="RuntimeError: the node's disk went away")[2].kind is End.LOST, \
+        "another error of the session's own, without a result, costs only its session"
 
 
 def test_a_session_that_saved_says_what_stopped_it():
     saved = {"step": 180, "reason": "SIGTERM received", "done": False}
-    assert "neared its time limit (60 min): saved at step 180 at Slurm's signal" in _ended("COMPLETED", result=saved)[1]
-    assert "preempted (Slurm requeued it): saved at step 180" in _ended("CANCELLED", result=saved, preempted=True)[1]
-    assert "reached its time limit (60 min) after saving at step 180" in _ended("TIMEOUT", result=saved)[1]
-    status, reason, out = _ended("COMPLETED", result={**saved, "reason": "SIGINT received"}, cancelled=True)
-    assert (status, out.kind, reason) == ("cancelled", End.CANCELLED, "job 41 cancelled with lab cancel: saved at "
-                                                                          "step 180")
+    assert "Slurm (job 41, before its time limit of 60 min, or a preemption) stopped the session" in \
+        _ended("COMPLETED", result=saved)[1] and "saved at step 180" in _ended("COMPLETED", result=saved)[1]
+    assert "preempted (Slurm requeued it)" in _ended("CANCELLED", result=saved, preempted=True)[1]
+    assert "reached its time limit (60 min)" in _ended("TIMEOUT", result=saved)[1]
+    status, reason, out = _ended("COMPLETED", result={**saved, "reason": "SIGINT received"}, ckpt_step=180,
+                                 cancelled=True)
+    assert (status, out.kind) == ("cancelled", End.CANCELLED) and "cancelled with lab cancel after saving at step " \
+                                                                  "180" in reason
     done = _ended("COMPLETED", result={"step": 200, "reason": "steps_until reached", "done": True})
     assert (done[0], done[2].kind) == ("done", End.CONTINUE)
 

@@ -3,6 +3,7 @@ torchrun, one process on each host, gloo: bitwise the run of two processes on on
 from __future__ import annotations
 
 import json
+import re
 
 from conftest import FP32, TINY, lab_here
 from ssh_fixtures import PYTHON, ssh_lab  # noqa: F401 (fixture)
@@ -35,7 +36,7 @@ def test_a_run_on_a_group_of_two_hosts_is_bitwise_the_run_of_two_processes_on_on
     out = here("run", "--machine", "pair", *fields)
     assert "checking box-a (with a short training burst)" in out and "checking box-b" in out, "checked on first use"
     assert "copying the data" in out and "torchrun over 2 hosts, rendezvous at 127.0.0.1:" in out
-    run_id = out.split("run ", 1)[1].split(":", 1)[0]
+    run_id = re.search(r"^run (\S+):", out, re.MULTILINE).group(1)
     run = tmp_path / "home" / "runs" / run_id
     record = json.loads((run / "run.json").read_text())
     assert [(x["machine"], x["status"], x["to_step"]) for x in record["links"]] == [("pair", "done", 20)]

@@ -17,6 +17,8 @@ from lab import settle
 from lab.api import runs as api_runs
 from lab.machines import driver as machines
 from lab.machines.kaggle import host as km
+from lab.machines.kaggle import names as kn
+from lab.machines.kaggle import data as kd
 from lab.machines.live import curve_rows
 
 TINY = dict(context=32, width=32, heads=2, layers=2, batch_per_card=4, eval_every=20, eval_batches=2, lr=3e-3,
@@ -38,7 +40,7 @@ def _start(lab, monkeypatch, grace_s: float = 300.0):
     cfg = RunConfig(**TINY, data_dir=str(lab.data), constellations=["pydoc"])
     run = settle.register_run(cfg.to_dict(), machine="alice")
     lines: list[str] = []
-    kaggle_settings(monkeypatch, km.KaggleSettings(poll_s=0.2, retry_base_s=0.01, dataset_wait_s=20, allow_cpu=True,
+    kaggle_settings(monkeypatch, kd.KaggleSettings(poll_s=0.2, retry_base_s=0.01, dataset_wait_s=20, allow_cpu=True,
                                                    log_grace_s=grace_s))
     t = threading.Thread(target=machines.drive, args=(run.id,), kwargs=dict(say=lines.append, progress=False),
                          daemon=True)
@@ -71,7 +73,7 @@ def test_the_monitor_and_watch_see_a_kaggle_runs_curve_while_its_session_runs(pa
     assert [r["step"] for r in curve_rows(run)] == [r["step"] for r in state.live["rows"]]
     t.join(180)
     assert not t.is_alive()
-    assert any("(live, from the session's log)" in line for line in lines), lines
+    assert any(line.startswith("link 1: step ") and line.endswith("(live)") for line in lines), lines
     final = api_runs.status(run_id)
     assert final.status == "done" and final.live is None
     authoritative = read_metrics(load_run(run_id).folder)
@@ -95,5 +97,5 @@ def test_an_account_whose_probe_found_the_log_kept_until_the_end_is_said_so_at_o
     from lab.runs import load_run
     link = load_run(run_id).links[0]
     assert link.detail["kernel"]["nccl_env"] == {"NCCL_P2P_DISABLE": "1"}
-    log = (load_run(run_id).folder / link.detail["folder"] / f"{km.kernel_slug(run_id, 1)}.log").read_text()
+    log = (load_run(run_id).folder / link.detail["folder"] / f"{kn.kernel_slug(run_id, 1)}.log").read_text()
     assert "NCCL NCCL_P2P_DISABLE=1 (the account's probe)" in log

@@ -13,6 +13,7 @@ from kaggle_fixtures import kaggle_emulator, kaggle_lab, make_kaggle_emulator  #
 from lab.config import RunConfig
 from lab.machines import driver as machines
 from lab.machines.auto import choose
+from lab.machines.auto import choose
 from lab.probe.account import ProbePlan, cost_line, probe_account, probe_notebook
 from lab.kaggle.probed import cannot_run, nccl_setting, probe_path, read_probe, summary
 
@@ -40,7 +41,8 @@ def test_a_probe_records_what_the_accounts_session_has_and_the_calculator_counts
     assert "P2P path between the cards is broken" in record["facts"]["nccl_first_try"]
     assert record["nccl_env"] == {"NCCL_P2P_DISABLE": "1"} and nccl_setting(read_probe("alice")) == record["nccl_env"]
     # The image the session ran, as the runs record it in their device.json.
-    assert record["image"]["git_commit"] == "kaggle-emulator" and record["image"]["torch"] == record["facts"]["torch"]
+    assert record["image"]["git_commit"] == probing.emu.image.rpartition(":")[2]  # the emulator's tag, v160
+    assert record["image"]["torch"] == record["facts"]["torch"]
     assert record["facts"]["worker"]["backend"] == "gloo"
     assert record["tok_s"] > 0 and record["facts"]["worker"]["burst"]["precision"] == "fp32"
     assert record["facts"]["torch"] and record["facts"]["free_disk_gb"]["working"] > 0

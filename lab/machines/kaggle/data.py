@@ -37,7 +37,7 @@ from lab.machines.handoff import put, stage_checkpoint
 from lab.machines.kaggle.names import (ckpt_slug, data_licence, data_licences, data_slug, kaggle_licence, licence_note,
                                        title_of)
 from lab.machines.kaggle.record import KaggleLinkRecord
-from lab.machines.links import get_link
+from lab.machines.lifecycle import Away, get_link
 from lab.runs import list_runs, now
 
 
@@ -55,8 +55,8 @@ class KaggleSettings:
     """How patient the lab is with Kaggle; each Kaggle host builds its own (`from_env`).
     `poll_s`: seconds between status polls of one kernel (Kaggle asks for 30-60 s; the person's
     setting LAB_KAGGLE_POLL_S); `retry_base_s`: the first backoff of a retried call;
-    `dataset_wait_s`: how long a dataset may take to become READY; `overdue_s`: how long past its
-    session timeout a kernel may still read RUNNING before the watch gives up on it;
+    `dataset_wait_s`: how long a dataset may take to become READY; `unsure_wait_s`: how long the lab
+    reads back a kernel whose push got no clear answer before it takes that push as never done;
     `start_wait_s`: how long a pushed kernel may stay unstarted (QUEUED, NEW_SCRIPT);
     `input_wait_s`: the wait before pushing again a session that found its inputs not mounted yet;
     `allow_cpu`: a session that starts without the cards it was pushed for trains on its CPU
@@ -64,7 +64,7 @@ class KaggleSettings:
     poll_s: float = 30.0
     retry_base_s: float = 1.0
     dataset_wait_s: float = 3600.0
-    overdue_s: float = 1800.0  # a session still running this long past its timeout: Kaggle lost it
+    unsure_wait_s: float = 300.0  # a push with no clear answer whose kernel never shows this long started nothing
     start_wait_s: float = 3 * 3600.0  # a GPU session normally starts within minutes: three hours is lost
     input_wait_s: float = 60.0  # before pushing again a session that found its inputs not mounted yet
     log_grace_s: float = 300.0  # running this long with no line in its log: Kaggle keeps the log until the end
@@ -208,19 +208,17 @@ def ensure_data(run_id: str, n: int, ctx: LinkContext, data_dir: Path) -> dict:
     licence = data_licence(data_dir)
     return _dataset_once(ctx, Upload("data", data_id, slug, {"data_id": data_id}, lambda: stage_data(data_dir),
                                      f"lab data {data_id}", licence, licence_note(data_licences(data_dir), licence),
-                                     lambda h, phase: KaggleLinkRecord.update(run_id, n, data=h,
-                                                                              phase=f"data {phase}")))
+                                     lambda h, phase: KaggleLinkRecord.update(run_id, n, data=h)))
 
 
 def ensure_checkpoint(run_id: str, n: int, ctx: LinkContext) -> dict | None:
     """The link's starting checkpoint as the account's READY dataset, uploaded at most once."""
     run, link = get_link(run_id, n)
-    record = KaggleLinkRecord.of(link)
-    source = record.source
+    record, source = Away.of(link), Away.of(link).source
     if not source:
         return None
-    if (record.ckpt or {}).get("ready"):
-        return record.ckpt
+    if (KaggleLinkRecord.of(link).ckpt or {}).get("ready"):
+        return KaggleLinkRecord.of(link).ckpt
     slug = f"{ctx.c.username}/{ckpt_slug(run_id)}"
     staged: dict = {}
 
@@ -235,12 +233,11 @@ def ensure_checkpoint(run_id: str, n: int, ctx: LinkContext) -> dict | None:
     held_now = _dataset_once(ctx, Upload("checkpoints", slug, slug, match, make_folder,
                                        f"run {run_id} link {n}: {source['name']} sha256 {source['sha256']}",
                                        licence, licence_note(texts, licence),
-                                       lambda h, phase: KaggleLinkRecord.update(run_id, n, ckpt_upload=h,
-                                                                                phase=f"checkpoint {phase}")))
+                                       lambda h, phase: KaggleLinkRecord.update(run_id, n, ckpt_upload=h)))
     shutil.rmtree(run.folder / record.folder / ".handoff", ignore_errors=True)
     held_now = {**held_now, "sha256_source": source["sha256"],
                 "sha256_staged": staged.get("sha256", held_now.get("sha256"))}
-    KaggleLinkRecord.update(run_id, n, ckpt=held_now, ckpt_upload=None, phase="checkpoint ready")
+    KaggleLinkRecord.update(run_id, n, ckpt=held_now, ckpt_upload=None)
     return held_now
 
 
@@ -317,7 +314,8 @@ def _upload(ctx: LinkContext, up: Upload) -> dict:
     _set_held(c.username, up.kind, up.key, intent)
     up.note(intent, "uploading")
     ctx.say(f"{c.account.name}: uploading {up.slug} ({up.licence_said})")
-    version = c.upload_dataset(up.slug, folder, title_of(up.slug), up.notes, up.licence)
+    version = c.upload_dataset(up.slug, folder, title_of(up.slug), up.notes, up.licence,
+                               ready_wait_s=ctx.settings.dataset_wait_s)
     reached(f"after-{up.kind}-upload")
     h = {"slug": up.slug, **up.match, "uploading": False, "before": before, "version": version,
          "uploaded_at": now(), "licence": up.licence, "files": files}

@@ -1,69 +1,38 @@
-"""A Kaggle account as a machine: one link of a run, driven so a restart loses and repeats nothing.
+"""A Kaggle account as a machine: its state (the quota, the sessions Kaggle lists there), and one
+link of a run through the lifecycle every kind shares (lab.machines.lifecycle), with the account's
+verbs (lab.machines.kaggle.session: the datasets, the push, the status, the outputs, the delete).
 
-A link on an account goes through these phases, each recorded in the run registry (the link's
-`KaggleLinkRecord`, lab.machines.kaggle.record) before and after its side effect, so the control side may die anywhere and
-`lab watch RUN` picks up where it stopped:
-
-0. limits: the notebook under 1 MB and the data's files within a dataset version's limit, checked
-   before anything goes up;
-1. data: the run's prepared data folder, flattened (datasets are flat folders), as a private
-   dataset `lab-data-<data id>` owned by the account; uploaded once per account and version,
-   remembered in `$LAB_HOME/kaggle/holdings.json`, waited on until READY;
-2. checkpoint (continued runs): the newest checkpoint, its sidecar and the curve so far, as a
-   new version of the private dataset `lab-ckpt-<run id>` owned by the account (the hand-off:
-   A's output was downloaded with A's credentials, B's copy is uploaded with B's), sha256
-   checked before the upload;
-3. push: the parameterized training notebook as a private kernel `lab-<run id>-l<n>` (one kernel
-   per link, so "was it pushed?" is a question Kaggle can answer), 2×T4, internet off, the two
-   datasets as sources, `resume_from` = the checkpoint dataset's mount name; first the account's
-   GPU sessions as Kaggle lists them, since other lab members use the account too; a refusal
-   ends the link as lab.machines.kaggle.refusals reads it;
-4. watch: status polled no more often than every `LAB_KAGGLE_POLL_S` (30 s), backing off while
-   nothing changes; the log tail saved as `live.log`;
-5. download: the session's outputs into `runs/<id>/links/<n>-<account>/`, the checkpoint's sha256
-   checked against its sidecar;
-6. merge: the run folder's `metrics.jsonl`, `checkpoints/`, `loss.png` updated, so the curve reads
-   as one line across links.
-
-Kaggle's public API cannot cancel a batch session: `CancelKernelSession` needs a
-`kernelSessionId` that no reply of the public client carries (SaveKernel, GetKernelSessionStatus,
-ListKernelSessionOutput, GetKernel, ListKernels: checked in kagglesdk 0.1.38). A cancel stops the
-run from going on and tells the person where to press Stop; the session's output is still
-downloaded when it ends.
+A link's limit is the run's, or what the account's quota allows after the session's margin, or
+what the longest session timeout allows after it; its session timeout is that limit plus the margin
+the account's measured sessions call for (lab.kaggle.sessions), so a link normally ends by its own
+time-limit save rather than by Kaggle's kill, and the lab's watchdog ends one Kaggle has lost.
+A cancel deletes the link's kernel: the public API has no other way to stop a session.
 """
 from __future__ import annotations
 
-import json
-import time
-from pathlib import Path
 from typing import Callable
 
-from lab.config import RunConfig, UserError
-from lab.faults import reached
+from lab.config import Problem, RunConfig, UserError
 from lab.kaggle.accounts import list_accounts
-from lab.kaggle.client import (AccountClient, KaggleError, RetryPolicy, check_no_global_token, client_for, get_account,
-                               log_text, notebook_text)
-from lab.kaggle.limits import KAGGLE_MARGIN_FLOOR_MIN, KAGGLE_TIMEOUT_MAX_S
-from lab.kaggle.probed import cannot_run, nccl_setting, read_probe
+from lab.kaggle.client import AccountClient, KaggleError, RetryPolicy, check_no_global_token, client_for, get_account, \
+    log_text
+from lab.kaggle.logs import read_live
+from lab.kaggle.limits import KAGGLE_MARGIN_FLOOR_MIN, KAGGLE_TIMEOUT_MAX_S, auto_note, limit_problems
+from lab.kaggle.probed import cannot_run, read_probe
 from lab.kaggle.sessions import push_margin_min
-from lab.kernel.checkpoint import sha256_file
-from lab.machines.auto import FOREIGN, MIN_LINK_MIN, STARTUP_MIN, Machine
+from lab.machines.auto import FOREIGN, Machine
 from lab.machines.base import Follow, Host
 from lab.machines.control import spawn_driver, tail_text
-from lab.machines.kaggle.data import (KaggleSettings, LinkContext, NotKept, ensure_checkpoint, ensure_data,
-                                      forget_dataset, held, holds, stage_data)
-from lab.machines.kaggle.live import live_rows
-from lab.machines.kaggle.names import ckpt_slug, data_slug, kernel_slug
-from lab.machines.kaggle.outputs import download, finish
-from lab.machines.kaggle.record import KaggleLinkRecord, KernelPush
-from lab.machines.kaggle.refusals import (MAX_GPU_SESSIONS, Refused, busy, check_limits, check_seats, kernel_exists,
-                                          out_of_quota, refused, until_of)
-from lab.machines.kaggle.watch import TERMINAL, cancel_hint, watch
-from lab.machines.links import get_link
+from lab.machines.kaggle.data import KaggleSettings, holds
+from lab.machines.kaggle.live import at_end_note
+from lab.machines.kaggle.names import kernel_slug
+from lab.machines.kaggle.record import KaggleLinkRecord
+from lab.machines.kaggle.refusals import MAX_GPU_SESSIONS, until_of
+from lab.machines.kaggle.session import KAGGLE_CARDS, KaggleSession
+from lab.machines.lifecycle import Away, LinkCtx, follow, live, plan
 from lab.machines.needs import source_checkpoint
-from lab.runs import End, Link, Outcome, Run, load_run, now, updating
+from lab.runs import Link, Run, load_run
 
-KAGGLE_CARDS = "2xT4"  # what every push asks for (the machine shape T4X2), and what the notebook checks it got
 _QUOTA_RETRY = RetryPolicy(attempts=2, base_s=0.5, cap_s=1.0, max_retry_after_s=5.0)  # a person waits
 
 
@@ -73,230 +42,19 @@ def client(account: str, settings: KaggleSettings) -> AccountClient:
     return client_for(account, retry=RetryPolicy(attempts=6, base_s=base, cap_s=60 * base))
 
 
-# ---------------------------------------------------------------------------------------------
-# The notebook that is pushed
-
-
-def kernel_notebook(cfg: RunConfig, resume_name: str, limit_min: float, data_sha256: str = "",
-                    ckpt_sha256: str = "", *, allow_cpu: bool = False, nccl_env: dict | None = None) -> dict:
-    """The training notebook with this link's parameters: data found under /kaggle/input, the
-    checkpoint dataset's mount name as `resume_from`, the link's time limit, the sha256 of the
-    data's manifest and of the checkpoint the session must find there, the cards it must find
-    (else it stops before training, unless `allow_cpu`), and the NCCL settings the account's
-    probe found working. The session learns all of it here, never from this side's environment."""
-    # nbformat and papermill: only where a link is pushed (the machines' states need neither)
-    import nbformat
-    from papermill.iorw import load_notebook_node
-    from papermill.parameterize import parameterize_notebook
-
-    from lab.notebooks import TRAIN_NOTEBOOK, parameterized  # nbformat: only where a link is pushed
-    # Where, on Kaggle; through from_dict so that every parameter has its field's type (120.0, not 120).
-    link_cfg = RunConfig.from_dict({**cfg.to_dict(), "data_dir": "", "resume_from": resume_name, "limit_min": limit_min})
-    params = parameterized(link_cfg, out_dir="", nproc=0, plot_every_s=30, expect_data_sha256=data_sha256,
-                           expect_ckpt_sha256=ckpt_sha256, expect_cards=KAGGLE_CARDS, allow_cpu=bool(allow_cpu),
-                           nccl_env=dict(nccl_env or {}))
-    nb = load_notebook_node(str(TRAIN_NOTEBOOK))  # as papermill reads it: every cell with its tags
-    nb = parameterize_notebook(nb, params, kernel_name="python3", language="python")
-    return json.loads(nbformat.writes(nb))
-
-
 def link_limit_min(run_limit_min: float, quota_left_s: float, margin_min: float = KAGGLE_MARGIN_FLOOR_MIN) -> float:
     """A link's time limit: the run's, or what the account's quota allows after the margin, or
-    what the longest session timeout allows after it, so a link normally ends by its own
-    time-limit save rather than by Kaggle's kill."""
+    what the longest session timeout allows after it."""
     return round(min(run_limit_min, quota_left_s / 60 - margin_min, KAGGLE_TIMEOUT_MAX_S / 60 - margin_min), 3)
 
 
-# ---------------------------------------------------------------------------------------------
-# The registry of one link
-
-
 def plan_link(run_id: str, account: str, quota_left_s: float, source: dict | None, why: str = "") -> Link:
-    """Appends a link on `account` to the run, before anything is sent to Kaggle. Its session
-    timeout is its limit plus the margin the account's measured sessions call for (never below
-    the floor), and stays below Kaggle's maximum."""
-    username = get_account(account).username
+    """Appends a link on `account` to the run, before anything is sent to Kaggle."""
     margin = push_margin_min(account)
-    with updating(run_id) as run:
-        cfg = run.cfg
-        n = len(run.links) + 1
-        limit = link_limit_min(cfg.limit_min, quota_left_s, margin)
-        link = Link(n=n, machine=account, kind=KaggleHost.kind, status="starting", limit_min=limit,
-                    from_step=source["step"] if source else 0)
-        link.detail = KaggleLinkRecord(account=account, user=username, folder=f"links/{n:03d}-{account}",
-                                       session_timeout_s=int(min(KAGGLE_TIMEOUT_MAX_S, (limit + margin) * 60)),
-                                       margin_min=margin, source=source, why=why).as_detail()
-        run.links.append(link)
-        run.status = "running"
-    return link
-
-
-# ---------------------------------------------------------------------------------------------
-# One link, from wherever its record says it is
-
-
-def run_link(run_id: str, n: int, data_dir: Callable[[], Path], ctx: LinkContext,
-             cancelled: Callable[[], bool] = lambda: False) -> Link:
-    """Drives link `n` of the run to its end and merges its outputs; returns the ended link with
-    its outcome. Before the push, Kaggle's refusals end it BUSY or NO_QUOTA (nothing started; a busy
-    spell met at an upload too, `until` when Kaggle said), a dataset the account does not keep as
-    sent ELSEWHERE, the run's own cause FAILED; every upload that was done is recorded, so the next
-    try repeats none of it. Raises UserError (KaggleError included) when the link cannot be ended
-    now: a push that may have been sent, Kaggle unreachable too long while watching.
-    """
-    _, link = get_link(run_id, n)
-    if link.status == "starting":
-        try:
-            if not _pushing(link):
-                if cancelled():  # before any upload: nothing goes up, no session starts
-                    return _cancel_before_push(run_id, n)
-                _check_limits(run_id, n, ctx, data_dir())
-            data = ensure_data(run_id, n, ctx, data_dir())
-            ckpt = ensure_checkpoint(run_id, n, ctx)
-            if not _pushing(get_link(run_id, n)[1]) and cancelled():
-                return _cancel_before_push(run_id, n)
-            _ensure_pushed(run_id, n, ctx, data, ckpt)
-        except UserError as e:
-            ended = _end_before_push(run_id, n, _outcome_before_push(e))
-            if ended is None:
-                raise  # pushed, or maybe: the next try watches it, or asks Kaggle whether it is there
-            return ended
-    status, failure = watch(run_id, n, ctx, cancelled)
-    download(run_id, n, ctx)
-    return finish(run_id, n, status, failure, ctx.say)
-
-
-def _outcome_before_push(e: UserError) -> Outcome:
-    """How a link that ended before its push ended: refused (by Kaggle, or by a busy spell met at an
-    upload), passed over (a dataset the account does not keep), or failed for the run's own cause."""
-    refusal = e if isinstance(e, Refused) else busy(e)
-    if refusal is not None:
-        return Outcome(refusal.kind, str(refusal), refusal.ru, session=False, until=refusal.until)
-    if isinstance(e, NotKept):
-        return Outcome(End.ELSEWHERE, str(e), session=False)
-    return Outcome(End.FAILED, str(e), e.ru, session=False)
-
-
-def _pushing(link: Link) -> bool:
-    """Whether a push was sent (or maybe sent): a session may run, so a cancel cannot skip it."""
-    return KaggleLinkRecord.of(link).pushing
-
-
-def _cancel_before_push(run_id: str, n: int) -> Link:
-    with updating(run_id) as run:
-        link = run.links[n - 1]
-        link.status, link.ended, link.reason = "cancelled", now(), "cancelled before its push"
-        link.outcome = Outcome(End.CANCELLED, link.reason, "отменён до отправки", session=False)
-    return link
-
-
-def _end_before_push(run_id: str, n: int, outcome: Outcome) -> Link | None:
-    """Ends the link that failed before its push, with `outcome`; None when a push was sent (or
-    maybe sent): then a session may run, and the link is not over."""
-    with updating(run_id) as run:
-        link = run.links[n - 1]
-        if _pushing(link):
-            return None
-        link.status, link.ended, link.reason, link.outcome = "failed", now(), outcome.reason, outcome
-    return link
-
-
-def _record_outcome(run_id: str, n: int, outcome: Outcome) -> Link:
-    with updating(run_id) as run:
-        link = run.links[n - 1]
-        link.outcome = outcome
-    return link
-
-
-def _link_notebook(run_id: str, n: int, ctx: LinkContext, ckpt: dict | None) -> dict:
-    """The notebook link `n` pushes: the run's config, its data's and checkpoint's sha256, the account's
-    NCCL settings."""
-    run, link = get_link(run_id, n)
-    resume_name = ckpt["slug"].split("/")[1] if ckpt else ""
-    manifest = stage_data(Path(run.cfg.data_dir)) / "manifest.json"  # as uploaded: made once per data id
-    return kernel_notebook(run.cfg, resume_name, link.limit_min, data_sha256=sha256_file(manifest),
-                           ckpt_sha256=ckpt["sha256"] if ckpt else "", allow_cpu=ctx.settings.allow_cpu,
-                           nccl_env=nccl_setting(read_probe(ctx.c.account.name)))
-
-
-def _check_limits(run_id: str, n: int, ctx: LinkContext, data_dir: Path) -> None:
-    """Kaggle's limits met before anything goes up: the notebook as it will be pushed (a checkpoint's
-    name and sha256 take the room they will), the data's file count."""
-    source = KaggleLinkRecord.of(get_link(run_id, n)[1]).source
-    ckpt = {"slug": f"{ctx.c.username}/{ckpt_slug(run_id)}", "sha256": "0" * 64} if source else None
-    files = sum(1 for p in stage_data(Path(data_dir)).iterdir() if p.is_file())
-    check_limits(_link_notebook(run_id, n, ctx, ckpt), files, Path(data_dir))
-
-
-def _ensure_pushed(run_id: str, n: int, ctx: LinkContext, data: dict, ckpt: dict | None) -> KernelPush:
-    c, say = ctx.c, ctx.say
-    run, link = get_link(run_id, n)
-    record = KaggleLinkRecord.of(link)
-    if record.kernel.pushed_at:
-        return record.kernel
-    slug = f"{c.username}/{kernel_slug(run_id, n)}"
-    if record.kernel.pushing and kernel_exists(c, slug):
-        # The push was sent by a process that died before it recorded the reply: it is done.
-        return _record_push(run_id, n, record, say, version=None, url="", adopted=True)
-    check_seats(c, slug)  # another member's sessions fill the account: refused before anything is sent
-    sources = [data["slug"]] + ([ckpt["slug"]] if ckpt else [])
-    nb = _link_notebook(run_id, n, ctx, ckpt)
-    folder = run.folder / record.folder
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "pushed.ipynb").write_text(notebook_text(nb), encoding="utf-8")  # the push as sent
-    record.kernel = KernelPush(slug=slug, sources=sources, allow_cpu=ctx.settings.allow_cpu,
-                               nccl_env=nccl_setting(read_probe(c.account.name)),
-                               notebook_bytes=(folder / "pushed.ipynb").stat().st_size)
-    record.update_kernel(run_id, n, phase="pushing", pushing=True)
-    with updating(run_id) as r:
-        r.links[n - 1].notebook = f"{record.folder}/pushed.ipynb"
-    try:
-        pushed = c.push_kernel(slug, record.kernel.name, nb, dataset_sources=sources,
-                               timeout_s=record.session_timeout_s, gpu=True, internet=False, private=True)
-    except KaggleError as e:
-        return _not_pushed(run_id, n, ctx, record, e)
-    reached("after-push")
-    return _record_push(run_id, n, record, say, version=pushed.version, url=pushed.url)
-
-
-def _not_pushed(run_id: str, n: int, ctx: LinkContext, record: KaggleLinkRecord, e: KaggleError) -> KernelPush:
-    """A push Kaggle did not plainly take: run without some sources (the session is real), with no
-    clear answer (asked again before any second push), or refused (raised as Refused)."""
-    c, say, slug, sources = ctx.c, ctx.say, record.kernel.slug, record.kernel.sources
-    if e.push is not None:  # Kaggle ran it, without some sources: the session is real
-        dropped = [s for s in sources if s in e.what] or sources
-        for source in dropped:  # what the lab remembered is wrong: forget it, upload again next time
-            forget_dataset(c.username, source)
-        say(f"warning: {e}")
-        return _record_push(run_id, n, record, say, version=e.push.version, url=e.push.url, dropped_sources=dropped,
-                            error=str(e))
-    if e.unsure:
-        if _appears(c, slug, ctx.settings.poll_s):
-            return _record_push(run_id, n, record, say, version=None, url="", adopted=True)
-        # Not seen yet is not "not taken": Kaggle may list it later. No second push now; the
-        # record keeps "pushing", so the next `lab watch` asks Kaggle again before it pushes.
-        raise KaggleError(e.account, e.what, "`lab watch RUN` asks Kaggle again whether the kernel is there "
-                                             "before it pushes, so no second session starts.",
-                          status=e.status, unsure=True) from None
-    record.update_kernel(run_id, n, pushing=False, refused=e.what, cause=e.cause)
-    raise refused(e, c) from None
-
-
-def _appears(c: AccountClient, slug: str, poll_s: float, tries: int = 3) -> bool:
-    """Whether a push with no clear answer did create the kernel (asked a few times, a poll apart)."""
-    for i in range(tries):
-        time.sleep(poll_s if i else min(poll_s, 5.0))
-        if kernel_exists(c, slug):
-            return True
-    return False
-
-
-def _record_push(run_id: str, n: int, record: KaggleLinkRecord, say, **changes) -> KernelPush:
-    kernel = record.update_kernel(run_id, n, status="running", phase="pushed", pushing=False, pushed_at=now(),
-                                  **changes)
-    say(f"link {n}: pushed {kernel.slug}" + (f" version {kernel.version}" if kernel.version else "")
-        + (f" ({kernel.url})" if kernel.url else ""))
-    return kernel
+    limit = link_limit_min(load_run(run_id).cfg.limit_min, quota_left_s, margin)
+    record = KaggleLinkRecord(account=account, user=get_account(account).username, margin_min=margin,
+                              session_timeout_s=int(min(KAGGLE_TIMEOUT_MAX_S, (limit + margin) * 60)))
+    return plan(run_id, account, KaggleHost.kind, source, why, limit, **record.as_detail())
 
 
 # ---------------------------------------------------------------------------------------------
@@ -372,8 +130,8 @@ class KaggleHost(Host):
                 run = load_run(run_id)
             except UserError:
                 continue
-            out += [f"{username}/{kernel_slug(run.id, link.n)}" for link in run.links
-                    if link.machine == self.name and link.status in ("starting", "running")]
+            out += [KaggleLinkRecord.of(link).kernel.slug or f"{username}/{kernel_slug(run.id, link.n)}"
+                    for link in run.links if link.machine == self.name and link.status in ("starting", "running")]
         return out
 
     def check(self, say: Callable[[str], None] = print) -> None:
@@ -384,38 +142,43 @@ class KaggleHost(Host):
     def holds(self, data_id: str | None, ckpt_sha256: str | None, run_id: str) -> set[str]:
         return holds(self.name, data_id, ckpt_sha256, run_id)
 
+    def limits(self, cfg: RunConfig) -> list[Problem]:
+        return limit_problems(cfg)
+
+    @classmethod
+    def limits_under_auto(cls, cfg: RunConfig) -> list[Problem]:
+        return auto_note(cfg) if cls.names() else []
+
+    def cards(self) -> str | None:
+        return KAGGLE_CARDS
+
     def start(self, run: Run, machine: Machine, why: str) -> Link:
         return plan_link(run.id, self.name, (machine.quota_left_h or 0) * 3600, source_checkpoint(run), why)
 
     def follow(self, run: Run, link: Link, how: Follow) -> Link:
-        ctx = LinkContext(client(self.name, self.settings), how.say, self.settings)
-        ended = run_link(run.id, link.n, lambda: Path(run.cfg.data_dir), ctx, how.cancelled)
-        record = KaggleLinkRecord.of(ended)
-        if ended.status == "failed" and record.kaggle_status == "ERROR" and not record.ran \
-                and out_of_quota(ctx.c):
-            # Kaggle took the push, then refused the session at its start for quota: it never ran.
-            why = record.failure or "no reason given"
-            ended = _record_outcome(run.id, link.n, Outcome(
-                End.NO_QUOTA, f"Kaggle account '{self.name}': the session never ran and the account's quota is "
-                              f"spent ({why}).",
-                f"аккаунт Kaggle '{self.name}': сессия так и не началась, квота аккаунта кончилась ({why})."))
-        if ended.outcome.kind is End.PUSH_AGAIN:
-            how.say(f"link {ended.n}: {ended.reason}")
-            time.sleep(self.settings.input_wait_s)  # Kaggle mounts what it made READY a little later
-        return ended
+        ctx = LinkCtx(run.id, link.n, how.say, how.cancelled, how.progress)
+        return follow(KaggleSession(ctx, client(self.name, self.settings), self.settings))
 
     def cancel(self, run: Run, link: Link, driver_pid: int | None) -> str:
         if driver_pid is None:
-            spawn_driver(run.id)  # someone must collect what the session saves
+            spawn_driver(run.id)  # someone must end the link and collect what came back
         kernel = KaggleLinkRecord.of(link).kernel
-        if link.status == "starting" and not kernel.pushing:
-            # The driver asks before each upload and before the push: nothing more goes up.
+        if not kernel.sent:  # the driver asks before each upload and before the push: nothing more goes up
             return f"run {run.id}: cancelled before its push to {self.name}; no session starts"
-        return f"run {run.id}: " + cancel_hint(kernel if kernel.slug else KernelPush(slug=self.name), self.name)
+        return (f"run {run.id}: the session {kernel.slug} on Kaggle is ended (its kernel deleted: Kaggle's API has no "
+                "other stop); the work since its last checkpoint that came back is lost")
+
+    def cancel_loses(self, run: Run, link: Link) -> tuple[str, str] | None:
+        if not KaggleLinkRecord.of(link).kernel.sent:
+            return None
+        return (f"Kaggle's API cannot ask a session to save: a cancel deletes its kernel, and what it trained since "
+                f"the run's last checkpoint (step {run.step:,}) is lost",
+                f"API Kaggle не может попросить сессию сохраниться: отмена удалит её ядро, и всё обученное после "
+                f"последнего чекпоинта прогона (шаг {run.step:,}) пропадёт")
 
     def log_tail(self, run: Run, link: Link, lines: int) -> str:
         record = KaggleLinkRecord.of(link)
-        folder = run.folder / record.folder
+        folder = run.folder / Away.of(link).folder
         downloaded = [folder / f"{record.kernel.name}.log"] if record.kernel.name else []
         for path in downloaded + [folder / "live.log"]:
             if path.is_file():  # the downloaded log is Kaggle's JSON list of entries
@@ -429,9 +192,8 @@ class KaggleHost(Host):
         return KaggleLinkRecord.of(link).kernel.page
 
     def live(self, run: Run, link: Link) -> dict | None:
-        return live_rows(run, link)
-
-
-__all__ = ["KaggleHost", "KaggleSettings", "run_link", "plan_link", "holds", "held", "kernel_notebook",
-           "link_limit_min", "cancel_hint", "data_slug", "ckpt_slug", "kernel_slug", "MAX_GPU_SESSIONS", "STARTUP_MIN",
-           "MIN_LINK_MIN", "TERMINAL", "KAGGLE_CARDS"]
+        state, _ = read_live(run.folder / Away.of(link).folder)
+        mode = (state or {}).get("mode", "waiting")
+        grace = float((state or {}).get("grace_s") or 0)
+        note = (at_end_note(grace), at_end_note(grace, ru=True)) if mode == "at_end" else None
+        return live(run, link, note, mode) if state is not None else None

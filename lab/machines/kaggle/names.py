@@ -2,7 +2,7 @@
 
     data_slug(data id)    lab-data-<data id>, the prepared data of a run
     ckpt_slug(run id)     lab-ckpt-<run id>, the hand-off checkpoint of a run
-    kernel_slug(run, n)   lab-<run id>-l<n>, one kernel per link
+    kernel_slug(run, n)   lab-<run id>-l<n>, one kernel per link (-<attempt> for a push after an unsure one)
     kaggle_licence(texts) the one documented licence name sent for texts under these terms
 
 Only the licence names Kaggle documents are sent (kaggle-cli docs/datasets_metadata.md; the
@@ -36,8 +36,10 @@ def ckpt_slug(run_id: str) -> str:
     return _slug("lab-ckpt", run_id)
 
 
-def kernel_slug(run_id: str, n: int) -> str:
-    return _slug("lab", f"{run_id}-l{n}")
+def kernel_slug(run_id: str, n: int, attempt: int = 1) -> str:
+    """One kernel per link; a later push of the link, after one whose answer was not known and whose
+    kernel never showed, gets a name of its own (so the earlier one, should it show, is not it)."""
+    return _slug("lab", f"{run_id}-l{n}" + (f"-{attempt}" if attempt > 1 else ""))
 
 
 def title_of(slug: str) -> str:

@@ -1,12 +1,12 @@
 """What a link on a Kaggle account holds (its `detail`), typed: read by this package only.
 
-    KaggleLinkRecord   the link: its account, folder, phase, session timeout, the datasets it needs,
-                       its kernel push, what the watch saw, what came back and what it measured
+    KaggleLinkRecord   the link on the account: its session timeout, the datasets it needs, its kernel
+                       push, what the watch saw, the image it ran and what it measured
     KernelPush         the link's kernel: its slug, what was sent, whether the push is under way or
                        done, its version and page, or why Kaggle refused it
 
-Both are kept as plain JSON in the run registry (lab.runs.Link.detail), so a link recorded by an
-older kit reads as it did; only `lab.machines.kaggle` reads them.
+Both are kept as plain JSON in the run registry (lab.runs.Link.detail), beside the shared
+lifecycle's record of the link (lab.machines.lifecycle.Away); only `lab.machines.kaggle` reads them.
 """
 from __future__ import annotations
 
@@ -14,17 +14,22 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from lab.machines.links import LinkRecord
+from lab.machines.lifecycle import LinkRecord
 from lab.runs import Link
 
 
 @dataclass
 class KernelPush:
-    """The link's kernel (`lab-<run id>-l<n>`): what was sent (its sources, the CPU setting, the NCCL
-    settings, the notebook's size), `pushing` while the push is sent (a reply that never came leaves it
-    so: `lab watch` asks Kaggle before it pushes again), `pushed_at` once Kaggle took it (`adopted`:
-    found on Kaggle rather than answered), or `refused` with Kaggle's words and their `cause`."""
+    """The link's kernel (`lab-<run id>-l<n>`, `-<attempt>` after the first): what was sent (its sources,
+    the CPU setting, the NCCL settings, the notebook's size, the image it was pinned to), `pushing` while
+    a push's answer is not known (an error, an unreadable page or no reply leaves it so: before any new
+    push the lab reads the kernel back), `pushed_at` once Kaggle took it (`adopted`: found on Kaggle
+    rather than answered), or `refused` with Kaggle's words and their `cause`; `tried`: the kernels of
+    earlier pushes whose answer was not known and that never showed, deleted should they show later."""
     slug: str = ""
+    attempt: int = 1
+    tried: list = field(default_factory=list)
+    image: str | None = None
     sources: list = field(default_factory=list)
     allow_cpu: bool = False
     nccl_env: dict = field(default_factory=dict)
@@ -64,20 +69,14 @@ class KernelPush:
 
 @dataclass
 class KaggleLinkRecord(LinkRecord):
-    """A Kaggle link: the lab's account name and its Kaggle user, its folder in the run, its phase
-    (planned, data ..., checkpoint ..., pushing, pushed, downloaded, merged), its session timeout and
-    the margin in it, the checkpoint it starts from (`source`) and why its account was picked; the
-    datasets (`data`, `ckpt`, and `ckpt_upload` while it goes up), the kernel push; what the watch saw
-    (`kaggle_status`, `failure`, `status_at`, `ran`, `running_at`, `cancel_requested`); the outputs
-    downloaded and what the session measured."""
+    """A Kaggle link: the lab's account name and its Kaggle user, its session timeout and the margin
+    in it, the datasets (`data`, `ckpt`, and `ckpt_upload` while it goes up), the kernel push, what the
+    watch saw (`kaggle_status`, `failure`, `status_at`, `ran`, `running_at`), the image the session
+    ran (`image`: Kaggle's docker image, read back from the kernel) and what it measured."""
     account: str = ""
     user: str = ""
-    phase: str = "planned"
-    folder: str = ""
     session_timeout_s: int = 0
     margin_min: float = 0.0
-    source: dict | None = None  # {"path", "name", "step", "sha256"}
-    why: str = ""
     data: dict | None = None
     ckpt: dict | None = None
     ckpt_upload: dict | None = None
@@ -87,8 +86,7 @@ class KaggleLinkRecord(LinkRecord):
     status_at: str | None = None
     ran: bool = False
     running_at: str | None = None
-    cancel_requested: str | None = None
-    output: dict | None = None
+    image: str | None = None
     measured: dict | None = None
 
     @classmethod
@@ -106,11 +104,9 @@ class KaggleLinkRecord(LinkRecord):
     def pushing(self) -> bool:
         return self.kernel.sent
 
-    def update_kernel(self, run_id: str, n: int, *, status: str | None = None, phase: str | None = None,
-                      **changes: Any) -> KernelPush:
-        """The kernel push with `changes`, recorded (with the link's status and phase where given)."""
+    def update_kernel(self, run_id: str, n: int, **changes: Any) -> KernelPush:
+        """The kernel push with `changes`, recorded."""
         kernel = dataclasses.replace(self.kernel, **changes)
-        extra = {"phase": phase} if phase else {}
-        type(self).update(run_id, n, status=status, kernel=kernel, **extra)
+        type(self).update(run_id, n, kernel=kernel)
         self.kernel = kernel
         return kernel

@@ -45,9 +45,10 @@ def until_of(wait_s: float | None) -> str:
 
 
 def busy(e: UserError) -> Refused | None:
-    """A busy spell met before the push (an upload, a dataset's status, the session check) as a
-    refusal: the run goes elsewhere meanwhile, and the uploads done so far are kept."""
-    if isinstance(e, KaggleError) and e.cause == "busy":
+    """A passing answer met before the push (a busy spell, an error page, Kaggle unreachable: at an
+    upload, a dataset's status, the session check) as a refusal: the run goes elsewhere meanwhile, or
+    waits, and the uploads done so far are kept. Never a halt."""
+    if isinstance(e, KaggleError) and e.cause in ("busy", "unreadable"):
         return Refused(f"{e} The lab asks again then.", End.BUSY, until_of(e.wait_s))
     return None
 

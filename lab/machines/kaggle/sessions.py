@@ -13,6 +13,7 @@ from pathlib import Path
 
 from lab.kernel.preflight import TIMELINE  # the session writes it into its outputs
 from lab.machines.kaggle.record import KaggleLinkRecord
+from lab.machines.lifecycle import Away
 from lab.runs import Link
 
 
@@ -37,14 +38,15 @@ def _span(start: float | None, end: float | None) -> float | None:
 
 def measure(link: Link, folder: Path) -> dict:
     """What the link's session measured: its outputs' timestamps and what the watch saw."""
-    d, marks = KaggleLinkRecord.of(link), _read_json(folder / TIMELINE)
-    output = d.output or {}
+    d, away, marks = KaggleLinkRecord.of(link), Away.of(link), _read_json(folder / TIMELINE)
+    output = away.output or {}
     result = output.get("result") or {}
     first, ended = marks.get("first_cell"), marks.get("ended")
     pushed, ended_seen = _epoch(d.kernel.pushed_at), _epoch(d.status_at)
     started = first if first is not None else _epoch(d.running_at)
     stopped_by_limit = result.get("reason") == "time limit" and not result.get("failed")
     ended_by_itself = bool(result) or any(output.get(k) for k in ("input_not_ready", "no_gpu"))
+    came_back = any((folder / name).is_file() for name in ("metrics.jsonl", "result.json"))
     ran = started is not None or d.ran
     return {
         "boot_s": _span(pushed, first),
@@ -56,7 +58,7 @@ def measure(link: Link, folder: Path) -> dict:
         else None,
         "output_copy_s": _span(ended, ended_seen),
         "ended": {"status": d.kaggle_status, "failure": d.failure or "",
-                  "outputs": bool(output.get("files")), "cut_off": ran and not ended_by_itself
-                  and d.kaggle_status != "COMPLETE" and not d.cancel_requested,
+                  "outputs": came_back, "cut_off": ran and not ended_by_itself
+                  and d.kaggle_status != "COMPLETE" and not away.stop_sent,
                   "ran_s": _span(started, ended_seen), "timeout_s": d.session_timeout_s},
     }

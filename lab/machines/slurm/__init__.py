@@ -8,13 +8,11 @@ notebook's own limit lies inside the job's, and Slurm signals the job before its
 next link goes on from the checkpoint, in a new job or on another machine.
 
     cluster    the cluster as stored here (`lab machines add NAME --slurm ...`), and its time rule
-    login      where Slurm's commands run: this computer, or the login node over the person's ssh
     query      what Slurm says: a partition (scontrol, sinfo), a job (scontrol, sacct), a start
-    job        the job script, sbatch, scancel, and the job's record on each link (`SlurmLink`)
-    node       the cluster's half inside a job (stdlib only, copied into the link's folder)
-    stage      the data once per cluster, the link's folder, the notebook's parameters, sbatch
-    follow     a job followed to its end: its queue reason, its curve, a requeue, a cancel
-    outputs    the outputs brought back and merged, and how the job ended as the link's outcome
+    job        the job script, sbatch, scancel, and what the cluster records of each link
     check      `lab machines check NAME`: the partition, and a short measured job on it
-    host       the machine for the driver (lab.machines.base.Host)
+    host       the machine for the driver, and a link's verbs for the shared lifecycle
+
+What a cluster shares with the lab's boxes (the person's OpenSSH, the kit's half that runs there,
+the store of checked machines) is lab.machines.remote.
 """

@@ -5,7 +5,7 @@ From the login node: the cluster's Python answers (the kit's workdir made on the
 system), the partition exists, and what it offers (`scontrol show partition`, `sinfo`): its state,
 nodes with their CPUs, memory and cards, its default and maximum time, and whether a job there can
 be preempted. Then one short job on one node of the partition, with the cluster's shape: a box's
-check (lab.machines.ssh.check's script: Python, torch, CUDA, the cards, what the notebook needs and what is
+check (lab.machines.remote.check's script: Python, torch, CUDA, the cards, what the notebook needs and what is
 missing) and the probe's training burst under torchrun, at the reference size on GPUs, tiny on
 CPUs. The verdict is kept as a box's is (`check.json`, and the burst as a run folder in `check/`
 that the calculator reads as a measured speed on the cluster's cards). `quick_check` is the part
@@ -19,32 +19,28 @@ import tempfile
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Callable
 
-from lab.config import UserError, card_set
+from lab.config import UserError
 from lab.machines.base import env_seconds
-from lab.machines.slurm.cluster import Cluster, get_cluster
-from lab.machines.slurm.follow import POLL_ENV
+from lab.machines.remote.check import BoxPlan, check_script, verdict
+from lab.machines.remote.client import python_word
+from lab.machines.remote.shell import Shell
+from lab.machines.remote.store import ROOM_GB, store_burst, write_check
+from lab.machines.slurm.cluster import Cluster
 from lab.machines.slurm.job import cancel_job, shape_options, submit
-from lab.machines.slurm.login import Login
-from lab.machines.slurm.query import job_state, partition_facts, reason_words
-from lab.machines.slurm.stage import login_of
-from lab.machines.ssh.boxes import ROOM_GB, burst_folder, write_check
-from lab.machines.ssh.client import python_word
-from lab.machines.ssh.check import BoxPlan, check_script, verdict
-from lab.kaggle.probed import store_measurement
+from lab.machines.slurm.query import POLL_ENV, POLL_S, job_state, partition_facts, reason_words, slurm
 
 CHECK_WAIT_ENV = "LAB_SLURM_CHECK_WAIT_S"  # how long the check's job may wait in the queue (default 15 min)
 CHECK_WAIT_S = 900.0
 CHECK_MINUTES = 10  # the check job's time limit (less where the partition gives less)
 
 
-def quick_check(cluster: Cluster) -> tuple[Login, dict, dict]:
+def quick_check(cluster: Cluster) -> tuple[Shell, dict, dict]:
     """The login node answers with the cluster's Python (the workdir made), and the partition is
     there: (how to reach it, the Python's answer, the partition's facts). Raises UserError."""
-    login = login_of(cluster)
-    login.slurm(["sbatch", "--version"])  # Slurm's commands are there (else: where to find them)
+    login = cluster.shell
+    slurm(login, ["sbatch", "--version"])  # Slurm's commands are there (else: where to find them)
     hello = login.helper("hello", cluster.workdir, timeout_s=60)
     facts = partition_facts(login, cluster.partition)
     return login, hello, facts
@@ -53,7 +49,7 @@ def quick_check(cluster: Cluster) -> tuple[Login, dict, dict]:
 def check_cluster(name: str, say: Callable[[str], None] = print, plan: BoxPlan | None = None) -> dict:
     """Checks the cluster and stores the verdict; returns it. A login node that cannot be
     reached, a Python or a partition that is not there, or a job Slurm refuses raise."""
-    plan, cluster = plan or BoxPlan(), get_cluster(name)
+    plan, cluster = plan or BoxPlan(), Cluster.get(name)
     started = datetime.now(timezone.utc)
     say(f"{cluster.where}: reading the partition")
     login, hello, facts = quick_check(cluster)
@@ -62,8 +58,7 @@ def check_cluster(name: str, say: Callable[[str], None] = print, plan: BoxPlan |
     host, job, waited = _measured_job(cluster, login, hello["workdir"], plan, say)
     record = _verdict(cluster, host, facts, started)
     record.update(login=login.label, job=job, queue_wait_s=round(waited, 1))
-    if host.get("metrics") and (host.get("worker") or {}).get("burst"):
-        _store_burst(name, host)
+    store_burst(name, host)
     write_check(name, record)
     return record
 
@@ -86,7 +81,7 @@ def _hms(seconds: int) -> str:
     return f"{days}-{text}" if days else text
 
 
-def _measured_job(cluster: Cluster, login: Login, workdir: str, plan: BoxPlan,
+def _measured_job(cluster: Cluster, login: Shell, workdir: str, plan: BoxPlan,
                   say: Callable[[str], None]) -> tuple[dict, str, float]:
     """The box's check and burst as one job on one node: (its facts, the job's id, its wait)."""
     folder = f"{workdir}/check/{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%S')}"
@@ -116,17 +111,17 @@ def _measured_job(cluster: Cluster, login: Login, workdir: str, plan: BoxPlan,
     return {"host": facts.get("hostname") or "node", **facts}, job, waited
 
 
-def _put(login: Login, folder: str, files: dict[str, str]) -> None:
+def _put(login: Shell, folder: str, files: dict[str, str]) -> None:
     with tempfile.TemporaryDirectory(prefix="lab-slurm-check-") as tmp:
         for name, text in files.items():
             (Path(tmp) / name).write_text(text, encoding="utf-8")
         login.copy_up(Path(tmp), folder, False, {})
 
 
-def _wait(cluster: Cluster, login: Login, job: str, say: Callable[[str], None]) -> float:
+def _wait(cluster: Cluster, login: Shell, job: str, say: Callable[[str], None]) -> float:
     """Waits for the check's job to end, saying why it waits; scancels it after CHECK_WAIT_S.
     Returns how long it waited in the queue."""
-    poll, patience = env_seconds(POLL_ENV, 15.0), env_seconds(CHECK_WAIT_ENV, CHECK_WAIT_S)
+    poll, patience = env_seconds(POLL_ENV, POLL_S), env_seconds(CHECK_WAIT_ENV, CHECK_WAIT_S)
     began, said, ran = time.monotonic(), None, None
     while True:
         state = job_state(login, job)
@@ -149,7 +144,7 @@ def _wait(cluster: Cluster, login: Login, job: str, say: Callable[[str], None]) 
 
 def _verdict(cluster: Cluster, host: dict, facts: dict, started: datetime) -> dict:
     """A box's verdict on the node's facts, with the cluster's own words for what is missing."""
-    record = verdict(SimpleNamespace(name=cluster.name, python=cluster.python), [host], started)
+    record = verdict(cluster.name, cluster.python, [host], started)
     record.update(kind="slurm", partition=facts)
     if host.get("missing") and not host.get("error"):
         line = f"{cluster.python} -m pip install {' '.join(host['missing'])}"
@@ -162,11 +157,3 @@ def _verdict(cluster: Cluster, host: dict, facts: dict, started: datetime) -> di
         record.update(warning=f"the partition is {facts['state'].lower()} now: jobs wait until it is up",
                       warning_ru=f"раздел сейчас {facts['state'].lower()}: задачи ждут, пока он не заработает")
     return record
-
-
-def _store_burst(name: str, host: dict) -> None:
-    with tempfile.TemporaryDirectory(prefix="lab-check-") as tmp:
-        metrics = Path(tmp) / "metrics.jsonl"
-        metrics.write_text(host["metrics"], encoding="utf-8")
-        gpu = card_set(host["gpus"][0]["name"], len(host["gpus"])) if host.get("gpus") else "cpu"
-        store_measurement(burst_folder(name), metrics, host, gpu)

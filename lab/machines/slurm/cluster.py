@@ -3,7 +3,7 @@
 Each is a folder `$LAB_HOME/machines/<name>/`, beside the lab's boxes: `cluster.json` (where
 Slurm's commands run, the partition and the job's shape; no password, no key: the person's ssh
 client and agent hold those), and, written by `lab machines check`, `check.json` and `check/`
-as a box's (lab.machines.ssh.boxes), so the calculator and the form read a cluster's cards and
+as a box's (lab.machines.remote.store), so the calculator and the form read a cluster's cards and
 measured speed as they read a box's; `holds.json`: the data its shared file system has.
 
 A job's time: the cluster's `--time`, else the partition's default, else its maximum. The
@@ -12,21 +12,16 @@ notebook's own limit lies inside it by a margin (`job_time`), and Slurm signals 
 """
 from __future__ import annotations
 
-import json
 import math
 import re
-import shutil
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from pathlib import Path
 
 from lab.config import UserError
-from lab.home import machines_dir
-from lab.kernel.checkpoint import atomic_write
-from lab.machines.ssh.boxes import NAME, parse_hosts
-from lab.machines.ssh.client import Address
+from lab.machines.remote.client import Address, parse_hosts
+from lab.machines.remote.shell import Shell
+from lab.machines.remote.store import Stored
 
-CLUSTER_FILE = "cluster.json"
 LOCAL = "local"  # `--slurm local`: Slurm's commands run on this computer (it is the login node)
 DEFAULT_PYTHON = "python3"
 DEFAULT_WORKDIR = "lab-slurm"  # relative: in the home on the cluster's shared file system
@@ -35,8 +30,9 @@ SLURM_WORD = re.compile(r"[A-Za-z0-9_.+-]+")
 
 
 @dataclass
-class Cluster:
+class Cluster(Stored):
     """One Slurm partition the lab sends jobs to, reached from `login` (None: this computer)."""
+    FILE, NOUN, HOW = "cluster.json", "Slurm cluster", "lab machines add NAME --slurm [USER@]LOGIN_HOST --partition P"
     name: str
     login: Address | None
     partition: str | None = None  # None: the cluster's default partition
@@ -49,8 +45,9 @@ class Cluster:
     added: str = field(default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"))
 
     @property
-    def folder(self) -> Path:
-        return machines_dir() / self.name
+    def shell(self) -> Shell:
+        """Its login node as the kit reaches it."""
+        return Shell(self.login, self.python, self.where, self.name)
 
     @property
     def where(self) -> str:
@@ -124,41 +121,10 @@ def checked_shape(partition: str | None, account: str | None, gres: str | None, 
 def add_cluster(name: str, login: Address | None, shape: dict, python: str | None = None,
                 workdir: str | None = None, taken: list[str] = ()) -> Cluster:
     """Stores a new cluster; `taken`: the names the lab's other machines have."""
-    if not NAME.fullmatch(name):
-        raise UserError(f"{name!r} is not a machine name: use a-z, 0-9, '-' and '_' (at most 40), starting with a "
-                        "letter or digit")
-    if name in taken or (machines_dir() / name).is_dir():
-        raise UserError(f"the lab already has a machine called '{name}': pick another name, or `lab machines "
-                        f"remove {name}` first")
     if workdir and re.search(r"\s", workdir):
         raise UserError(f"--workdir {workdir!r}: give a folder without spaces (a job script's #SBATCH lines name it)")
-    cluster = Cluster(name, login, python=python or DEFAULT_PYTHON, workdir=workdir or DEFAULT_WORKDIR, **shape)
-    cluster.folder.mkdir(parents=True, exist_ok=True)
-    _write(cluster.folder / CLUSTER_FILE, cluster.to_dict())
-    return cluster
-
-
-def remove_cluster(name: str) -> None:
-    shutil.rmtree(get_cluster(name).folder)
-
-
-def list_clusters() -> list[Cluster]:
-    root = machines_dir()
-    found = []
-    for folder in sorted(root.iterdir()) if root.is_dir() else []:
-        record = _read(folder / CLUSTER_FILE)
-        if record is not None:
-            found.append(Cluster.from_dict(record))
-    return found
-
-
-def get_cluster(name: str) -> Cluster:
-    record = _read(machines_dir() / name / CLUSTER_FILE)
-    if record is None:
-        known = ", ".join(c.name for c in list_clusters()) or "none yet"
-        raise UserError(f"no Slurm cluster '{name}' in the lab (its clusters: {known}); add one with "
-                        "`lab machines add NAME --slurm [USER@]LOGIN_HOST --partition P`")
-    return Cluster.from_dict(record)
+    return Cluster(name, login, python=python or DEFAULT_PYTHON, workdir=workdir or DEFAULT_WORKDIR,
+                   **shape).store(taken)
 
 
 @dataclass(frozen=True)
@@ -190,16 +156,3 @@ def job_time(cluster_min: int | None, partition_default_s: int, partition_max_s:
     minutes = min(minutes, most) if most else minutes
     margin = margin_s(minutes * 60)
     return JobTime(minutes, round(min(run_limit_min, (minutes * 60 - margin) / 60), 3), max(10, margin // 2))
-
-
-def _read(path: Path) -> dict | None:
-    try:
-        value = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return value if isinstance(value, dict) else None
-
-
-def _write(path: Path, value: dict) -> None:
-    text = json.dumps(value, indent=1, ensure_ascii=False)
-    atomic_write(path, lambda f: f.write(text.encode("utf-8")))

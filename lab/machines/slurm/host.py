@@ -4,57 +4,318 @@ no quota, whose links are jobs.
 For the Auto rule a cluster covers the whole run, as a box does, and it is free while its login
 node answers and its check passed: the queue, not the lab, decides when a job runs, so the
 machine's state carries when Slurm would start the run's next job if it were sent now
-(`sbatch --test-only`), and Auto counts that wait in the whole run's time. A link goes through
-its phases (lab.machines.slurm.job.PHASES) in the run registry, so a control side that died
-anywhere is picked up by `lab watch RUN`: the job lives on the cluster, not in the driver.
+(`sbatch --test-only`), and Auto counts that wait in the whole run's time.
+
+A link goes through the one lifecycle every kind shares (lab.machines.lifecycle); a cluster
+supplies its verbs: stage the data once per cluster and the link's folder on its shared file
+system, sbatch once (a submission whose answer was lost is found by its job name), look at the
+job (Slurm's word and the session's own files, in one connection every LAB_SLURM_POLL_S seconds),
+ask it to save and stop, scancel it, bring its outputs back.
+
+* While it waits in the queue, the lab says why, in Slurm's words and its own, and when Slurm
+  expects it to start; a reason that never clears (a time above the partition's, a wrong account)
+  ends the link there.
+* A job Slurm requeues after its session started (a preemption, `scontrol requeue`, a failed node)
+  ends the link: the session saved at Slurm's SIGTERM, the lab scancels the requeued job so the run
+  never trains twice, and the next link goes on from that checkpoint in a new job.
+* A cancel asks the session to save and stop; a job still running CANCEL_GRACE_S after is scancelled.
 """
 from __future__ import annotations
 
+import json
+import shutil
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Callable
 
-from lab.config import RunConfig, UserError
+from lab.config import Problem, RunConfig, UserError
+from lab.corpus.manifests import data_id_of
+from lab.kernel.metrics import read_metrics
 from lab.machines.auto import Machine
-from lab.machines.base import Follow, Host, env_seconds
-from lab.machines.control import spawn_driver, tail
+from lab.machines.base import Follow, env_seconds
+from lab.machines.ending import Said
+from lab.machines.handoff import SessionOutputs
+from lab.machines.lifecycle import LIVE, Away, LinkCtx, Seen, Session, Unreachable, age_s, follow, plan
 from lab.machines.needs import source_checkpoint
-from lab.runs import End, Outcome
+from lab.machines.remote.client import SshError
+from lab.machines.remote.stage import data_key, fetch_from, stage_on, up_folder
+from lab.machines.remote.host import OwnHost
+from lab.machines.remote.store import check_problem, note_data, read_check
 from lab.machines.slurm.check import quick_check
-from lab.machines.slurm.cluster import Cluster, get_cluster, job_time, list_clusters
-from lab.machines.slurm.follow import POLL_ENV, POLL_S, ask_to_stop, follow, pending_note
-from lab.machines.slurm.job import BEFORE_SUBMIT, SlurmLink, record, shape_options
-from lab.machines.slurm.outputs import collect, finish
-from lab.machines.slurm.query import expected_start, job_state, partition_facts
-from lab.machines.slurm.stage import SlurmCtx, login_of, stage, submit_job
-from lab.machines.ssh.boxes import check_problem, holds_data, read_check
-from lab.machines.ssh.watch import LIVE, read_rows
-from lab.runs import Link, Run, now, updating
+from lab.machines.slurm.cluster import Cluster, job_time
+from lab.machines.slurm.job import SlurmLink, cancel_job, find_submitted, job_script, shape_options, submit
+from lab.machines.slurm.query import (POLL_ENV, POLL_S, REQUEUED, JobState, SlurmUnreachable, cluster_offset, expected_start,
+                                      final_state, job_state, partition_facts, reason_words)
+from lab.runs import End, Link, Run
+from lab.spec import LinkSpec
+
+CANCEL_GRACE_S = 120.0  # a job asked to stop that still runs this long after is scancelled
+REQUEUE_GRACE_S = 120.0  # after a requeue, how long the lab waits for the session's save to be written
+LOG_LINES = 4  # of the job's log in a failure's reason
+# How Slurm's final states end a session, in the lab's words (lab.machines.ending).
+ENDINGS = {"COMPLETED": Said.EXITED, "FAILED": Said.EXITED, "OUT_OF_MEMORY": Said.EXITED, "TIMEOUT": Said.CUT,
+           "PREEMPTED": Said.CUT, "NODE_FAIL": Said.CUT, "BOOT_FAIL": Said.CUT, "DEADLINE": Said.CUT}
 
 
-class SlurmHost(Host):
+class SlurmSession(Session):
+    """One link's verbs on a cluster: one `sbatch` job."""
+
+    def __init__(self, ctx: LinkCtx, cluster: Cluster):
+        super().__init__(ctx, cluster.where)
+        self.cluster, self.login = cluster, cluster.shell
+        self.poll_s = env_seconds(POLL_ENV, POLL_S)
+
+    def rec(self) -> SlurmLink:
+        return SlurmLink.of(self.ctx.link()[1])
+
+    def _note(self, **changes) -> SlurmLink:
+        return SlurmLink.of(SlurmLink.update(self.ctx.run_id, self.ctx.n, **changes))
+
+    def stage(self) -> None:
+        if read_check(self.cluster.name) is None:  # never checked: at least the login node and the partition
+            quick_check(self.cluster)
+        run, link = self.ctx.link()
+        rec, away = self.rec(), Away.of(link)
+        data_dir, name = Path(run.cfg.data_dir), f"lab-{run.id}-{link.n}"
+        remote = f"runs/{run.id}/{link.n:03d}"
+        workdir = self.login.helper("hello", self.cluster.workdir)["workdir"]
+        spec = self.spec(run, link, f"{workdir}/{remote}", f"{workdir}/data/{data_key(data_dir)[0]}")
+        script = job_script(self.cluster, SlurmLink(minutes=rec.minutes, signal_s=rec.signal_s,
+                                                    remote=f"{workdir}/{remote}", job_name=name), f"run {run.id}, link {link.n}")
+        up = up_folder(self.ctx.folder, run.folder, away.source, {"params.json": json.dumps(params_of(spec)),
+                                                                   "job.sh": script})
+        try:
+            st = stage_on(self.login, self.cluster.workdir, data_dir, remote, up,
+                          lambda s: self.ctx.say(f"link {link.n}: {s}"))
+        finally:
+            shutil.rmtree(up, ignore_errors=True)
+        note_data(self.cluster.name, 0, data_id_of(data_dir))
+        Away.update(run.id, link.n, spec=spec.to_dict())
+        SlurmLink.update(run.id, link.n, remote=st["link"], data=st["data"], rsync=st["rsync"], job_name=name)
+
+    def spec(self, run: Run, link: Link, remote: str, data: str) -> LinkSpec:
+        """The link's spec on the cluster: its paths there, its limit inside the job's, the sha256 of
+        what it must find (each node adds its place in the group itself: lab.machines.remote.half)."""
+        source = Away.of(link).source
+        return LinkSpec.of(run.cfg, limit_min=link.limit_min or 0.0, data_dir=data, out_dir=f"{remote}/out",
+                           resume_from=f"{remote}/resume/{source['name']}" if source else "",
+                           expect_data_sha256=data_key(Path(run.cfg.data_dir))[1],
+                           expect_ckpt_sha256=source["sha256"] if source else "")
+
+    def submit(self) -> None:
+        rec = self.rec()
+        job = rec.job or find_submitted(self.login, rec.job_name)  # an answer the control side did not record
+        if job is None:
+            job = submit(self.login, f"{rec.remote}/job.sh", self.cluster.where)
+        SlurmLink.update(self.ctx.run_id, self.ctx.n, job=job)
+        self.ctx.say(f"link {self.ctx.n}: job {job} sent to {self.cluster.where}: {rec.minutes} min, Slurm's signal "
+                     f"{rec.signal_s} s before its end")
+
+    def submitted(self) -> bool:
+        return self.rec().job is not None
+
+    def poll(self) -> Seen:
+        try:
+            return self._look()
+        except (SshError, SlurmUnreachable) as e:
+            if getattr(e, "kind", None) in ("host-key", "auth"):  # waiting does not mend these: the person must
+                raise UserError(f"{e}. The job runs on; once that is fixed, `lab watch RUN` follows it") from None
+            raise Unreachable(str(e)) from None
+
+    def _look(self) -> Seen:
+        rec, live_file = self.rec(), self.ctx.folder / LIVE
+        markers = self._peek(rec, live_file)
+        activity = (markers.pop("offset"), markers.pop("log"))
+        state = job_state(self.login, rec.job, cluster_offset(self.login), scontrol=markers.pop("scontrol"))
+        rows = read_metrics(live_file)
+        row = rows[-1] if rows else None
+        if Away.of(self.ctx.link()[1]).stop_sent and state is not None and state.state == "RUNNING" \
+                and not rec.scancelled and age_s(Away.of(self.ctx.link()[1]).stop_sent) > CANCEL_GRACE_S:
+            cancel_job(self.login, rec.job)  # given its time to save: Slurm ends what is left of it
+            rec = self._note(scancelled=_now())
+        if not rec.preempted and _requeued(rec, state, markers):
+            rec = self._end_requeued(rec, state)
+        elif state is not None and state.pending and state.reason and not rec.preempted:
+            rec = self._waiting(rec, state)  # (no reason yet: the scheduler has not looked at it)
+        elif state is not None and state.state == "RUNNING" and (rec.pending or state.restarts != rec.restarts):
+            if rec.pending:
+                self.ctx.say(f"link {self.ctx.n}: job {rec.job} runs on {state.nodes or self.cluster.where}")
+            rec = self._note(pending=None, restarts=state.restarts)
+        if rec.pending and rec.pending.get("never"):
+            return self._ended(rec, state, markers, row)
+        if rec.preempted:  # ended once the session's save is written (Slurm gave it KillWait seconds) or given up
+            if markers.get("exit") is not None or age_s(rec.preempted) > REQUEUE_GRACE_S:
+                return self._ended(rec, state, markers, row)
+            return Seen("running", row=row, activity=activity)
+        if state is None or state.ended:
+            return self._ended(rec, state, markers, row)
+        note = (rec.pending["en"], rec.pending["ru"]) if rec.pending else None
+        return Seen("queued" if state.pending else "running", words=state.state, row=row, activity=activity, note=note)
+
+    def _peek(self, rec: SlurmLink, live_file: Path) -> dict:
+        """The session's new metrics (appended to the live curve), its log's tail, its markers."""
+        live_file.parent.mkdir(parents=True, exist_ok=True)
+        while True:
+            here = live_file.stat().st_size if live_file.is_file() else 0
+            got = self.login.helper("peek", rec.remote, str(here), rec.job, timeout_s=120)
+            text = got.get("metrics") or ""
+            if text and got.get("from") == here:
+                with open(live_file, "a", encoding="utf-8") as f:
+                    f.write(text)
+            (self.ctx.folder / "live.log").write_text(got.get("log") or "", encoding="utf-8")
+            if len(text.encode("utf-8")) < 200 * 1024:  # a long history comes in pieces: the rest at once
+                return {k: got.get(k) for k in ("runner", "exit", "requeued", "stop", "scontrol", "offset", "log")}
+
+    def _end_requeued(self, rec: SlurmLink, state: JobState | None) -> SlurmLink:
+        if state is not None and not state.ended:
+            cancel_job(self.login, rec.job)  # the requeued job never runs the run a second time
+        self.ctx.say(f"link {self.ctx.n}: Slurm requeued job {rec.job} (preempted, requeued, or a node failed) after "
+                     "its session started; the lab ends the link with the checkpoint the session saved at Slurm's "
+                     "signal, and goes on in a new job")
+        return self._note(preempted=_now(), pending=None, restarts=state.restarts if state else rec.restarts)
+
+    def _waiting(self, rec: SlurmLink, state: JobState) -> SlurmLink:
+        """Why the job waits, when that changed; a reason that never clears scancels it."""
+        en, ru, never = reason_words(state.reason)
+        start = state.start if state.start and state.start > _now() else None
+        if rec.pending and rec.pending.get("reason") == state.reason and rec.pending.get("start") == start:
+            return rec
+        when_en = f"; Slurm expects it to start at {start[:16].replace('T', ' ')} UTC" if start else ""
+        when_ru = f"; Slurm ждёт её начала в {start[:16].replace('T', ' ')} UTC" if start else ""
+        pending = {"reason": state.reason, "start": start, "never": never,
+                   "en": f"job {rec.job} waits in the queue on {self.cluster.where}: {en}{when_en}",
+                   "ru": f"задача {rec.job} ждёт в очереди на {self.cluster.where}: {ru}{when_ru}"}
+        if never:
+            cancel_job(self.login, rec.job)
+            pending["en"] = f"job {rec.job} can never start on {self.cluster.where}: {en}; it was scancelled"
+            pending["ru"] = f"задача {rec.job} никогда не начнётся на {self.cluster.where}: {ru}; она снята"
+        return self._note(pending=pending)
+
+    def _ended(self, rec: SlurmLink, state: JobState | None, markers: dict, row: dict | None) -> Seen:
+        final = final_state(self.login, rec.job, live=state) if state is not None and state.ended else state
+        SlurmLink.update(self.ctx.run_id, self.ctx.n, state=final.to_dict() if final else None, last=markers)
+        said, words = said_of(SlurmLink.of(self.ctx.link()[1]), bool(Away.of(self.ctx.link()[1]).stop_sent))
+        return Seen("ended", words=words, said=said, row=row)
+
+    def fetch(self, folder: Path) -> str | None:
+        rec = self.rec()
+        fetch_from(self.login, rec.remote, folder, rec.rsync, self.ctx.link()[0].cfg)
+
+    def stop(self, reason: str) -> bool:
+        rec = self.rec()
+        state = job_state(self.login, rec.job) if rec.job else None
+        if state is None or state.pending:  # still waiting: it never starts
+            cancel_job(self.login, rec.job)
+            SlurmLink.update(self.ctx.run_id, self.ctx.n, scancelled=_now())
+        else:
+            self.login.helper("stop", rec.remote, reason)
+        return True
+
+    def delete(self) -> str:
+        cancel_job(self.login, self.rec().job)
+        SlurmLink.update(self.ctx.run_id, self.ctx.n, scancelled=_now())
+        return f"job {self.rec().job} was scancelled; what it saved stays"
+
+    def facts(self, seen: dict, out: SessionOutputs) -> dict:
+        log = self.ctx.folder / "session.log"
+        return job_facts(self.rec(), out, log.read_text(encoding="utf-8", errors="replace")[-8000:] if log.is_file()
+                         else "")
+
+    def after(self, link: Link, out: SessionOutputs) -> None:
+        run, _ = self.ctx.link()
+        if out.input_not_ready:  # the cluster holds other data than sent: copied again next time
+            note_data(self.cluster.name, 0, data_id_of(Path(run.cfg.data_dir)), held=False)
+        rec, mine = self.rec(), f"/runs/{run.id}/{link.n:03d}"
+        if not out.saved and not out.went_on(link.from_step) or not rec.remote or not rec.remote.endswith(mine):
+            return  # a job that failed or was lost keeps its folder there, for a look
+        try:  # nothing there is needed any more (the next link stages its own); the data stays
+            self.login.remove(rec.remote, rec.remote[:-len(mine)])
+        except UserError as e:  # SshError too: the run's outputs are here already
+            self.ctx.say(f"link {link.n}: could not remove {rec.remote} on {self.cluster.where} ({e}); it is no "
+                         "longer needed")
+            return
+        SlurmLink.update(run.id, link.n, cleaned=True)
+
+
+def said_of(rec: SlurmLink, stop_asked: bool) -> tuple[Said, str]:
+    """How Slurm says the link's job ended (its final state, or the lab's requeue or never-start), in
+    the lab's words (lab.machines.ending)."""
+    job = f"job {rec.job}"
+    if rec.pending and rec.pending.get("never"):
+        return Said.NEVER, rec.pending["en"]
+    name = "PREEMPTED" if rec.preempted else (rec.state or {}).get("state") or "UNKNOWN"
+    words = {"TIMEOUT": f"{job} reached its time limit ({rec.minutes} min)",
+             "PREEMPTED": f"{job} was preempted (Slurm requeued it)",
+             "NODE_FAIL": f"{job} lost its node (NODE_FAIL)", "BOOT_FAIL": f"{job}'s node failed to boot (BOOT_FAIL)",
+             "OUT_OF_MEMORY": f"{job} ran out of memory (OUT_OF_MEMORY): give it a smaller batch_per_card, or ask the "
+                              "cluster for more memory",
+             "UNKNOWN": f"Slurm no longer knows {job} (it ended more than its MinJobAge ago, and the cluster keeps no "
+                        "accounting), and it left no result",
+             "CANCELLED": f"{job} was cancelled"}.get(name, f"{job} ended {name}")
+    if name == "CANCELLED":
+        return (Said.CANCELLED if stop_asked or rec.scancelled else Said.OTHERS), words
+    return ENDINGS.get(name, Said.GONE), words
+
+
+def job_facts(rec: SlurmLink, out: SessionOutputs, log: str) -> dict:
+    """What a cluster adds to how its job ended: the session's own error, Slurm's word that the run
+    itself ended it (out of memory), what to do, and who sends a SIGTERM the lab did not."""
+    error = ((rec.last or {}).get("exit") or {}).get("error")
+    hint = ""
+    if error and "ModuleNotFoundError" in error:
+        hint = "(the cluster's Python lacks it: `lab machines check` on the cluster lists what to install)"
+    lines = [x.strip() for x in log.splitlines() if x.strip() and not x.startswith("Executing")]
+    if lines and not out.saved:
+        hint = f"{hint} Its log ends: {' | '.join(lines[-LOG_LINES:])}.".strip()
+    own = (rec.state or {}).get("state") == "OUT_OF_MEMORY" and not rec.preempted
+    return {"error": error, "own_cause": own, "hint": hint,
+            "signalled_by": f"Slurm (job {rec.job}, before its time limit of {rec.minutes} min, or a preemption)"}
+
+
+def params_of(spec: LinkSpec) -> dict:
+    from lab.notebooks import parameterized  # nbformat: only for a link
+    return parameterized(spec)
+
+
+def _requeued(rec: SlurmLink, state: JobState | None, markers: dict) -> bool:
+    """Slurm put the job back into the queue after its session had started (a restart that found
+    the session's marker ended at once, saying so)."""
+    if markers.get("requeued"):
+        return True
+    if state is None or not markers.get("runner"):
+        return False
+    return state.state in REQUEUED or state.pending and state.restarts > rec.restarts
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def _hours_until(start: str | None) -> float | None:
+    if not start:
+        return None
+    left = (datetime.fromisoformat(start) - datetime.now(timezone.utc)).total_seconds()
+    return round(max(0.0, left) / 3600, 3)
+
+
+class SlurmHost(OwnHost):
     """One of the lab's Slurm clusters (lab.machines.slurm.cluster), by its name in the lab."""
 
-    kind = "slurm"
+    kind, stored = "slurm", Cluster
 
     @property
     def cluster(self) -> Cluster:
-        return get_cluster(self.name)
-
-    @classmethod
-    def names(cls) -> list[str]:
-        return [c.name for c in list_clusters()]
+        return self.machine
 
     def state(self, running: list[str], patient: bool = False) -> Machine:
-        cluster, record_ = self.cluster, read_check(self.name) or {}
-        m = Machine(self.name, "slurm", record_.get("gpu") or "unchecked", running=list(running),
-                    cards=list(record_.get("cards") or []), checked=record_.get("at"), hosts=cluster.nodes)
-        m.error = check_problem(self.name)
+        cluster = self.cluster
+        m = self.checked(running, cluster.nodes)
         if m.error is None:
-            facts = record_.get("partition") or {}  # the job a run would send: its time as a link's (job_time)
+            facts = (read_check(self.name) or {}).get("partition") or {}  # the job a run would send: a link's time
             minutes = job_time(cluster.time_min, facts.get("default_time_s", 0), facts.get("max_time_s", 0),
                                RunConfig().limit_min).minutes
             try:
-                start, refused = expected_start(login_of(cluster), shape_options(cluster) + [f"--time={minutes}"])
+                start, refused = expected_start(cluster.shell, shape_options(cluster) + [f"--time={minutes}"])
             except UserError as e:  # one cluster's trouble does not hide the other machines
                 m.error = str(e)
             else:
@@ -66,106 +327,37 @@ class SlurmHost(Host):
     def check(self, say: Callable[[str], None] = print) -> None:
         """The login node answers, the partition is there, and the cluster's last check (if any)
         says it can run the lab's sessions."""
-        cluster = self.cluster
         problem = check_problem(self.name)
         if problem:
-            raise UserError(f"{cluster.where}: {problem}")
-        quick_check(cluster)
+            raise UserError(f"{self.cluster.where}: {problem}")
+        quick_check(self.cluster)
 
-    def holds(self, data_id: str | None, ckpt_sha256: str | None, run_id: str) -> set[str]:
-        return {"data"} if data_id and holds_data(self.name, 0, data_id) else set()
+    def limits(self, cfg: RunConfig) -> list[Problem]:
+        """The run's limit against the job time the cluster gives (its --time, else the partition's
+        default, else its maximum, as its check read them with scontrol), less the job's margin."""
+        cluster, facts = self.cluster, (read_check(self.name) or {}).get("partition") or {}
+        time = job_time(cluster.time_min, facts.get("default_time_s", 0), facts.get("max_time_s", 0), cfg.limit_min)
+        if cfg.limit_min <= 0 or time.limit_min >= cfg.limit_min:
+            return []
+        return [Problem("limit_min", f"a job on {cluster.where} runs at most {time.minutes} min (its partition's time "
+                                     f"limit, less {time.minutes - time.limit_min:g} for its start and final save): the "
+                                     f"run goes on there in links of {time.limit_min:g} min",
+                        f"задача на {cluster.where} идёт не дольше {time.minutes} мин (лимит раздела, без "
+                        f"{time.minutes - time.limit_min:g} на запуск и последнее сохранение): прогон пойдёт там звеньями "
+                        f"по {time.limit_min:g} мин", severity="note")]
 
     def start(self, run: Run, machine: Machine, why: str) -> Link:
-        cluster, source = self.cluster, source_checkpoint(run)
+        cluster = self.cluster
         # The partition's limits as its check read them (sbatch refuses a time above them anyway).
-        facts = (read_check(self.name) or {}).get("partition") or partition_facts(login_of(cluster), cluster.partition)
+        facts = (read_check(self.name) or {}).get("partition") or partition_facts(cluster.shell, cluster.partition)
         time = job_time(cluster.time_min, facts["default_time_s"], facts["max_time_s"], run.cfg.limit_min)
-        with updating(run.id) as r:
-            n = len(r.links) + 1
-            link = Link(n=n, machine=self.name, kind=self.kind, status="starting", limit_min=time.limit_min,
-                        from_step=source["step"] if source else r.step)
-            link.detail = SlurmLink(f"links/{n:03d}-{self.name}", why, source, minutes=time.minutes,
-                                    signal_s=time.signal_s).to_dict()
-            r.links.append(link)
-            r.status = "running"
-        return link
+        return plan(run.id, self.name, self.kind, source_checkpoint(run), why, time.limit_min,
+                    **SlurmLink(minutes=time.minutes, signal_s=time.signal_s).as_detail())
 
     def follow(self, run: Run, link: Link, how: Follow) -> Link:
         # The job lives on the cluster: a driver that died left it there (`how.fresh` matters not).
-        ctx = SlurmCtx(run.id, link.n, self.cluster, login_of(self.cluster), how.say, how.cancelled,
-                       env_seconds(POLL_ENV, POLL_S), how.progress)
-        return drive_link(ctx)
+        return follow(SlurmSession(LinkCtx(run.id, link.n, how.say, how.cancelled, how.progress), self.cluster))
 
-    def cancel(self, run: Run, link: Link, driver_pid: int | None) -> str:
-        cluster = self.cluster
-        if driver_pid is None:
-            spawn_driver(run.id)  # someone must end the link and bring back what the job saves
-        rec = SlurmLink.from_dict(link.detail)
-        if rec.phase in BEFORE_SUBMIT and rec.job is None:
-            return f"run {run.id}: cancelled before its job was sent to {cluster.where}; none will be"
-        ctx = SlurmCtx(run.id, link.n, cluster, login_of(cluster), lambda s: None, lambda: True, POLL_S)
-        state = job_state(ctx.login, rec.job) if rec.job else None
-        if state is not None and state.ended:
-            return f"run {run.id}: job {rec.job} has ended; no further link will start"
-        ask_to_stop(ctx, rec, state)
-        if state is None or state.pending:
-            return f"run {run.id}: job {rec.job} was still waiting in the queue on {cluster.where}; scancelled"
-        return (f"run {run.id}: job {rec.job} on {cluster.where} saves a checkpoint and stops, then Slurm ends it; "
-                "its outputs come back when it has")
-
-    def log_tail(self, run: Run, link: Link, lines: int) -> str:
-        folder = run.folder / SlurmLink.from_dict(link.detail).folder
-        return tail(folder / "session.log", lines) or tail(folder / "live.log", lines)
-
-    def live(self, run: Run, link: Link) -> dict | None:
-        rec = SlurmLink.from_dict(link.detail)
-        if rec.phase in ("planned", "staged"):
-            return None
-        rows = [r for r in read_rows(run.folder / rec.folder / LIVE) if r["step"] > link.from_step]
-        waiting = pending_note(rec)
-        return {"link": link.n, "mode": "live", "rows": rows, "last_step": rows[-1]["step"] if rows else None,
-                "note_en": waiting[0] if waiting else None, "note_ru": waiting[1] if waiting else None}
-
-
-def _hours_until(start: str | None) -> float | None:
-    if not start:
-        return None
-    left = (datetime.fromisoformat(start) - datetime.now(timezone.utc)).total_seconds()
-    return round(max(0.0, left) / 3600, 3)
-
-
-def drive_link(ctx: SlurmCtx) -> Link:
-    """Takes the link from wherever its record says it is to its end; returns the ended link."""
-    run, link, rec = record(ctx.run_id, ctx.n)
-    if rec.phase in ("planned", "staged"):
-        if ctx.cancelled():
-            return _end_before(ctx, "cancelled", "cancelled before its job was sent", End.CANCELLED)
-        try:
-            if read_check(ctx.cluster.name) is None:  # never checked: at least the login node and the partition
-                quick_check(ctx.cluster)
-            stage(ctx, link.limit_min or run.cfg.limit_min)
-            if ctx.cancelled():
-                return _end_before(ctx, "cancelled", "cancelled before its job was sent", End.CANCELLED)
-            rec = submit_job(ctx)
-        except UserError as e:  # nothing runs on the cluster: the link ends here and says why
-            return _end_before(ctx, "failed", str(e), End.FAILED)
-    elif rec.phase == "submitting":
-        rec = submit_job(ctx)
-    if rec.phase == "submitted":
-        rec = follow(ctx)
-    if rec.phase == "ended":
-        collect(ctx)
-        rec = record(ctx.run_id, ctx.n)[2]
-    if rec.phase == "collected":
-        return finish(ctx, rec.output)
-    return record(ctx.run_id, ctx.n)[1]
-
-
-def _end_before(ctx: SlurmCtx, status: str, reason: str, kind: End) -> Link:
-    with updating(ctx.run_id) as r:
-        link = r.links[ctx.n - 1]
-        link.status, link.ended, link.reason = status, now(), reason
-        link.outcome = Outcome(kind, reason, session=False)
-    ctx.say(f"link {ctx.n}: {reason}")
-    return link
-
+    def waiting(self, link: Link) -> tuple[str, str] | None:
+        pending = SlurmLink.of(link).pending
+        return (pending["en"], pending["ru"]) if pending else None

@@ -1,4 +1,4 @@
-"""What Slurm says, read from its own commands on the login node (lab.machines.slurm.login).
+"""What Slurm says, read from its own commands on the login node (lab.machines.remote.shell).
 
     job_state(login, job)       a job now: `scontrol show job` while Slurm holds it in memory,
                                 else `sacct` where the cluster keeps accounting; None: neither knows it
@@ -6,11 +6,12 @@
                                 record), else `scontrol show job`
     partition_facts(login, p)   a partition: its state, nodes, CPUs, cards, time limits, preemption
     expected_start(login, args) when Slurm would start such a job now (`sbatch --test-only`)
+    slurm(login, argv)          one of Slurm's commands there; its absence an error that says where
     reason_words(reason)        why a job waits, in words (English, Russian), and whether it never starts
 
 A cluster without accounting (no slurmdbd: `sacct` says "accounting storage is disabled") keeps a
 finished job in `scontrol` only for its MinJobAge (300 s by default); after that the job's own
-files in its folder say how it ended (lab.machines.slurm.outputs).
+files in its folder say how it ended (lab.machines.slurm.host).
 """
 from __future__ import annotations
 
@@ -20,9 +21,11 @@ from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta, timezone
 
 from lab.config import UserError
+from lab.machines.remote.shell import NOT_FOUND, Shell
 from lab.machines.slurm.cluster import parse_time
-from lab.machines.slurm.login import Login
 
+POLL_ENV = "LAB_SLURM_POLL_S"  # how often the lab asks Slurm about a job (the person's setting)
+POLL_S = 15.0
 ENDED = {"COMPLETED", "TIMEOUT", "PREEMPTED", "NODE_FAIL", "CANCELLED", "OUT_OF_MEMORY", "FAILED", "BOOT_FAIL",
          "DEADLINE", "REVOKED", "SPECIAL_EXIT"}
 REQUEUED = {"REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED"}  # requeued, on its way back into the queue
@@ -56,6 +59,19 @@ class JobState:
         return asdict(self)
 
 
+def slurm(login: Shell, argv: list[str], timeout_s: float = 60.0):
+    """One of Slurm's commands on the login node; its absence is an error that says where it is missing."""
+    proc = login.run(argv, timeout_s=timeout_s)
+    if proc.returncode == NOT_FOUND and ("not found" in proc.stderr or not proc.stderr.strip()):
+        where = "this computer" if login.address is None else f"the login node {login.address.host}"
+        hint = ("is this the cluster's login node? Install Slurm's client commands here (Debian: apt install "
+                "slurm-client), or add the cluster with --slurm [USER@]LOGIN_HOST") if login.address is None else (
+                f"does `ssh {login.address.host} {argv[0]} --version` work? Slurm's commands must be on the PATH "
+                "of a non-interactive ssh session there")
+        raise UserError(f"there is no `{argv[0]}` on {where}: {hint}")
+    return proc
+
+
 def scontrol_fields(line: str) -> dict[str, str]:
     """`Key=Value Key=Value ...` of one `scontrol show ... -o` line (a value may hold spaces)."""
     marks = list(_KEY.finditer(line))
@@ -78,7 +94,7 @@ _OFFSETS: dict[str, tuple[float, timedelta]] = {}  # login -> (when asked, its U
 OFFSET_TTL_S = 3600.0
 
 
-def cluster_offset(login: Login) -> timedelta:
+def cluster_offset(login: Shell) -> timedelta:
     """The login node's UTC offset: Slurm writes its times in the cluster's local time."""
     known = _OFFSETS.get(login.label)
     if known and time.monotonic() - known[0] < OFFSET_TTL_S:
@@ -96,8 +112,8 @@ class SlurmUnreachable(UserError):
     is not gone, the lab asks again."""
 
 
-def _from_scontrol(login: Login, job: str, offset: timedelta) -> JobState | None:
-    proc = login.slurm(["scontrol", "show", "job", "-o", job])
+def _from_scontrol(login: Shell, job: str, offset: timedelta) -> JobState | None:
+    proc = slurm(login, ["scontrol", "show", "job", "-o", job])
     return from_scontrol(job, {"rc": proc.returncode, "out": proc.stdout, "err": proc.stderr}, offset)
 
 
@@ -122,12 +138,12 @@ def from_scontrol(job: str, said: dict, offset: timedelta) -> JobState | None:
 _NO_ACCOUNTING: dict[str, float] = {}  # login -> when its sacct said the cluster keeps no accounting
 
 
-def _from_sacct(login: Login, job: str, offset: timedelta) -> JobState | None:
+def _from_sacct(login: Shell, job: str, offset: timedelta) -> JobState | None:
     """The job's accounting record; None where the cluster keeps none (no slurmdbd: asked again
     only after an hour) or has none yet."""
     if time.monotonic() - _NO_ACCOUNTING.get(login.label, -OFFSET_TTL_S) < OFFSET_TTL_S:
         return None
-    proc = login.slurm(["sacct", "-j", job, "-X", "-n", "-P", "-o", "JobID,State,ExitCode,Reason,Start,End,NodeList"])
+    proc = slurm(login, ["sacct", "-j", job, "-X", "-n", "-P", "-o", "JobID,State,ExitCode,Reason,Start,End,NodeList"])
     if "accounting storage is disabled" in proc.stdout + proc.stderr:
         _NO_ACCOUNTING[login.label] = time.monotonic()
     if proc.returncode != 0:
@@ -141,7 +157,7 @@ def _from_sacct(login: Login, job: str, offset: timedelta) -> JobState | None:
     return None
 
 
-def job_state(login: Login, job: str, offset: timedelta | None = None,
+def job_state(login: Shell, job: str, offset: timedelta | None = None,
               scontrol: dict | None = None) -> JobState | None:
     """The job now, as the controller holds it (its queue reason, expected start, restarts);
     `scontrol`: its `scontrol show job` answer read already ({"rc", "out", "err"}). A controller
@@ -151,7 +167,7 @@ def job_state(login: Login, job: str, offset: timedelta | None = None,
     return live or _from_sacct(login, job, offset)
 
 
-def final_state(login: Login, job: str, offset: timedelta | None = None,
+def final_state(login: Shell, job: str, offset: timedelta | None = None,
                 live: JobState | None = None) -> JobState | None:
     """How the job ended: the accounting record where the cluster keeps one, else the controller's
     (`live`: its word read already, whose restarts the record lacks)."""
@@ -166,16 +182,16 @@ def final_state(login: Login, job: str, offset: timedelta | None = None,
 # Partitions and the queue
 
 
-def partitions(login: Login) -> list[str]:
-    proc = login.slurm(["sinfo", "-h", "-o", "%R"])
+def partitions(login: Shell) -> list[str]:
+    proc = slurm(login, ["sinfo", "-h", "-o", "%R"])
     return sorted({p.strip() for p in proc.stdout.split() if p.strip()})
 
 
-def partition_facts(login: Login, partition: str | None) -> dict:
+def partition_facts(login: Shell, partition: str | None) -> dict:
     """What the partition offers: its state, nodes (each with its CPUs, memory and cards), its
     default and maximum time, and whether a job there can be preempted. No such partition is an
     error that names the cluster's partitions."""
-    proc = login.slurm(["scontrol", "show", "partition", "-o", *([partition] if partition else [])])
+    proc = slurm(login, ["scontrol", "show", "partition", "-o", *([partition] if partition else [])])
     if proc.returncode != 0 and "not found" not in proc.stdout + proc.stderr:
         said = (proc.stderr.strip().splitlines() or [f"scontrol exit {proc.returncode}"])[-1]
         raise UserError(f"Slurm's commands on {login.label} reach no controller ({said}): is this the cluster's "
@@ -190,13 +206,13 @@ def partition_facts(login: Login, partition: str | None) -> dict:
                         "--partition", ru=f"в Slurm на {login.label} нет раздела «{partition}» (есть: {known})")
     name = chosen["PartitionName"]
     nodes = []
-    for line in login.slurm(["sinfo", "-h", "-N", "-p", name, "-o", "%N|%c|%m|%G|%T"]).stdout.splitlines():
+    for line in slurm(login, ["sinfo", "-h", "-N", "-p", name, "-o", "%N|%c|%m|%G|%T"]).stdout.splitlines():
         parts = line.strip().split("|")
         if len(parts) == 5:
             nodes.append({"node": parts[0], "cpus": int(parts[1]) if parts[1].isdigit() else None,
                           "memory_mb": int(parts[2]) if parts[2].isdigit() else None,
                           "gres": "" if parts[3] == "(null)" else parts[3], "state": parts[4]})
-    config = login.slurm(["scontrol", "show", "config"]).stdout
+    config = slurm(login, ["scontrol", "show", "config"]).stdout
     preempt_type = next((line.split("=", 1)[1].strip() for line in config.splitlines()
                          if line.split("=")[0].strip() == "PreemptType"), "preempt/none")
     mode = chosen.get("PreemptMode", "OFF")
@@ -208,10 +224,10 @@ def partition_facts(login: Login, partition: str | None) -> dict:
             "preempt_type": preempt_type, "tres": chosen.get("TRES", "")}
 
 
-def expected_start(login: Login, shape: list[str], offset: timedelta | None = None) -> tuple[str | None, str | None]:
+def expected_start(login: Shell, shape: list[str], offset: timedelta | None = None) -> tuple[str | None, str | None]:
     """(when Slurm would start a job of `shape` (sbatch's options) if it were sent now, in UTC; or
     None with Slurm's words when it refuses such a job)."""
-    proc = login.slurm(["sbatch", "--test-only", *shape, "--wrap", "true"])
+    proc = slurm(login, ["sbatch", "--test-only", *shape, "--wrap", "true"])
     text = proc.stdout + proc.stderr
     found = _START.search(text)
     if proc.returncode != 0 or not found:

@@ -1,46 +1,33 @@
 """The lab's own machines over SSH, as stored on this computer: a box, or a group of boxes that
-trains one run across its hosts under torchrun.
+trains one run across its hosts under torchrun; and `lab machines check NAME` on one.
 
-Each is a folder `$LAB_HOME/machines/<name>/`: `machine.json` (its hosts as `ssh` reaches
-them, the box's Python and workdir; no password, no key: the person's ssh client and agent
-hold those), `check.json` (the last `lab machines check`: Python, torch, CUDA, the cards, free
-disk, what is missing and the line that installs it), `check/` (the check's training burst as a
-run folder the calculator reads as a measured speed) and `holds.json` (which prepared data is
-on each host already).
+Each is a folder `$LAB_HOME/machines/<name>/` (lab.machines.remote.store) with `machine.json`: its
+hosts as `ssh` reaches them, the box's Python and workdir.
 """
 from __future__ import annotations
 
-import json
-import re
-import shutil
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from pathlib import Path
+from typing import Callable
 
-from lab.config import UserError
-from lab.home import machines_dir
-from lab.kernel.checkpoint import atomic_write
-from lab.machines.ssh.client import Address
+from lab.machines.remote.check import BoxPlan, check_host, verdict
+from lab.machines.remote.client import Address
+from lab.machines.remote.shell import Shell
+from lab.machines.remote.store import Stored, store_burst, write_check
 
-NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,39}")
 DEFAULT_PYTHON = "python3"
 DEFAULT_WORKDIR = "lab-box"  # relative: in the remote user's home
-ROOM_GB = 0.1  # room a session needs in a box's workdir beyond what is copied (its checkpoints, its log)
-MACHINE_FILE, CHECK_FILE, HOLDS_FILE, BURST_FOLDER = "machine.json", "check.json", "holds.json", "check"
 
 
 @dataclass
-class Box:
+class Box(Stored):
     """One of the lab's SSH machines: one host, or a group of hosts (node 0 first)."""
+    FILE, NOUN, HOW = "machine.json", "SSH machine", "lab machines add NAME --ssh [USER@]HOST"
     name: str
     hosts: list[Address]
     python: str = DEFAULT_PYTHON
     workdir: str = DEFAULT_WORKDIR
     added: str = field(default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"))
-
-    @property
-    def folder(self) -> Path:
-        return machines_dir() / self.name
 
     @property
     def where(self) -> str:
@@ -58,105 +45,27 @@ class Box:
                    d.get("workdir") or DEFAULT_WORKDIR, d.get("added") or "")
 
 
-def parse_hosts(ssh: str | None, hosts: str | None, port: int | None) -> list[Address]:
-    """The hosts of `--ssh [USER@]HOST` or `--hosts H1,H2,...`, each with `--port` if given."""
-    if bool(ssh) == bool(hosts):
-        raise UserError("give the machine's host: --ssh [USER@]HOST for one box, or --hosts H1,H2,... for a group")
-    names = [ssh] if ssh else [h.strip() for h in hosts.split(",") if h.strip()]
-    for host in names:
-        if not re.fullmatch(r"[A-Za-z0-9_.@%:\[\]-]+", host) or host.startswith("-"):
-            raise UserError(f"{host!r} is not a host as ssh takes it ([USER@]HOST, or an alias of your ssh config)")
-    if len(set(names)) != len(names):
-        raise UserError(f"a host is named twice in --hosts {hosts}: each host of a group trains its own part")
-    if port is not None and not 0 < port < 65536:
-        raise UserError(f"--port {port} is not a TCP port (1-65535)")
-    return [Address(host, port) for host in names]
-
-
 def add_box(name: str, hosts: list[Address], python: str | None = None, workdir: str | None = None,
             taken: list[str] = ()) -> Box:
     """Stores a new machine; `taken`: the names the lab's other machines have."""
-    if not NAME.fullmatch(name):
-        raise UserError(f"{name!r} is not a machine name: use a-z, 0-9, '-' and '_' (at most 40), starting with a "
-                        "letter or digit")
-    if name in taken or (machines_dir() / name / MACHINE_FILE).is_file():
-        raise UserError(f"the lab already has a machine called '{name}': pick another name, or `lab machines "
-                        f"remove {name}` first")
-    box = Box(name, hosts, python or DEFAULT_PYTHON, workdir or DEFAULT_WORKDIR)
-    box.folder.mkdir(parents=True, exist_ok=True)
-    _write(box.folder / MACHINE_FILE, box.to_dict())
-    return box
+    return Box(name, hosts, python or DEFAULT_PYTHON, workdir or DEFAULT_WORKDIR).store(taken)
 
 
-def remove_box(name: str) -> None:
-    box = get_box(name)
-    shutil.rmtree(box.folder)
+def shells(box: Box) -> list[Shell]:
+    """Each host of the box as the kit reaches it."""
+    return [Shell(address, box.python, box.where, box.name) for address in box.hosts]
 
 
-def list_boxes() -> list[Box]:
-    root = machines_dir()
-    found = []
-    for folder in sorted(root.iterdir()) if root.is_dir() else []:
-        record = _read(folder / MACHINE_FILE)
-        if record is not None:
-            found.append(Box.from_dict(record))
-    return found
-
-
-def get_box(name: str) -> Box:
-    record = _read(machines_dir() / name / MACHINE_FILE)
-    if record is None:
-        known = ", ".join(b.name for b in list_boxes()) or "none yet"
-        raise UserError(f"no SSH machine '{name}' in the lab (its SSH machines: {known}); add one with "
-                        "`lab machines add NAME --ssh [USER@]HOST`")
-    return Box.from_dict(record)
-
-
-# ---------------------------------------------------------------------------------------------
-# What the machine's check found, and what its hosts hold
-
-
-def read_check(name: str) -> dict | None:
-    return _read(machines_dir() / name / CHECK_FILE)
-
-
-def write_check(name: str, record: dict) -> None:
-    _write(machines_dir() / name / CHECK_FILE, record)
-
-
-def burst_folder(name: str) -> Path:
-    return machines_dir() / name / BURST_FOLDER
-
-
-def check_problem(name: str) -> str | None:
-    """Why the machine's last check says it cannot run the lab's sessions (what to fix), or
-    None: it can, or it was never checked."""
-    record = read_check(name)
-    if not record or record.get("can_run", True) is not False:
-        return None
-    return f"{record.get('why')} Then `lab machines check {name}`."
-
-
-def holds_data(name: str, host: int, key: str) -> bool:
-    return key in (_read(machines_dir() / name / HOLDS_FILE) or {}).get(str(host), [])
-
-
-def note_data(name: str, host: int, key: str, held: bool = True) -> None:
-    path = machines_dir() / name / HOLDS_FILE
-    holds = _read(path) or {}
-    keys = [k for k in holds.get(str(host), []) if k != key] + ([key] if held else [])
-    holds[str(host)] = keys
-    _write(path, holds)
-
-
-def _read(path: Path) -> dict | None:
-    try:
-        value = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return value if isinstance(value, dict) else None
-
-
-def _write(path: Path, value: dict) -> None:
-    text = json.dumps(value, indent=1, ensure_ascii=False)
-    atomic_write(path, lambda f: f.write(text.encode("utf-8")))
+def check_machine(name: str, say: Callable[[str], None] = print, plan: BoxPlan | None = None) -> dict:
+    """Checks every host of the machine, stores and returns the verdict. A host that cannot be
+    reached (or has no Python at the given path) raises, and nothing is stored."""
+    plan, box = plan or BoxPlan(), Box.get(name)
+    started = datetime.now(timezone.utc)
+    hosts = []
+    for i, shell in enumerate(shells(box)):
+        say(f"{box.where}: checking {shell.label}" + (" (with a short training burst)" if i == 0 else ""))
+        hosts.append(check_host(shell, box.workdir, plan, burst=i == 0))
+    record = verdict(box.name, box.python, hosts, started)
+    store_burst(name, hosts[0])
+    write_check(name, record)
+    return record

@@ -16,6 +16,7 @@ a changed host key, a key the box refuses, the connection lost) and what to do.
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -45,6 +46,21 @@ class Address:
     @classmethod
     def from_dict(cls, d: dict) -> "Address":
         return cls(str(d["host"]), int(d["port"]) if d.get("port") else None)
+
+
+def parse_hosts(ssh: str | None, hosts: str | None, port: int | None) -> list[Address]:
+    """The hosts of `--ssh [USER@]HOST` or `--hosts H1,H2,...`, each with `--port` if given."""
+    if bool(ssh) == bool(hosts):
+        raise UserError("give the machine's host: --ssh [USER@]HOST for one box, or --hosts H1,H2,... for a group")
+    names = [ssh] if ssh else [h.strip() for h in hosts.split(",") if h.strip()]
+    for host in names:
+        if not re.fullmatch(r"[A-Za-z0-9_.@%:\[\]-]+", host) or host.startswith("-"):
+            raise UserError(f"{host!r} is not a host as ssh takes it ([USER@]HOST, or an alias of your ssh config)")
+    if len(set(names)) != len(names):
+        raise UserError(f"a host is named twice in --hosts {hosts}: each host of a group trains its own part")
+    if port is not None and not 0 < port < 65536:
+        raise UserError(f"--port {port} is not a TCP port (1-65535)")
+    return [Address(host, port) for host in names]
 
 
 class SshError(UserError):

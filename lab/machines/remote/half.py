@@ -1,8 +1,10 @@
-"""The box's half of an SSH machine: what the kit runs there, with the box's own Python.
+"""The kit's half on the lab's own machines: what it runs there, with the machine's own Python, on a
+box and on a Slurm cluster alike.
 
 Stdlib only, and nothing of the lab imported: the control side sends this file's text on the
 ssh connection's stdin (`PYTHON - VERB ARGS`) and reads one JSON answer from its stdout; a
-link's copy of it on the box runs the session detached (`run`). Each verb is one small job:
+link's copy of it there runs the session (`run` on a box, detached; `job` in a Slurm job, one task
+per node). Each verb is one small job:
 
     hello WORKDIR              the workdir (made), the Python, free disk, whether rsync is there
     state WORKDIR              the runs of ours alive there, and whether the GPUs run anyone's work
@@ -10,12 +12,15 @@ link's copy of it on the box runs the session detached (`run`). Each verb is one
                                files of a half-copied data folder with their sizes
     seal WORKDIR KEY SIZES     a copied data folder checked against the sizes sent, then put in place
     launch LINK PARAMS         the session started detached (once: a second call finds the first)
-    watch LINK OFFSET EVERY    a JSON line every EVERY s (new metrics bytes, the log's tail, the
-                               session's state) until it ends
+    peek LINK OFFSET [JOB]     one look: the metrics bytes after OFFSET, the log's tail, the session's
+                               phase and markers; with a Slurm JOB, `scontrol show job` too (one connection)
     stop LINK REASON           asks the session to save a checkpoint and stop
+    kill LINK REASON           ends the session now, and every process it started
     outputs LINK               the session's output files with their sizes
     port                       a TCP port free now (torchrun's rendezvous on a group's first host)
     run LINK                   the session itself: papermill executes the training notebook
+    job LINK                   a Slurm job's task on one node: its place in the group, then `run`;
+                               a job Slurm starts again after its session began leaves `requeued.json`
 
 The remote layout, in the machine's workdir: `data/<key>/` (a prepared data folder, once per
 host: <key> is its manifest's sha256), `runs/<run>/<link>-<node>/` (train.ipynb, params.json,
@@ -40,7 +45,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 LOG_LINES = 25
-CHUNK = 256 * 1024  # metrics bytes per watch line at most: a long run's history comes in pieces
+CHUNK = 256 * 1024  # metrics bytes per look at most: a long run's history comes in pieces
+MARKERS = ("runner", "exit", "requeued", "stop")  # what a session leaves beside its outputs
+RDZV_PORT_BASE, RDZV_PORTS = 15000, 20000  # a Slurm group's rendezvous port, from the job's id: every node agrees
 
 
 def _now() -> str:
@@ -189,22 +196,23 @@ def _new_metrics(path: Path, offset: int) -> tuple[str, int]:
     return whole.decode("utf-8", "replace"), offset + len(whole)
 
 
-def watch(link: str, offset: str, every_s: str) -> None:
-    here, pos, every = Path(link), int(offset), float(every_s)
-    while True:
-        ended, alive = _read_json(here / "exit.json"), _alive(here)
-        text, new = _new_metrics(here / "out" / "metrics.jsonl", pos)
-        while len(text.encode()) >= CHUNK:  # a long history: every piece before the state
-            print(json.dumps({"metrics": text, "from": pos, "offset": new}), flush=True)
-            pos = new
-            text, new = _new_metrics(here / "out" / "metrics.jsonl", pos)
-        phase = _phase(here, ended, alive)
-        print(json.dumps({"metrics": text, "from": pos, "offset": new, "phase": phase, "exit": ended,
-                          "log": _tail(here / "session.log", LOG_LINES)}), flush=True)
-        pos = new
-        if phase != "running":
-            return
-        time.sleep(every)
+def peek(link: str, offset: str, job_id: str = "") -> dict:
+    """One look at the session: its new metrics (whole lines after `offset`, at most CHUNK bytes:
+    a long history comes in pieces), the log's tail, its phase and markers; on a Slurm login node,
+    what `scontrol show job` says of its job as well, in the same connection."""
+    here, pos = Path(link), int(offset)
+    text, new = _new_metrics(here / "out" / "metrics.jsonl", pos)
+    ended = _read_json(here / "exit.json")
+    answer = {"metrics": text, "from": pos, "offset": new, "phase": _phase(here, ended, _alive(here)),
+              "log": _tail(here / "session.log", LOG_LINES), **{m: _read_json(here / f"{m}.json") for m in MARKERS}}
+    if job_id:
+        try:
+            proc = subprocess.run(["scontrol", "show", "job", "-o", job_id], capture_output=True, text=True,
+                                  timeout=60)
+            answer["scontrol"] = {"rc": proc.returncode, "out": proc.stdout, "err": proc.stderr}
+        except (OSError, subprocess.SubprocessError) as e:
+            answer["scontrol"] = {"rc": -1, "out": "", "err": f"{type(e).__name__}: {e}"}
+    return answer
 
 
 def _phase(here: Path, ended: dict | None, alive: bool) -> str:
@@ -226,6 +234,26 @@ def stop(link: str, reason: str) -> dict:
     here = Path(link)
     _write_json(here / "stop.json", {"reason": reason, "at": _now()})
     return {"alive": _alive(here)}
+
+
+def kill(link: str, reason: str) -> dict:
+    """Ends the session now: its runner and every process under it (the notebook's kernel,
+    torchrun's workers), killed; its exit says why. What it saved stays in its outputs."""
+    here = Path(link)
+    runner = _read_json(here / "runner.json") or {}
+    pids = []
+    if _alive(here):
+        pids = [int(runner["pid"])]
+        for pid in pids:  # grows as it goes: every descendant
+            pids += [child for child in _children(pid) if child not in pids]
+        for pid in reversed(pids):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+    if not (here / "exit.json").is_file():
+        _write_json(here / "exit.json", {"ok": False, "error": f"killed: {reason}", "ended": _now()})
+    return {"killed": len(pids)}
 
 
 def outputs(link: str) -> dict:
@@ -317,8 +345,61 @@ def run(link: str) -> None:
     print(f"box: the session ended {'cleanly' if error is None else 'with ' + error}", flush=True)
 
 
-VERBS = {"hello": hello, "state": state, "stage": stage, "seal": seal, "launch": launch, "watch": watch,
-         "stop": stop, "outputs": outputs, "port": port, "run": run}
+# ---------------------------------------------------------------------------------------------
+# A Slurm job's task on each node
+
+
+def first_host(nodelist: str) -> str:
+    """The first node of the job, as the other nodes reach it (`scontrol show hostnames`)."""
+    try:
+        out = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True,
+                             timeout=60).stdout.split()
+    except (OSError, subprocess.SubprocessError):
+        out = []
+    return out[0] if out else nodelist.split(",")[0].split("[")[0]
+
+
+def node_params(here: Path, folder: Path, rank: int, nodes: int, job_id: str) -> dict:
+    """The notebook's parameters on this node: the link's spec, with this node's place in the group."""
+    params = json.loads((here / "params.json").read_text(encoding="utf-8"))
+    session = params["session"]
+    if nodes > 1:
+        port = RDZV_PORT_BASE + int(job_id) % RDZV_PORTS if job_id.isdigit() else RDZV_PORT_BASE
+        session.update(nnodes=nodes, node_rank=rank,
+                       rdzv_endpoint=f"{first_host(os.environ.get('SLURM_JOB_NODELIST', ''))}:{port}")
+    if folder != here:
+        session["out_dir"] = str(folder / "out")
+    return params
+
+
+def job(link: str) -> None:
+    """Slurm signals every process of the job (SIGTERM) before its time limit, when it preempts or
+    requeues it, and at its end: the training loop's saver takes SIGTERM itself and saves at its
+    next step, so this task ignores it and goes on collecting the notebook. Node I of a group keeps
+    its files in LINK/node-I; the first node's rank 0 writes the run's."""
+    here = Path(link)
+    rank = int(os.environ.get("SLURM_NODEID") or 0)
+    nodes = int(os.environ.get("SLURM_NNODES") or os.environ.get("SLURM_JOB_NUM_NODES") or 1)
+    job_id, restart = os.environ.get("SLURM_JOB_ID", "?"), os.environ.get("SLURM_RESTART_COUNT", "0")
+    folder = here if rank == 0 else here / f"node-{rank}"
+    (folder / "out").mkdir(parents=True, exist_ok=True)
+    if (folder / "runner.json").is_file():  # this link's session started before: never twice
+        _write_json(folder / "requeued.json", {"job": job_id, "restart": restart, "at": _now()})
+        print(f"slurm: job {job_id} started again (restart {restart}) after its session had started here: the run "
+              "is not started twice; the lab goes on from its checkpoint in a new job", flush=True)
+        return
+    if folder != here:
+        shutil.copyfile(here / "train.ipynb", folder / "train.ipynb")
+    (folder / "params.json").write_text(json.dumps(node_params(here, folder, rank, nodes, job_id)), encoding="utf-8")
+    # Ignored here, and so by the kernel papermill starts (an ignored signal stays ignored across
+    # exec): it neither ends this task before the notebook is written nor kills a kernel still
+    # starting up, whose limit inside the job's then stops it.
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    run(str(folder))
+
+
+VERBS = {"hello": hello, "state": state, "stage": stage, "seal": seal, "launch": launch, "peek": peek,
+         "stop": stop, "kill": kill, "outputs": outputs, "port": port, "run": run, "job": job}
 
 if __name__ == "__main__" and len(sys.argv) > 1 and sys.argv[1] in VERBS:
     answer = VERBS[sys.argv[1]](*sys.argv[2:])

@@ -1,0 +1,128 @@
+"""The lab's own machines as stored on this computer, boxes and clusters alike: each a folder
+`$LAB_HOME/machines/<name>/` with the machine's own record (a box's `machine.json`, a cluster's
+`cluster.json`; no password, no key: the person's ssh client and agent hold those), `check.json`
+(the last `lab machines check`: what it has, whether it can run the lab's sessions and why not),
+`check/` (the check's training burst as a run folder the calculator reads as a measured speed on
+the machine's cards) and `holds.json` (which prepared data each of its hosts holds already).
+"""
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import tempfile
+from pathlib import Path
+
+from lab.config import UserError, card_set
+from lab.home import machines_dir
+from lab.kaggle.probed import store_measurement
+from lab.kernel.checkpoint import atomic_write
+
+NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,39}")
+ROOM_GB = 0.1  # room a session needs in a machine's workdir beyond what is copied (its checkpoints, its log)
+CHECK_FILE, HOLDS_FILE, BURST_FOLDER = "check.json", "holds.json", "check"
+
+
+class Stored:
+    """One of the lab's own machines as stored here (a dataclass with `name`, `to_dict`, `from_dict`):
+    its record `FILE` in its folder; `NOUN` and `HOW` name it, and how to add one, in errors."""
+    FILE = NOUN = HOW = ""
+
+    @property
+    def folder(self) -> Path:
+        return machines_dir() / self.name
+
+    def store(self, taken: list[str]) -> "Stored":
+        """Stored as a new machine; `taken`: the names the lab's other machines have."""
+        new_name(self.name, taken)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        write(self.folder / self.FILE, self.to_dict())
+        return self
+
+    def remove(self) -> None:
+        shutil.rmtree(self.folder)
+
+    @classmethod
+    def all(cls) -> list:
+        return [cls.from_dict(r) for r in records(cls.FILE)]
+
+    @classmethod
+    def get(cls, name: str):
+        found = [m for m in cls.all() if m.name == name]
+        if not found:
+            known = ", ".join(m.name for m in cls.all()) or "none yet"
+            raise UserError(f"no {cls.NOUN} '{name}' in the lab (its {cls.NOUN}s: {known}); add one with `{cls.HOW}`")
+        return found[0]
+
+
+def new_name(name: str, taken: list[str]) -> None:
+    """A name a new machine may take: the lab's way of naming, and no machine of the lab has it."""
+    if not NAME.fullmatch(name):
+        raise UserError(f"{name!r} is not a machine name: use a-z, 0-9, '-' and '_' (at most 40), starting with a "
+                        "letter or digit")
+    if name in taken or (machines_dir() / name).is_dir():
+        raise UserError(f"the lab already has a machine called '{name}': pick another name, or `lab machines "
+                        f"remove {name}` first")
+
+
+def records(file: str) -> list[dict]:
+    """The stored machines with a record `file` (a box's machine.json, a cluster's cluster.json)."""
+    root = machines_dir()
+    found = [read(folder / file) for folder in sorted(root.iterdir())] if root.is_dir() else []
+    return [r for r in found if r is not None]
+
+
+def read_check(name: str) -> dict | None:
+    return read(machines_dir() / name / CHECK_FILE)
+
+
+def write_check(name: str, record: dict) -> None:
+    write(machines_dir() / name / CHECK_FILE, record)
+
+
+def burst_folder(name: str) -> Path:
+    return machines_dir() / name / BURST_FOLDER
+
+
+def check_problem(name: str) -> str | None:
+    """Why the machine's last check says it cannot run the lab's sessions (what to fix), or
+    None: it can, or it was never checked."""
+    record = read_check(name)
+    if not record or record.get("can_run", True) is not False:
+        return None
+    return f"{record.get('why')} Then `lab machines check {name}`."
+
+
+def store_burst(name: str, host: dict) -> None:
+    """A host's check burst as a run folder the calculator reads, on the machine's cards."""
+    if not host.get("metrics") or not (host.get("worker") or {}).get("burst"):
+        return
+    with tempfile.TemporaryDirectory(prefix="lab-check-") as tmp:
+        metrics = Path(tmp) / "metrics.jsonl"
+        metrics.write_text(host["metrics"], encoding="utf-8")
+        gpu = card_set(host["gpus"][0]["name"], len(host["gpus"])) if host.get("gpus") else "cpu"
+        store_measurement(burst_folder(name), metrics, host, gpu)
+
+
+def holds_data(name: str, host: int, key: str) -> bool:
+    return key in (read(machines_dir() / name / HOLDS_FILE) or {}).get(str(host), [])
+
+
+def note_data(name: str, host: int, key: str, held: bool = True) -> None:
+    path = machines_dir() / name / HOLDS_FILE
+    holds = read(path) or {}
+    holds[str(host)] = [k for k in holds.get(str(host), []) if k != key] + ([key] if held else [])
+    write(path, holds)
+
+
+def read(path: Path) -> dict | None:
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def write(path: Path, value: dict) -> None:
+    text = json.dumps(value, indent=1, ensure_ascii=False)
+    atomic_write(path, lambda f: f.write(text.encode("utf-8")))
