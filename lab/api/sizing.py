@@ -8,6 +8,9 @@ run folder, how far past predictions were, and this computer's parts measured on
     measure_in_background(...) the same without waiting (the form: it sizes on every keystroke)
     auto_measure()             whether the calculator measures on its own when it first needs to
                                (LAB_MEASURE_PARTS=0 turns it off: `lab size --measure-parts` still does)
+    busy()                     the load per core when other work keeps this computer busy (then the
+                               calculator waits for a quiet moment: parts timed beside a training run
+                               would carry its contention into the model's shape)
     grow(run, manifest, vocab) "when to grow" from a run id or folder
     calibration()              one line: the speed predictions against what the runs measured
 """
@@ -27,7 +30,7 @@ from lab.recipes.predict import predicted_text  # noqa: F401 (the faces' words f
 from lab.sizing import (DEFAULT_VOCAB, KIND_RU, Estimate, Figure, Verdict, find_manifest,  # noqa: F401
                         format_count, format_hours, format_number, slowdown, when_to_grow)
 from lab.sizing.calibration import summary
-from lab.sizing.machine import local_file, local_shape, save_local
+from lab.sizing.machine import BUSY_LOAD, local_file, local_shape, save_local, unsteady_local
 from lab.sizing.priors import cpu_threads
 
 AUTO_ENV = "LAB_MEASURE_PARTS"
@@ -36,6 +39,19 @@ MEASURE_TIMEOUT_S = 300.0
 
 def auto_measure() -> bool:
     return os.environ.get(AUTO_ENV, "1").strip().lower() not in ("0", "off", "no", "false")
+
+
+def load_per_core() -> float:
+    try:
+        return os.getloadavg()[0] / (os.cpu_count() or 1)
+    except (AttributeError, OSError):  # not a Unix: no load average to go by
+        return 0.0
+
+
+def busy() -> float | None:
+    """The 1-minute load average per core when it is above BUSY_LOAD (lab.sizing.machine), else None."""
+    load = load_per_core()
+    return load if load > BUSY_LOAD else None
 
 
 def parts_wanted(est: Estimate) -> tuple[str, int] | None:
@@ -72,13 +88,16 @@ _failed: dict[str, str] = {}
 
 def measure_in_background(precision: str, threads: int) -> str:
     """Starts measuring (once per lab home, precision and threads in this process) unless it is
-    under way or done; "measuring", "done" or "failed: why"."""
+    under way or done, or this computer is busy; "measuring", "done", "busy", "unsteady" (measured,
+    but beside other work: not used) or "failed: why"."""
     if local_shape(precision, threads) is not None:
         return "done"
     key = str(local_file(precision, threads))
     if key in _failed:
         return f"failed: {_failed[key]}"
     thread = _background.get(key)
+    if thread is None and busy():
+        return "busy"
     if thread is None:
         def work() -> None:
             try:
@@ -89,6 +108,8 @@ def measure_in_background(precision: str, threads: int) -> str:
         thread.start()
     if thread.is_alive():
         return "measuring"
+    if unsteady_local(precision, threads) is not None:
+        return "unsteady"  # measured beside other work: not used (`lab size --measure-parts` again)
     return "done" if local_shape(precision, threads) is not None else f"failed: {_failed.get(key, 'no result')}"
 
 

@@ -91,6 +91,15 @@ def _measured_parts(est: sizing.Estimate, again: bool, lang: str) -> bool:
         wanted = (est.precision, wanted[1] if wanted else None)
     if wanted is None or not (again or sizing.auto_measure()):
         return False
+    load = sizing.busy()
+    if load and not again:
+        print("lab size: " + (f"этот компьютер занят (нагрузка {load:.1f} на ядро): его части измерятся, когда он "
+                              f"освободится; до тех пор форма скорости — априорная лабы (`lab size --measure-parts` "
+                              f"измерит сейчас)".replace(".", ",", 1) if lang == "ru" else
+                              f"this computer is busy (load {load:.1f} per core): its parts are measured when it is "
+                              f"quiet; until then the speed's shape is the lab's prior (`lab size --measure-parts` "
+                              f"measures now)"), file=sys.stderr)
+        return False
     precision, threads = wanted
     print("lab size: " + ("измеряю части этого компьютера (один раз, около 10 с)…" if lang == "ru" else
                           "measuring this computer's parts once (about 10 s)…"), file=sys.stderr, flush=True)

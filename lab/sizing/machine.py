@@ -30,6 +30,9 @@ FORMAT = 1
 # Above this load average per core, other work shared the machine while its parts were timed: the
 # calculator says so beside the figures (they may be off in shape as well as in level).
 BUSY_LOAD = 0.5
+# Or its own timings' median spread above this: two threads beside one busy core wait on each other
+# (10 ms a layer where 0.4 was measured quiet, on the 2-vCPU EPYC VM, 2026-12-03).
+NOISY_SPREAD = 0.3
 
 
 @dataclass(frozen=True)
@@ -45,16 +48,28 @@ class Shape:
     busy: float | None = None  # the load average per core as it was measured, where it was above a half
 
     @property
+    def unsteady(self) -> bool:
+        """Timed beside other work, or moving too much to say the machine's shape."""
+        return bool(self.busy) or self.spread > NOISY_SPREAD
+
+    def why_unsteady(self, lang: str = "en") -> str:
+        if self.busy:
+            return (f"the machine was busy then (load {self.busy:.1f} per core)" if lang == "en" else
+                    f"машина тогда была занята (нагрузка {self.busy:.1f} на ядро)".replace(".", ",", 1))
+        return (f"its own timings moved by {self.spread:.0%}" if lang == "en" else
+                f"его собственные замеры разошлись на {self.spread:.0%}")
+
+    @property
     def note(self) -> str:
-        busy = (f"; the machine was busy then (load {self.busy:.1f} per core): `lab size --measure-parts` when it "
-                f"is quiet measures them again") if self.busy else ""
+        busy = (f"; {self.why_unsteady()}: `lab size --measure-parts` when it is quiet measures them again"
+                if self.unsteady else "")
         return f"the parts measured on {self.where} ({self.at[:10]}" + (
             f", {self.threads} thread(s)" if self.threads else "") + f"){busy}"
 
     @property
     def note_ru(self) -> str:
-        busy = (f"; машина тогда была занята (нагрузка {self.busy:.1f} на ядро): `lab size --measure-parts` на "
-                f"свободной измерит их снова".replace(".", ",", 1)) if self.busy else ""
+        busy = (f"; {self.why_unsteady('ru')}: `lab size --measure-parts` на свободной измерит их снова"
+                if self.unsteady else "")
         return f"части, измеренные на {self.where_ru} ({self.at[:10]}" + (
             f", потоков: {self.threads}" if self.threads else "") + f"){busy}"
 
@@ -93,7 +108,20 @@ def save_local(record: dict) -> Path:
 
 
 def local_shape(precision: str, threads: int) -> Shape | None:
-    """This computer's parts in `precision` on `threads`, where measured (on this processor)."""
+    """This computer's parts in `precision` on `threads`, where measured on this processor and
+    steadily (a measurement beside other work is `unsteady_local`'s: its shape is not used)."""
+    shape = _local(precision, threads)
+    return None if shape is None or shape.unsteady else shape
+
+
+def unsteady_local(precision: str, threads: int) -> Shape | None:
+    """This computer's parts measured while it was busy (or moving too much), which the calculator
+    does not use: the prior's note says so, and the next quiet sizing measures them again."""
+    shape = _local(precision, threads)
+    return shape if shape is not None and shape.unsteady else None
+
+
+def _local(precision: str, threads: int) -> Shape | None:
     record = read_json_cached(local_file(precision, threads))
     if not _usable(record, "cpu", precision) or record.get("processor") != processor():
         return None

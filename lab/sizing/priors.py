@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass
 
 from lab.sizing.cards import REFERENCE, Card
-from lab.sizing.machine import Shape, card_shape, local_shape
+from lab.sizing.machine import Shape, card_shape, local_shape, unsteady_local
 from lab.sizing.steptime import NO_CURVES, NOISE, Curves, Point, Size
 
 # This CPU's parts per thread count, measured by `OMP_NUM_THREADS=T scripts/bench_prior.py`: the
@@ -164,10 +164,16 @@ def _cpu_prior(card: Card, precision: str, threads: int) -> Prior:
     where, where_ru = CPU_MEASURED_ON[base]
     scaled = "" if base == threads else f", scaled from {base} thread(s)"
     scaled_ru = "" if base == threads else f", пересчёт с потоков: {base}"
+    unsteady = unsteady_local(precision, threads)
+    aside = (f"; this computer's own parts, measured on {unsteady.at[:10]}, are not used: {unsteady.why_unsteady()}, "
+             f"and `lab size --measure-parts` measures them again" if unsteady else "")
+    aside_ru = (f"; собственные части этого компьютера от {unsteady.at[:10]} не используются: "
+                f"{unsteady.why_unsteady('ru')}, а `lab size --measure-parts` измерит их снова" if unsteady else "")
     note = (f"the lab's rough guess for {threads} CPU thread(s) in {precision} (measured on {base} thread(s) of "
-            f"{where}{scaled}; yours may differ 3× either way: a short run here measures it)")
+            f"{where}{scaled}; yours may differ 3× either way: a short run here measures it{aside})")
     note_ru = (f"грубой прикидки лабы для {threads} потоков CPU в {precision} (замер на {where_ru}, потоков: "
-               f"{base}{scaled_ru}; ваш может отличаться втрое в любую сторону: короткий прогон здесь измерит его)")
+               f"{base}{scaled_ru}; ваш может отличаться втрое в любую сторону: короткий прогон здесь измерит его"
+               f"{aside_ru})")
     return Prior("cpu", precision, parts, SHAPE_SPREAD["cpu"], anchor, False, note, note_ru, threads=threads,
                  run_noise=CPU_RUN_NOISE)
 

@@ -91,7 +91,7 @@ def speed_model(card: Card, precision: str, runs: list[Measured], compiled: bool
     same = [r for r in own if r.compiled in (None, compiled)] if compiled is not None else own
     own = same or own
     pri = prior(card, precision, threads)
-    key = (card.name, precision, pri.parts, pri.curves, pri.threads,
+    key = (card.name, precision, pri,
            tuple((r.run, r.size_key(), r.tok_s, r.spread, r.others_cpu, r.threads) for r in own))
     hit = _models.get(key)
     if hit is None:  # the form asks on every keystroke: fit once per set of measurements

@@ -44,6 +44,16 @@ def _parts_line(est: sizing.Estimate) -> str:
     if state == "measuring":
         said = tr("measuring this computer's parts once (about 10 s): until then the speed's shape is the lab's prior",
                   "измеряю части этого компьютера (один раз, около 10 с): до тех пор форма скорости — априорная лабы")
+    elif state == "busy":
+        said = tr("this computer is busy now: its parts will be measured when it is quiet (the speed's shape is "
+                  "the lab's prior meanwhile)",
+                  "этот компьютер сейчас занят: его части измерятся, когда он освободится (до тех пор форма "
+                  "скорости — априорная лабы)")
+    elif state == "unsteady":
+        said = tr("this computer's parts were measured while other work kept it busy and are not used: "
+                  "`lab size --measure-parts` measures them again (the speed's shape is the lab's prior meanwhile)",
+                  "части этого компьютера измерены, пока его занимала другая работа, и не используются: "
+                  "`lab size --measure-parts` измерит их снова (до тех пор форма скорости — априорная лабы)")
     elif state.startswith("failed"):
         said = tr(f"this computer's parts could not be measured ({state[8:]}): the speed's shape is the lab's prior",
                   f"части этого компьютера измерить не вышло ({state[8:]}): форма скорости — априорная лабы")

@@ -157,9 +157,13 @@ def test_lab_size_measures_this_computers_parts_once_and_says_so(home, monkeypat
         calls.append((precision, threads))
         return machine.save_local(record(threads))
     monkeypatch.setattr(api_sizing, "measure_parts", measure)
+    monkeypatch.setattr(api_sizing, "load_per_core", lambda: 3.0)  # busy: it waits for a quiet moment
     monkeypatch.setenv("LAB_MEASURE_PARTS", "1")
     args = ("size", "--gpu", "cpu", "--precision", "fp32", "--machine", "local", "--layers", "2", "--width", "64",
             "--heads", "2", "--context", "64")
+    code, out, err = lab_here(*args)
+    assert code == 0 and "this computer is busy (load 3.0 per core)" in err and not calls
+    monkeypatch.setattr(api_sizing, "load_per_core", lambda: 0.1)
     code, out, err = lab_here(*args)
     assert code == 0 and "measuring this computer's parts once" in err
     assert "speed: " in out and "the parts measured on this computer" in out
@@ -199,11 +203,17 @@ def replace_threads(rec: dict) -> dict:
     return {**rec, "threads": rec.get("threads") or 1}
 
 
-def test_parts_measured_on_a_busy_machine_say_so():
+def test_parts_measured_on_a_busy_machine_are_not_used_and_the_figure_says_so(home):
     busy = machine.shape_of({**record(), "load": 3.0, "cpus": 2}, "this computer", "этом компьютере")
     quiet = machine.shape_of({**record(), "load": 0.4, "cpus": 2}, "this computer", "этом компьютере")
-    assert "busy then (load 1.5 per core)" in busy.note and "--measure-parts" in busy.note
-    assert "занята" in busy.note_ru and "busy" not in quiet.note
+    jumpy = machine.shape_of({**record(), "spread": 0.6}, "this computer", "этом компьютере")
+    assert busy.unsteady and jumpy.unsteady and not quiet.unsteady
+    assert "busy then (load 1.5 per core)" in busy.note and "занята" in busy.note_ru and "moved by 60%" in jumpy.note
+    machine.save_local({**record(), "load": 3.0, "cpus": 2})
+    assert machine.local_shape("fp32", cpu_threads()) is None  # two threads beside a busy core wait on each other
+    e = sizing.estimate(RunConfig(gpu="cpu", precision="fp32", machine="local", **A), manifest={}, runs=[])
+    assert e.tok_s.extra["shape"] == "prior" and "own parts, measured on" in e.tok_s.note
+    assert "are not used: the machine was busy then" in e.tok_s.note
 
 
 def test_the_form_measures_this_computers_parts_in_the_background_then_uses_them(home, monkeypatch):
@@ -215,10 +225,14 @@ def test_the_form_measures_this_computers_parts_in_the_background_then_uses_them
         release.wait(10)
         return machine.save_local({**record(threads), "precision": precision})
     monkeypatch.setattr(api_sizing, "measure_parts", measure)
+    monkeypatch.setattr(api_sizing, "load_per_core", lambda: 3.0)
     monkeypatch.setenv("LAB_MEASURE_PARTS", "1")
     ui.set_language("en")
     try:
         form = ui.NewRunForm(gpu="cpu", machine="local", layers=2, width=64, heads=2, context=64)
+        assert "busy now: its parts will be measured when it is quiet" in form.calc.value  # not beside other work
+        monkeypatch.setattr(api_sizing, "load_per_core", lambda: 0.1)
+        form.set(layers=2)
         assert "measuring this computer&#x27;s parts once" in form.calc.value
         assert "the lab&#x27;s rough guess" in form.calc.value  # meanwhile the prior, said as such
         release.set()
