@@ -89,8 +89,12 @@ def measure_parts(home: Path, precision: str, cpu_clock: bool = False) -> dict:
     else:
         path = measure(prec, cpu_threads())
     record = json.loads(path.read_text())
+    from lab.sizing.machine import unsteady_local
+    unsteady = unsteady_local(prec, int(record["threads"]))
     print(f"  parts: {prec} on {record['threads']} thread(s) in {time.monotonic() - t0:.0f} s (their own timings' "
-          f"spread {record['spread']:.0%}), kept in {path}", file=sys.stderr, flush=True)
+          f"spread {record['spread']:.0%}, load {record.get('load')}), kept in {path}"
+          + (f"; NOT USED: {unsteady.why_unsteady()} (run again when the machine is quiet)" if unsteady else ""),
+          file=sys.stderr, flush=True)
     return record
 
 
@@ -359,7 +363,9 @@ def main() -> None:
         if a.cpu_clock and (os.environ.get("OMP_NUM_THREADS") != "1" or not a.parts_check):
             p.error("--cpu-clock goes with --parts-check and OMP_NUM_THREADS=1")
         if not a.source:
+            from bench_prior import wait_for_quiet  # beside this script
             for precision in precisions:
+                wait_for_quiet(a.quiet, max_s=180)
                 measure_parts(home, precision, a.cpu_clock)
         print(f"machine: {os.cpu_count()} CPU(s) ({_cpu_name()}), load average {os.getloadavg()[0]:.1f} now")
         if a.parts_check:
