@@ -1,18 +1,13 @@
 """The Auto rule (guide: "Machine"), a pure function of the machines' states.
 
-Among the free machines elsewhere — Kaggle accounts (reachable, credentials accepted, fewer GPU
-sessions running than Kaggle allows, enough quota for a useful link), the lab's own boxes
-over SSH (reachable, checked, no run of ours on them, no one's work on their GPUs) and its Slurm
-clusters (the login node answers, Slurm would take the job) — first one that covers the whole
-run: an account whose quota does (the calculator's quota hours, start-up included), or a box or
-a cluster, which have no quota. Among those, the one that finishes soonest by the speed measured
-on its cards (the calculator's hours on each machine, `finish_h`, with a cluster's expected wait
-in its queue); then one that
-already holds the data and the checkpoint; then the most quota left. When none covers the run,
-the choice says that the run will be continued elsewhere. This computer is chosen only when
-picked explicitly, or when the lab has no other machine at all (the form's "Auto" then still
-starts something rather than nothing). A machine the person picked is taken while it can take
-a link.
+Among the free machines elsewhere (Kaggle accounts with enough quota for a useful link and fewer GPU
+sessions than Kaggle allows, the lab's boxes with no one's work on their GPUs, its Slurm clusters that
+would take the job), first one that covers the whole run: an account whose quota does (the calculator's
+hours, start-up included), or a box or a cluster, which have no quota; among those the one that finishes
+soonest by the speed measured on its cards (a cluster's expected queue wait counted); then one that
+already holds the data and the checkpoint; then the most quota left. When none covers the run, the run
+will be continued elsewhere. This computer is chosen only when picked, or when the lab has no other
+machine at all. A machine the person picked is taken while it can take a link.
 """
 from __future__ import annotations
 
@@ -120,27 +115,20 @@ def _h(x: float, ru: bool = False) -> str:
     return text.replace(".", ",") if ru else text
 
 
-_HOLDS_EN = {frozenset({"data", "checkpoint"}): "; it already holds the data and the checkpoint",
-             frozenset({"data"}): "; it already holds the data", frozenset({"checkpoint"}): "; it already holds the checkpoint"}
-_HOLDS_RU = {frozenset({"data", "checkpoint"}): "; на нём уже есть данные и чекпоинт",
-             frozenset({"data"}): "; на нём уже есть данные", frozenset({"checkpoint"}): "; на нём уже есть чекпоинт"}
+_BOTH = frozenset({"data", "checkpoint"})
+_WHAT = {_BOTH: ("the data and the checkpoint", "данные и чекпоинт"), frozenset({"data"}): ("the data", "данные"),
+         frozenset({"checkpoint"}): ("the checkpoint", "чекпоинт")}  # what a machine holds, (English, Russian)
 _LOCAL_EN = " This computer runs a run only when you pick it."
 _LOCAL_RU = " Этот компьютер берётся, только если выбрать его явно."
-_BOTH = frozenset({"data", "checkpoint"})
 
 
 def choose(cfg: RunConfig, need_hours: float | None, machines: list[Machine],
            holds: dict[str, set[str]] | None = None, finish_h: dict[str, float | None] | None = None,
            measured: dict[str, float] | None = None) -> Choice:
-    """The Auto rule over `machines`; `holds` says which machines already have the run's data
-    and checkpoint ({"alice": {"data", "checkpoint"}}); `finish_h` how many hours the rest of the
-    run takes on each, by the speed measured on its cards (unknown: not given); `measured` the
-    speed (tokens/s) the run's own last session on a machine measured: there `finish_h` is the
-    hours at that speed, and a Kaggle account covers the run only if its quota holds them. Pure.
-
-    Among the Kaggle accounts and boxes that can take a useful link: first one that covers the
-    whole run (a box always does), the soonest to finish first; then one that already holds both
-    the data and the checkpoint, then the most quota left."""
+    """The Auto rule over `machines`; `holds`: which machines have the run's data and checkpoint
+    ({"alice": {"data", "checkpoint"}}); `finish_h`: the hours the rest of the run takes on each, by the
+    speed measured on its cards; `measured`: the tokens/s the run's own last session on a machine measured
+    (there `finish_h` is the hours at that speed, and an account covers the run only if its quota holds them)."""
     holds, finish_h, measured = holds or {}, finish_h or {}, measured or {}
     elsewhere = [m for m in machines if m.kind in ELSEWHERE]
     if not elsewhere:
@@ -170,23 +158,25 @@ def _covering(best: Machine, rivals: list[Machine], need_hours: float | None, fi
     clause on a machine holding more of the link that was passed over (`_passed_over`); `tok_s`:
     the speed the run's last session there measured, which its hours are counted at."""
     soon_en, soon_ru = _soonest(best, rivals, finish_h)
+    holds_en, holds_ru = ((f"; it already holds {_WHAT[held][0]}", f"; на нём уже есть {_WHAT[held][1]}")
+                          if held in _WHAT else ("", ""))
     if best.kind == "slurm":
         return (f"{best.name}: one of the lab's Slurm clusters, with no quota, so it covers the whole run"
-                f"{_queue(best)[0]}{soon_en}{_HOLDS_EN.get(held, '')}{passed[0]}.",
+                f"{_queue(best)[0]}{soon_en}{holds_en}{passed[0]}.",
                 f"{best.name}: кластер Slurm лабы, без квоты, так что его хватит на весь прогон"
-                f"{_queue(best)[1]}{soon_ru}{_HOLDS_RU.get(held, '')}{passed[1]}.")
+                f"{_queue(best)[1]}{soon_ru}{holds_ru}{passed[1]}.")
     if best.kind == "ssh":
         return (f"{best.name}: one of the lab's own machines, with no quota, so it covers the whole run"
-                f"{soon_en}{_HOLDS_EN.get(held, '')}{passed[0]}.",
+                f"{soon_en}{holds_en}{passed[0]}.",
                 f"{best.name}: своя машина лабы, без квоты, так что её хватит на весь прогон"
-                f"{soon_ru}{_HOLDS_RU.get(held, '')}{passed[1]}.")
+                f"{soon_ru}{holds_ru}{passed[1]}.")
     at_en, at_ru = ((f" at the {tok_s:,.0f} tok/s this run's last session there measured",
                      f" при {tok_s:,.0f} ток/с, измеренных последней сессией прогона там".replace(",", "\u00a0"))
                     if tok_s else ("", ""))
     return (f"{best.name}: its {_h(best.quota_left_h)} h of GPU quota cover the whole run "
-            f"({_h(need_hours)} h{at_en}){soon_en}{_HOLDS_EN.get(held, '')}{passed[0]}.",
+            f"({_h(need_hours)} h{at_en}){soon_en}{holds_en}{passed[0]}.",
             f"{best.name}: его {_h(best.quota_left_h, True)} ч квоты GPU хватит на весь прогон "
-            f"({_h(need_hours, True)} ч{at_ru}){soon_ru}{_HOLDS_RU.get(held, '')}{passed[1]}.")
+            f"({_h(need_hours, True)} ч{at_ru}){soon_ru}{holds_ru}{passed[1]}.")
 
 
 def _queue(m: Machine) -> tuple[str, str]:
@@ -252,11 +242,7 @@ def _passed_over(best: Machine, candidates: list[Machine], holds: dict[str, set[
     if not richer:
         return "", ""
     m = max(richer, key=lambda m: (len(holds.get(m.name, set()) & _BOTH), m.quota_left_h or 0.0))
-    what = frozenset(holds.get(m.name, set()) & _BOTH)
-    en = {frozenset({"data", "checkpoint"}): "the data and the checkpoint", frozenset({"data"}): "the data",
-          frozenset({"checkpoint"}): "the checkpoint"}[what]
-    ru = {frozenset({"data", "checkpoint"}): "данные и чекпоинт", frozenset({"data"}): "данные",
-          frozenset({"checkpoint"}): "чекпоинт"}[what]
+    en, ru = _WHAT[frozenset(holds.get(m.name, set()) & _BOTH)]
     if covers(m) and (m.kind in OWN or best.kind in OWN):  # the soonest to finish decided
         return f"; {m.name} holds {en} but not all of the link", f"; у {m.name} есть {ru}, но не всё для звена"
     if covers(m):  # it holds only part of the link: the most quota decides

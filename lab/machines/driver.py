@@ -1,23 +1,12 @@
-"""The driver: runs chained from links, on whichever machines the rule picks.
+"""The driver: a run chained from links (lab.runs.Link), on whichever machines the Auto rule picks.
 
-    overview()                  the machines: this computer, then each Kaggle account with its quota
-    choose(cfg, need, machines) the guide's Auto rule (lab.machines.auto), its reason in English and Russian
-    cancel(run_id)              no further link; the running session stops, or the person is told how
-    drive(run_id)               the continuation loop (`lab watch RUN` runs it)
-
-A run is registered first, its fields settled once (`lab.settle.register_run`); then it is driven
-here, in this process, or by a background driver (`lab.machines.control.spawn_driver`).
-
-A run is driven in links (`lab.runs.Link`). Each machine answers for itself through one
-interface (lab.machines.base.Host: its state, start a link, follow it to its end, cancel it),
-found by name in lab.machines.registry; how a link ended is its typed outcome
-(lab.runs.End), and the driver decides from that alone: it never asks which machine it
-drives. When a link stops before `steps_until` (its time limit, the account's quota), the next
-one starts from its checkpoint on the machine the rule picks; with no machine free the driver
-waits for the earliest quota refresh and says so, looking again every LAB_DRIVER_POLL_S.
-A machine that runs one link per start (this computer: its limit is the person's time) ends
-the drive after it: `lab watch RUN` continues. Every step is in the run registry, so the
-driver may die anywhere: `lab watch RUN` resumes it.
+A run is registered first (`lab.settle.register_run`), then driven here or by a background driver
+(`lab.machines.control.spawn_driver`). Each machine answers through one interface (lab.machines.base.Host,
+found by name in lab.machines.registry), and the driver decides from a link's typed outcome (lab.runs.End)
+alone: it never asks which machine it drives. A link that stops before `steps_until` is continued from its
+checkpoint where the rule says; with no machine free the driver waits for the earliest quota refresh,
+looking again every LAB_DRIVER_POLL_S. This computer runs one link per start (its limit is the person's
+time). Every step is in the run registry, so the driver may die anywhere: `lab watch RUN` resumes it.
 """
 from __future__ import annotations
 
@@ -56,14 +45,9 @@ class DriverBusy(UserError):
     """Another process drives the run already."""
 
 
-# ---------------------------------------------------------------------------------------------
-# The machines
-
-
 def overview(patient: bool = False, only: str | None = None) -> list[Machine]:
-    """Every machine of the lab with its state: this computer, then each Kaggle account with its
-    quota (asked of Kaggle, all at once). `patient`: retry as long as a run's driver does, rather
-    than answer a person fast; `only`: that one machine."""
+    """Every machine of the lab with its state, asked all at once. `patient`: retry as long as a run's
+    driver does, rather than answer a person fast; `only`: that one machine."""
     active = active_runs()
     found = hosts(only)
     if not found:
@@ -72,15 +56,10 @@ def overview(patient: bool = False, only: str | None = None) -> list[Machine]:
         return list(pool.map(lambda h: h.state(active.get(h.name, []), patient), found))
 
 
-# ---------------------------------------------------------------------------------------------
-# The continuation loop
-
-
 def drive(run_id: str, *, say: Callable[[str], None] = print, resume: bool = True, progress: bool = True,
           nproc: int = 0) -> Run:
-    """Drives the run until it is done, fails, is cancelled, or stops after a machine's one link
-    per start. `resume`: a person asked to go on, so an earlier cancel is forgotten. `nproc`:
-    processes under torchrun on this computer (0: one per GPU)."""
+    """Drives the run until it is done, fails, is cancelled, or stops after a machine's one link per start.
+    `resume`: an earlier cancel is forgotten. `nproc`: processes under torchrun here (0: one per GPU)."""
     run_id = load_run(run_id).id
     lock = DriverLock(run_id)
     # `driver_alive` probes with this very lock for an instant: a few tries tell a probe from a driver.
@@ -110,8 +89,7 @@ def drive(run_id: str, *, say: Callable[[str], None] = print, resume: bool = Tru
 
 
 def _unexpected(run_id: str, e: Exception, say: Callable[[str], None]) -> Run:
-    """An error the driver did not expect: the run is marked failed, with the reason and the
-    traceback in its folder, and `lab watch RUN` continues it."""
+    """An error the driver did not expect: the run fails, its traceback in its folder."""
     folder = load_run(run_id).folder
     (folder / "failure.txt").write_text("".join(traceback.format_exception(e)), encoding="utf-8")
     return _halt(run_id, "failed", f"run {run_id} stopped on an unexpected {type(e).__name__}: {e} (the traceback "
@@ -131,6 +109,10 @@ class _Driving:
     started: set[int] = field(default_factory=set)  # the links this driver started
     one_link: bool = False  # a machine that runs one link per start ran it
     last_wait: str | None = None
+
+    def exclude(self, machine: str, why: Outcome, seconds: float | None = None) -> None:
+        """The machine is not considered for `seconds` (until a recheck by default)."""
+        self.excluded[machine] = (time.monotonic() + (RECHECK_POLLS * self.poll_s if seconds is None else seconds), why)
 
 
 def _drive(run_id: str, state: _Driving, say: Callable[[str], None]) -> Run:
@@ -156,8 +138,7 @@ def _go_on_with(run: Run, link: Link, state: _Driving, say: Callable[[str], None
     try:
         ended = host_of(link).follow(run, link, how)
     except UserError as e:  # the link could not be taken to an end now: `lab watch RUN` takes it up again
-        return _halt(run.id, _failed_or_cancelled(run.id), _then_watch(str(e), run.id), _then_watch_ru(e.ru, run.id),
-                     say=say)
+        return _halt_on(run.id, e, say, _failed_or_cancelled(run.id))
     if ended.outcome is None:
         raise RuntimeError(f"machine '{ended.machine}' ended link {ended.n} without saying how (no outcome)")
     return _after(run.id, ended, state, say)
@@ -169,11 +150,10 @@ def _after(run_id: str, ended: Link, state: _Driving, say: Callable[[str], None]
     if out.session:
         _predicted_on_its_cards(run_id)
     if out.pass_over:  # its service lost the session: another machine takes the next link where one can
-        state.excluded[ended.machine] = (time.monotonic() + RECHECK_POLLS * state.poll_s, out)
+        state.exclude(ended.machine, out)
     if out.kind in REFUSED:  # a picked machine too: the lab waits for it and asks again
         # Until the time the machine named (Kaggle's Retry-After), else until a recheck.
-        state.excluded[ended.machine] = (_monotonic(out.until) if out.until else
-                                         time.monotonic() + RECHECK_POLLS * state.poll_s, out)
+        state.exclude(ended.machine, out, _seconds_until(out.until) if out.until else None)
         again = f" at {_when(out.until)}" if out.until else ""
         say(f"{out.reason} The lab tries another machine meanwhile and asks {ended.machine} again{again}."
             if load_run(run_id).cfg.machine in ("auto", "", None) else f"{out.reason} The lab waits for it and "
@@ -191,19 +171,19 @@ def _after(run_id: str, ended: Link, state: _Driving, say: Callable[[str], None]
             return None  # the machine waited; the next link pushes again
         return _halt(run_id, "failed", _then_watch(f"{out.reason}; {MAX_INPUT_WAITS} sessions in a row found "
                                                    "their inputs not mounted: the lab stops here", run_id),
-                     _then_watch_ru(f"{out.reason_ru or out.reason}; {MAX_INPUT_WAITS} сессии подряд не нашли своих "
-                                    "входных данных: лаба останавливается", run_id), say=say)
+                     _then_watch(f"{out.reason_ru or out.reason}; {MAX_INPUT_WAITS} сессии подряд не нашли своих "
+                                 "входных данных: лаба останавливается", run_id, ru=True), say=say)
     if out.kind is End.LOST:
         if _lost_in_a_row(load_run(run_id)) < MAX_LOST_IN_A_ROW:
             say(f"link {ended.n} on {ended.machine} failed; only that session is lost: the run goes on from step "
                 f"{load_run(run_id).step}. ({out.reason})")
             return None
         return _halt(run_id, "failed", _then_watch(out.reason or "the link failed", run_id),
-                     _then_watch_ru(out.reason_ru or (f"{MAX_LOST_IN_A_ROW} сессии подряд потеряны: "
-                                                      f"{out.reason or 'звено упало'}"), run_id), say=say)
+                     _then_watch(out.reason_ru or (f"{MAX_LOST_IN_A_ROW} сессии подряд потеряны: "
+                                                   f"{out.reason or 'звено упало'}"), run_id, ru=True), say=say)
     if out.kind is End.FAILED:
         return _halt(run_id, _failed_or_cancelled(run_id), _then_watch(out.reason, run_id),
-                     _then_watch_ru(out.reason_ru, run_id), say=say)
+                     _then_watch(out.reason_ru, run_id, ru=True), say=say)
     if out.kind is End.CANCELLED:
         return _halt(run_id, "cancelled", *_cancelled_words(run_id, load_run(run_id).step), say=say)
     if out.kind is End.CONTINUE:
@@ -212,9 +192,8 @@ def _after(run_id: str, ended: Link, state: _Driving, say: Callable[[str], None]
 
 
 def _predicted_on_its_cards(run_id: str) -> None:
-    """The calculator's prediction for the cards the session ran on, where the run has none for
-    them yet (a Kaggle session that came without its cards, a box), so `lab runs` and the runs
-    panel set every run's speed beside a prediction; its own rows never count in it."""
+    """The calculator's prediction for the cards the session ran on, where the run has none for them yet
+    (a box, a Kaggle session without its cards), so every run's speed stands beside a prediction."""
     run = load_run(run_id)
     info = run_info(str(run.folder))
     if info and info.get("gpu") and info["gpu"] not in read_predictions(run.folder):
@@ -222,14 +201,12 @@ def _predicted_on_its_cards(run_id: str) -> None:
 
 
 def _pass_over_if_slow(run_id: str, ended: Link, state: _Driving, say: Callable[[str], None]) -> None:
-    """A Kaggle session far slower than the run's others (lab.machines.pace) is said, and its
-    machine is passed over for the next link while another can take it: the run does not go on
-    spending that account's quota for little, unnoticed."""
+    """A Kaggle session far slower than the run's others (lab.machines.pace) is said, and its machine
+    passed over for the next link while another can take it: no quota spent for little, unnoticed."""
     slow = next((s for s in slow_links(load_run(run_id)) if s.link == ended.n), None)
     if slow is None:
         return
-    why = Outcome(End.BUSY, slow.words(), slow.words(ru=True), session=False)
-    state.excluded[ended.machine] = (time.monotonic() + RECHECK_POLLS * state.poll_s, why)
+    state.exclude(ended.machine, Outcome(End.BUSY, slow.words(), slow.words(ru=True), session=False))
     say(f"{slow.words()}. The lab passes {ended.machine} over for the next link while another machine can take it.")
 
 
@@ -238,9 +215,8 @@ def _failed_or_cancelled(run_id: str) -> str:
 
 
 def _lost_in_a_row(run: Run) -> int:
-    """How many sessions were lost one after another at the run's end. Links that were refused,
-    interrupted, waited for their inputs, came without their cards or failed before their session
-    are passed over."""
+    """How many sessions were lost one after another at the run's end; links of other endings between
+    them (refused, interrupted, waiting for inputs, without cards) are passed over."""
     count = 0
     for link in reversed(run.links):
         kind = link.outcome.kind if link.outcome else None
@@ -311,25 +287,20 @@ def _ru(n: int) -> str:
     return format_number(n, "ru")  # "1 500": the Russian view writes every number so
 
 
-def _halt_on(run_id: str, e: UserError, say: Callable[[str], None]) -> Run:
-    """The run failed on an error the person can fix: its words in both languages where it has them."""
-    return _halt(run_id, "failed", _then_watch(str(e), run_id), _then_watch_ru(e.ru, run_id), say=say)
+def _halt_on(run_id: str, e: UserError, say: Callable[[str], None], status: str = "failed") -> Run:
+    """The run halts on an error the person can fix: its words in both languages where it has them."""
+    return _halt(run_id, status, _then_watch(str(e), run_id), _then_watch(e.ru, run_id, ru=True), say=say)
 
 
-def _then_watch(message: str, run_id: str) -> str:
-    message = message.replace("lab watch RUN", f"lab watch {run_id}")
-    if "lab watch" in message:
-        return message
-    return f"{message} Then `lab watch {run_id}` continues the run."
-
-
-def _then_watch_ru(message: str | None, run_id: str) -> str | None:
+def _then_watch(message: str | None, run_id: str, ru: bool = False) -> str | None:
+    """The message, saying how the run goes on: `lab watch RUN` with the run's id."""
     if message is None:
         return None
     message = message.replace("lab watch RUN", f"lab watch {run_id}")
     if "lab watch" in message:
         return message
-    return f"{message} Затем `lab watch {run_id}` продолжит прогон."
+    return f"{message} Затем `lab watch {run_id}` продолжит прогон." if ru else \
+        f"{message} Then `lab watch {run_id}` continues the run."
 
 
 def _halt(run_id: str, status: str, message: str, message_ru: str | None = None,
@@ -342,8 +313,8 @@ def _halt(run_id: str, status: str, message: str, message_ru: str | None = None,
 
 
 def _next_choice(run: Run, state: _Driving) -> tuple[Choice, list[Machine]]:
-    """The machine for the run's next link, with the machines considered. A picked machine is
-    asked alone first; the others only when the rule may continue the run elsewhere."""
+    """The machine for the run's next link, with the machines considered. A picked machine is asked
+    alone first; the others only when the rule may continue the run elsewhere."""
     pinned = run.cfg.machine or "auto"
     # Once a session of the run has run, the rule may continue it elsewhere (a picked account whose
     # quota the run spent); before that, the person's pick stands and the lab waits for it.
@@ -367,9 +338,8 @@ def _considered(state: _Driving, only: str | None = None) -> list[Machine]:
 
 
 def _as_left(m: Machine, state: _Driving) -> Machine:
-    """A machine as the run's last links left it: one passed over for the run says why; one that asked
-    for a pause is not free until then; one that refused a session for its session limit runs sessions
-    the lab did not start (until a recheck)."""
+    """A machine as the run's last links left it: passed over for the run (and why), paused until the time
+    it asked for, or (refused for its session cap) running sessions the lab did not start, until a recheck."""
     if m.name in state.passed_over:
         return replace(m, free=False, error=f"passed over for this run: {state.passed_over[m.name].rstrip('. ')}")
     until, out = state.excluded.get(m.name, (0.0, None))
@@ -380,11 +350,8 @@ def _as_left(m: Machine, state: _Driving) -> Machine:
     return replace(m, free=False, running=m.running + [FOREIGN])
 
 
-def _monotonic(iso: str | None) -> float:
-    """time.monotonic() at the moment `iso` names (now for None)."""
-    if not iso:
-        return time.monotonic()
-    return time.monotonic() + (datetime.fromisoformat(iso) - datetime.now(timezone.utc)).total_seconds()
+def _seconds_until(iso: str) -> float:
+    return (datetime.fromisoformat(iso) - datetime.now(timezone.utc)).total_seconds()
 
 
 def _when(iso: str) -> str:
@@ -401,17 +368,14 @@ def _wait(run_id: str, choice: Choice, poll_s: float) -> None:
         r.status = "waiting"
     deadline = time.monotonic() + RECHECK_POLLS * poll_s
     if choice.wait_until:
-        left = (datetime.fromisoformat(choice.wait_until) - datetime.now(timezone.utc)).total_seconds()
-        deadline = min(deadline, time.monotonic() + max(left, 0.0) + poll_s)
+        deadline = min(deadline, time.monotonic() + max(_seconds_until(choice.wait_until), 0.0) + poll_s)
     while time.monotonic() < deadline and not cancel_requested(run_id):
         time.sleep(min(poll_s, max(0.0, deadline - time.monotonic())))
 
 
 def holdings(machines: list[Machine], cfg: RunConfig, run: Run | None = None) -> dict[str, set[str]]:
-    """What each machine already holds of the next link (the Auto rule's second tier): the run's
-    data and, for a run being continued, its checkpoint. The driver and the form's preview both
-    ask this, so the preview names the account the driver picks. Reads the lab's own records
-    only: no call to Kaggle."""
+    """What each machine already holds of the next link (the Auto rule's second tier): the run's data and
+    its checkpoint. The form's preview asks it too, so it names the machine the driver picks. No call out."""
     if not machines:
         return {}
     source = source_checkpoint(run) if run is not None else None
@@ -419,10 +383,6 @@ def holdings(machines: list[Machine], cfg: RunConfig, run: Run | None = None) ->
     known = {h.name: h for h in hosts()}
     return {m.name: known[m.name].holds(found_id, source["sha256"] if source else None, run.id if run else "")
             if m.name in known else set() for m in machines}
-
-
-# ---------------------------------------------------------------------------------------------
-# Cancelling a run (where a run is: lab.api.runs.status)
 
 
 def cancel_loses(run_id: str) -> tuple[str, str] | None:
@@ -433,9 +393,7 @@ def cancel_loses(run_id: str) -> tuple[str, str] | None:
 
 
 def cancel(run_id: str) -> str:
-    """No further link starts; the running session stops (this computer's saves a checkpoint
-    first), or the person is told where to stop it (Kaggle's public API cannot). Returns what
-    happened."""
+    """No further link starts, and the running session stops as its machine can; says what happened."""
     run = load_run(run_id)
     link = active_link(run)
     if link is None and run.status in ("done", "cancelled"):

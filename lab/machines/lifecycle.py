@@ -1,30 +1,26 @@
-"""One link's life on a machine whose session runs away from the driver: a Kaggle account, one of
-the lab's boxes, a Slurm cluster. Every kind goes through the same phases, each recorded on the link
-(`Away`) before and after its side effect, so the control side may die anywhere and `lab watch RUN`
-picks up where it stopped:
+"""One link's life on a machine whose session runs away from the driver (a Kaggle account, a box, a Slurm
+cluster), in phases each recorded on the link (`Away`) before and after its side effect, so the control
+side may die anywhere and `lab watch RUN` picks up where it stopped:
 
     planned -> staged -> submitting -> submitted -> ended -> collected -> merged
 
-A kind supplies only its verbs (`Session`): stage the inputs, submit the session, poll it, fetch its
-outputs, ask it to stop, delete it. The rest is here, once for every kind: the cancel, the waits, the
-live curve's progress lines, the session's state as the person sees it (`Link.state`), what came
-back read once (lab.machines.handoff.read_outputs), how it ended (lab.machines.ending, one table)
-and the merge into the run folder.
+A kind supplies only its verbs (`Session`); the rest is here, once for every kind: the cancel, the waits,
+the progress lines, what came back (read once: lab.machines.handoff), how it ended (one table:
+lab.machines.ending) and the merge into the run folder.
 
 Never trust a service to end a session. A session its service has lost stays RUNNING for hours past
 its timeout (unsloth's Kaggle CI, 2026-08-11: "sat in RUNNING for over two hours, past that ceiling
 ... and stopped only on a manual delete"), and a 12-hour limit may not be enforced at all
-(helmet-png/m45-imf-analysis measured a 17.4-hour session). So the watchdog ends, by deleting it, a
-session still running its own limit plus a margin after it began, and one whose signs of life
-(log lines, metrics rows) stopped far longer than any gap it had shown; deleting gives the
-machine's time back (unsloth: "the account's used-hours figure went DOWN"). What came back is kept,
-and the run goes on from its newest checkpoint, elsewhere where a machine can take it.
+(helmet-png/m45-imf-analysis measured a 17.4-hour session). So the watchdog deletes a session still
+running its own limit plus a margin after it began, or one whose signs of life (log lines, metrics rows)
+stopped far longer than any gap it had shown; deleting gives the machine's time back (unsloth: "the
+account's used-hours figure went DOWN"), and the run goes on from its newest checkpoint.
 """
 from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, fields, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, TypeVar
@@ -38,8 +34,6 @@ from lab.runs import End, Link, Outcome, Run, load_run, now, updating
 
 LIVE = "live-metrics.jsonl"  # the running session's metrics rows as its machine shows them, in the link's folder
 PATIENCE_S = 3600.0  # its machine unreachable this long while watching: the lab stops following for now
-
-
 R = TypeVar("R", bound="LinkRecord")
 
 
@@ -52,14 +46,12 @@ def get_link(run_id: str, n: int) -> tuple[Run, Link]:
 class LinkRecord:
     """A record of one link kept in `Link.detail` as plain JSON, beside the others (the lifecycle's,
     its kind's): each reads its own keys, and keys it does not know are kept as they are."""
-
     @classmethod
     def of(cls: type[R], link: Link) -> R:
         names = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in link.detail.items() if k in names})
 
     def as_detail(self) -> dict:
-        """The record as a new link's `detail`."""
         return asdict(self)
 
     @classmethod
@@ -87,15 +79,12 @@ class LinkRecord:
 
 @dataclass
 class Away(LinkRecord):
-    """The lifecycle's record of a link (kept in `Link.detail` beside its kind's own): its folder
-    in the run, its phase, why its machine was picked, the checkpoint it starts from, the spec it
-    was sent (lab.spec.LinkSpec's JSON), the service's last word, what came back, and what the lab
-    did to it (a stop asked, a delete)."""
-    folder: str = ""
+    """The lifecycle's record of a link (kept in `Link.detail` beside its kind's own)."""
+    folder: str = ""  # the link's in the run folder
     phase: str = "planned"
-    why: str = ""
-    source: dict | None = None  # {"path", "name", "step", "sha256"}
-    spec: dict | None = None
+    why: str = ""  # why its machine was picked
+    source: dict | None = None  # the checkpoint it starts from: {"path", "name", "step", "sha256"}
+    spec: dict | None = None  # what it was sent (lab.spec.LinkSpec's JSON)
     seen: dict | None = None  # {"said", "words"} once it ended
     output: dict | None = None  # SessionOutputs, once collected
     stop_sent: str | None = None
@@ -119,16 +108,13 @@ class Seen:
 
 @dataclass(frozen=True)
 class Watchdog:
-    """When the lab ends a session its service has lost. `margin_s`: past its own limit (counted
-    from when it began to run) and its machine's own margin; `silence_s`: the least silence that
-    counts, once it showed a sign of life; `factor`: silence this many times its longest gap yet."""
-    margin_s: float = 1800.0
-    silence_s: float = 1800.0
-    factor: float = 10.0
+    """When the lab ends a session its service has lost."""
+    margin_s: float = 1800.0  # past its own limit (counted from when it began to run) and its machine's margin
+    silence_s: float = 1800.0  # the least silence that counts, once it showed a sign of life
+    factor: float = 10.0  # silence this many times its longest gap yet
 
     @classmethod
-    def from_env(cls) -> "Watchdog":
-        """The person's settings: LAB_WATCHDOG_MARGIN_MIN, LAB_WATCHDOG_SILENCE_MIN."""
+    def from_env(cls) -> "Watchdog":  # the person's settings
         return cls(margin_s=env_seconds("LAB_WATCHDOG_MARGIN_MIN", cls.margin_s / 60, "minutes") * 60,
                    silence_s=env_seconds("LAB_WATCHDOG_SILENCE_MIN", cls.silence_s / 60, "minutes") * 60)
 
@@ -179,8 +165,7 @@ class Session(ABC):
 
     @abstractmethod
     def fetch(self, folder: Path) -> str | None:
-        """The session's outputs into `folder` (what the run goes on from, checked by the caller);
-        what kept them from coming back, where something did."""
+        """The session's outputs into `folder`; what kept them from coming back, where something did."""
 
     def stop(self, reason: str) -> bool:
         """Asks the session to save a checkpoint and stop; False: this kind cannot (it is deleted)."""
@@ -191,8 +176,7 @@ class Session(ABC):
         """Ends the session now, whatever it was doing; says what happened."""
 
     def refusal(self, e: UserError) -> Outcome | None:
-        """How a link ends that failed before its session ran, for a kind's own causes (refused,
-        busy, passed over); None: the run's own cause (FAILED)."""
+        """How a link that failed before its session ran ends, for a kind's own causes; None: FAILED."""
         return None
 
     def submitted(self) -> bool:
@@ -210,20 +194,13 @@ class Session(ABC):
         """The watch is over (ended, or given up for now): what the kind keeps open is closed."""
 
 
-# ---------------------------------------------------------------------------------------------
-# The phases
-
-
 class Unreachable(UserError):
-    """The session's machine cannot be asked now (a dropped connection, a busy or unreachable
-    service): the session goes on there, and the watch asks again."""
+    """The session's machine cannot be asked now: the session goes on there, and the watch asks again."""
 
 
 def follow(session: Session, watchdog: Watchdog | None = None) -> Link:
-    """Takes the link from wherever its record says it is to its end, and returns the ended link.
-    Raises UserError only when it cannot be ended now (its machine unreachable too long, a
-    submission whose answer could not be read back): the link stays as it is, and `lab watch RUN`
-    takes it up again."""
+    """Takes the link from wherever its record says it is to its end; the ended link. Raises UserError
+    only when it cannot be ended now: the link stays as it is, and `lab watch RUN` takes it up again."""
     ctx = session.ctx
     if ctx.record.phase in ("planned", "staged", "submitting"):
         done = _start(session)
@@ -241,8 +218,7 @@ CANCELLED_BEFORE = Outcome(End.CANCELLED, "cancelled before its session started"
 
 
 def _start(session: Session) -> Link | None:
-    """Stages and submits (again: each verb does nothing twice); the ended link when it ended
-    before its session ran, else None."""
+    """Stages and submits (each verb does nothing twice); the ended link where it ended before its session."""
     ctx = session.ctx
     try:
         if ctx.record.phase == "planned":
@@ -277,7 +253,6 @@ def _end_before(ctx: LinkCtx, outcome: Outcome, status: str) -> Link:
 @dataclass
 class _Watching:
     """What one watch remembers between looks."""
-    started: float = field(default_factory=time.monotonic)
     running_since: float | None = None
     alive_at: float | None = None
     longest_gap: float = 0.0
@@ -290,34 +265,30 @@ class _Watching:
 def _watch(session: Session, dog: Watchdog) -> None:
     """Looks at the session until it ends, asking it to stop on a cancel, and ending it where its
     service has lost it; records how it ended (phase "ended")."""
+    ctx, w = session.ctx, _Watching()
     try:
-        _looks(session, dog, _Watching())
+        while True:
+            if ctx.cancelled() and not ctx.record.stop_sent and _cancel(session):
+                return  # ended on the cancel: its kind cannot ask it to save
+            try:
+                seen = session.poll()
+            except Unreachable as e:
+                _out_of_reach(session, w, e)
+                continue
+            w.lost_at = None
+            set_state(ctx, seen.state if seen.state != "ended" else "collecting")
+            _heard(ctx, w, seen)
+            if seen.state == "ended":
+                Away.update(ctx.run_id, ctx.n, phase="ended", seen={"said": (seen.said or Said.EXITED).value,
+                                                                    "words": seen.words})
+                return
+            why = _lost_by_its_service(session, w, seen, dog)
+            if why is not None:
+                _delete(session, why, w)
+                return
+            time.sleep(session.poll_s)
     finally:
         session.close()
-
-
-def _looks(session: Session, dog: Watchdog, w: _Watching) -> None:
-    ctx = session.ctx
-    while True:
-        if ctx.cancelled() and not ctx.record.stop_sent and _cancel(session):
-            return  # ended on the cancel: its kind cannot ask it to save
-        try:
-            seen = session.poll()
-        except Unreachable as e:
-            _out_of_reach(session, w, e)
-            continue
-        w.lost_at = None
-        set_state(ctx, seen.state if seen.state != "ended" else "collecting")
-        _heard(ctx, w, seen)
-        if seen.state == "ended":
-            Away.update(ctx.run_id, ctx.n, phase="ended", seen={"said": (seen.said or Said.EXITED).value,
-                                                                "words": seen.words})
-            return
-        why = _lost_by_its_service(session, w, seen, dog)
-        if why is not None:
-            _delete(session, why, w)
-            return
-        time.sleep(session.poll_s)
 
 
 def _out_of_reach(session: Session, w: _Watching, e: UserError) -> None:
@@ -391,8 +362,7 @@ def _delete(session: Session, why: str, w: _Watching) -> None:
 
 def _cancel(session: Session) -> bool:
     """The person cancelled: the session saves and stops where its kind can ask it to, else it is
-    deleted (its work since its last checkpoint that came back is lost: the cancel said so).
-    Whether it ended here."""
+    deleted (the cancel said what that loses). Whether it ended here."""
     ctx = session.ctx
     if session.stop("cancelled with lab cancel"):
         ctx.say(f"link {ctx.n}: asked the session on {session.where} to save a checkpoint and stop")
@@ -421,8 +391,7 @@ def _collect(session: Session) -> None:
 
 
 def facts_of(session: Session) -> Facts:
-    """What the lab knows of the link's ended session: what came back, what its service said, and
-    what its kind adds."""
+    """What the lab knows of the link's ended session: what came back, what its service said, its kind's own."""
     ctx = session.ctx
     _, link = ctx.link()
     rec = Away.of(link)
@@ -446,8 +415,7 @@ def _finish(session: Session) -> Link:
         link = r.links[ctx.n - 1]
         link.ended, link.status, link.reason, link.outcome = now(), end.status, outcome.reason, outcome
         if out.checkpoint:
-            link.checkpoint = dict(out.checkpoint)
-            link.to_step = out.checkpoint["step"]
+            link.checkpoint, link.to_step = dict(out.checkpoint), out.checkpoint["step"]
         if out.result and end.status in ("done", "stopped", "cancelled") and out.saved:
             link.to_step = int(out.result.get("step", link.to_step or 0))
         if (ctx.folder / "executed.ipynb").is_file():
@@ -458,10 +426,6 @@ def _finish(session: Session) -> Link:
     session.after(link, out)
     ctx.say(f"link {ctx.n}: {link.status} at step {link.to_step} ({link.reason})")
     return link
-
-
-# ---------------------------------------------------------------------------------------------
-# What the person sees of a running link
 
 
 def set_notebook(ctx: LinkCtx, rel: str) -> None:
@@ -485,8 +449,8 @@ def _put_state(link: Link, state: str) -> None:
 
 
 def live(run: Run, link: Link, note: tuple[str, str] | None = None, mode: str = "live") -> dict | None:
-    """{"link", "mode", "rows", "last_step", "note_en", "note_ru"}: the running link's curve as its
-    session's machine shows it (`live-metrics.jsonl` in its folder), past the link's first step."""
+    """{"link", "mode", "rows", "last_step", "note_en", "note_ru"}: the running link's curve as its machine
+    shows it (`live-metrics.jsonl` in its folder), past the link's first step."""
     rec = Away.of(link)
     if not rec.folder:
         return None
@@ -497,8 +461,7 @@ def live(run: Run, link: Link, note: tuple[str, str] | None = None, mode: str = 
 
 def plan(run_id: str, machine: str, kind: str, source: dict | None, why: str, limit_min: float | None = None,
          **kind_record) -> Link:
-    """Appends a link of `kind` on `machine` to the run, before anything is sent; `kind_record`:
-    the kind's own record's fields, kept beside the lifecycle's."""
+    """Appends a link of `kind` on `machine` to the run, before anything is sent, with its kind's record."""
     with updating(run_id) as run:
         n = len(run.links) + 1
         link = Link(n=n, machine=machine, kind=kind, status="starting", limit_min=limit_min,

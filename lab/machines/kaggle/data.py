@@ -1,15 +1,8 @@
-"""The hand-off datasets of a Kaggle link: the run's data and its checkpoint, uploaded once.
-
-Datasets are flat folders owned by one Kaggle user:
-- data: the run's prepared data folder, flattened, as the private dataset `lab-data-<data id>`;
-  uploaded once per account and version, remembered in `$LAB_HOME/kaggle/holdings.json`,
-  waited on until READY;
-- checkpoint (continued runs): the newest checkpoint, its sidecar and the curve so far, as a new
-  version of the private dataset `lab-ckpt-<run id>` (the hand-off: A's output was downloaded
-  with A's credentials, B's copy is uploaded with B's), sha256 checked before the upload.
-
-Each upload's intent is recorded before it is sent, so an upload whose record was lost in a
-crash is found on Kaggle (a newer version) and adopted, never repeated.
+"""The hand-off datasets of a Kaggle link, flat folders owned by one Kaggle user and uploaded once: the
+run's prepared data (`lab-data-<data id>`, once per account, remembered in `$LAB_HOME/kaggle/holdings.json`)
+and, for a continued run, its checkpoint with its sidecar and the curve so far (a new version of
+`lab-ckpt-<run id>`: A's output downloaded with A's credentials, B's copy uploaded with B's). Each upload's
+intent is recorded before it is sent, so an upload whose record a crash lost is found on Kaggle and adopted.
 """
 from __future__ import annotations
 
@@ -43,8 +36,7 @@ from lab.runs import list_runs, now
 
 @dataclass
 class LinkContext:
-    """What every step of one Kaggle link uses: the account's client, where to say what happens,
-    and the settings."""
+    """What every step of one Kaggle link uses: the account's client, where to say what happens, the settings."""
     c: AccountClient
     say: Callable[[str], None]
     settings: "KaggleSettings"
@@ -52,22 +44,16 @@ class LinkContext:
 
 @dataclass(frozen=True)
 class KaggleSettings:
-    """How patient the lab is with Kaggle; each Kaggle host builds its own (`from_env`).
-    `poll_s`: seconds between status polls of one kernel (Kaggle asks for 30-60 s; the person's
-    setting LAB_KAGGLE_POLL_S); `retry_base_s`: the first backoff of a retried call;
-    `dataset_wait_s`: how long a dataset may take to become READY; `unsure_wait_s`: how long the lab
-    reads back a kernel whose push got no clear answer before it takes that push as never done;
-    `start_wait_s`: how long a pushed kernel may stay unstarted (QUEUED, NEW_SCRIPT);
-    `input_wait_s`: the wait before pushing again a session that found its inputs not mounted yet;
-    `allow_cpu`: a session that starts without the cards it was pushed for trains on its CPU
-    instead of stopping (the person's setting LAB_KAGGLE_ALLOW_CPU=1; the emulator has no GPU)."""
-    poll_s: float = 30.0
-    retry_base_s: float = 1.0
-    dataset_wait_s: float = 3600.0
+    """How patient the lab is with Kaggle; each Kaggle host builds its own (`from_env`)."""
+    poll_s: float = 30.0  # between status polls of one kernel (Kaggle asks for 30-60 s; LAB_KAGGLE_POLL_S)
+    retry_base_s: float = 1.0  # the first backoff of a retried call
+    dataset_wait_s: float = 3600.0  # how long a dataset may take to become READY
     unsure_wait_s: float = 300.0  # a push with no clear answer whose kernel never shows this long started nothing
-    start_wait_s: float = 3 * 3600.0  # a GPU session normally starts within minutes: three hours is lost
+    start_wait_s: float = 3 * 3600.0  # a GPU session normally starts within minutes: three hours unstarted is lost
     input_wait_s: float = 60.0  # before pushing again a session that found its inputs not mounted yet
     log_grace_s: float = 300.0  # running this long with no line in its log: Kaggle keeps the log until the end
+    # A session without the cards it was pushed for trains on its CPU rather than stopping
+    # (LAB_KAGGLE_ALLOW_CPU=1; the emulator has no GPU).
     allow_cpu: bool = False
 
     @classmethod
@@ -89,28 +75,31 @@ def env_flag(var: str) -> bool:
     raise UserError(f"{var}={raw!r}: use 1 (yes) or 0 (no)")
 
 
-# ---------------------------------------------------------------------------------------------
-# What each account holds: datasets uploaded, keyed by Kaggle user (datasets belong to users)
-
 
 def _holdings_file() -> Path:
     return lab_home() / "kaggle" / "holdings.json"
 
 
 @contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+@contextmanager
 def _holdings() -> Iterator[dict]:
     """Read-modify-write of the holdings under a lock; written atomically."""
     path = _holdings_file()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.with_name(".holdings.lock"), "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            data = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
-            yield data
-            text = json.dumps(data, indent=1)
-            atomic_write(path, lambda f: f.write(text.encode("utf-8")))
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+    with _locked(path.with_name(".holdings.lock")):
+        data = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+        yield data
+        text = json.dumps(data, indent=1)
+        atomic_write(path, lambda f: f.write(text.encode("utf-8")))
 
 
 def held(username: str, kind: str, key: str) -> dict | None:
@@ -145,14 +134,10 @@ def holds(account: str, data_id: str | None, ckpt_sha256: str | None, run_id: st
     return out
 
 
-# ---------------------------------------------------------------------------------------------
-# What goes up: the data folder flattened, the checkpoint with its curve
-
 
 def stage_data(data_dir: Path) -> Path:
-    """The data folder as a flat folder for a dataset upload: `pydoc/train_0000.bin` becomes
-    `pydoc__train_0000.bin` and the manifest names the flat files, so the training notebook
-    reads the mounted dataset as it reads the folder here. Made once per data id."""
+    """The data folder flattened for a dataset upload (`pydoc/train_0000.bin` as `pydoc__train_0000.bin`,
+    named so in the manifest: the notebook reads the mounted dataset as the folder here). Once per data id."""
     data_dir = Path(data_dir)
     manifest = read_manifest(data_dir)
     data_id = data_id_of(data_dir)
@@ -183,10 +168,8 @@ def stage_data(data_dir: Path) -> Path:
 
 @dataclass(frozen=True)
 class Upload:
-    """One dataset the account must hold: `kind` ("data" or "checkpoints") and `key` name it in
-    the holdings, `match` is the content it must have (else a new version is due), `make_folder`
-    stages the files; `licence` is the documented name sent, `licence_said` how the upload says it;
-    `note(record, phase)` records each step in the link."""
+    """One dataset the account must hold: `kind` ("data" or "checkpoints") and `key` name it in the holdings,
+    `match` is the content it must have (else a new version is due); `note(record, phase)` records each step."""
     kind: str
     key: str
     slug: str
@@ -241,28 +224,17 @@ def ensure_checkpoint(run_id: str, n: int, ctx: LinkContext) -> dict | None:
     return held_now
 
 
-@contextmanager
-def _dataset_lock(username: str, kind: str, key: str) -> Iterator[None]:
+def _dataset_lock(username: str, kind: str, key: str):
     """Held by the one process that uploads (or waits on) a user's dataset: a second process
     (another run's driver on the same data) waits here, then finds what the first recorded."""
-    folder = lab_home() / "kaggle" / "locks"
-    folder.mkdir(parents=True, exist_ok=True)
     name = hashlib.sha256(f"{username.lower()}\0{kind}\0{key}".encode()).hexdigest()[:32]
-    with open(folder / f"{name}.lock", "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+    return _locked(lab_home() / "kaggle" / "locks" / f"{name}.lock")
 
 
 def _dataset_once(ctx: LinkContext, up: Upload) -> dict:
-    """Makes sure the account's dataset `up.slug` holds this content (`up.match`), is READY and
-    holds the files sent, uploading it only if no earlier process did. The intent is recorded
-    (in the holdings, and through `up.note` in the link) before the upload with the version then
-    current, so an upload whose record was lost in a crash is found (a newer version) and
-    adopted, not repeated. One process at a time per dataset: an "uploading" record found here
-    is a dead process's."""
+    """Makes sure the account's dataset `up.slug` holds this content (`up.match`), READY and holding the
+    files sent, uploading it only if no earlier process did (its intent recorded first, with the version
+    then current). One process at a time per dataset: an "uploading" record found here is a dead one's."""
     with _dataset_lock(ctx.c.username, up.kind, up.key):
         for attempt in (1, 2):
             h = _known_upload(ctx, up)
@@ -350,11 +322,9 @@ LISTING_TRIES = 4  # a READY version's file list is read this often, a poll apar
 
 
 def _verify(ctx: LinkContext, up: Upload, h: dict) -> dict:
-    """Checks that the READY version holds the files sent, by name and size (what Kaggle's file
-    list tells; their content is hashed by the session itself before it trains). A list may lag
-    behind READY: it is read again after a wait, LISTING_TRIES times; a version that still lacks a
-    file is forgotten (raised as NotKept), so the next try uploads again. An adopted upload whose
-    record lost the files sent is taken as it is."""
+    """Checks that the READY version holds the files sent, by name and size (the session hashes their
+    content before it trains). A list may lag behind READY: it is read LISTING_TRIES times, a poll apart;
+    a version that still lacks a file is forgotten (NotKept). An adopted upload without its files is taken."""
     c, sent = ctx.c, h.get("files")
     for attempt in range(1, LISTING_TRIES + 1 if sent else 1):
         stored = c.dataset_files(up.slug, h.get("version"))
@@ -393,14 +363,9 @@ def forget_dataset(username: str, slug: str) -> None:
 
 
 
-# ---------------------------------------------------------------------------------------------
-# Checkpoint datasets of finished runs
-
-
 def checkpoint_datasets(c: AccountClient) -> list[dict]:
-    """The account's checkpoint datasets (`lab-ckpt-<run id>`) with their size, the run each
-    belongs to (None: no run of this lab's registry) and whether that run has finished, so the
-    dataset may go: a run still going on needs its hand-off."""
+    """The account's checkpoint datasets (`lab-ckpt-<run id>`) with their size, their run (None: not this
+    lab's) and whether it finished, so the dataset may go: a run still going on needs its hand-off."""
     runs = {ckpt_slug(r.id): r for r in list_runs()}
     out = []
     for d in c.own_datasets(search="lab-ckpt-"):
@@ -421,8 +386,7 @@ def remove_checkpoint_dataset(c: AccountClient, slug: str) -> None:
 
 
 def account_storage(c: AccountClient) -> dict:
-    """{"bytes", "datasets", "lab_bytes", "lab_datasets"}: what the account's own datasets take
-    (each at its current version: the lab keeps no older ones), all of them and the lab's."""
+    """{"bytes", "datasets", "lab_bytes", "lab_datasets"}: what the account's datasets take, all and the lab's."""
     found = c.own_datasets()
     lab = [d for d in found if d.slug.rsplit("/", 1)[-1].startswith("lab-")]
     return {"bytes": sum(d.bytes for d in found), "datasets": len(found),

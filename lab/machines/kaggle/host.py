@@ -24,11 +24,10 @@ from lab.machines.auto import FOREIGN, Machine
 from lab.machines.base import Follow, Host
 from lab.machines.control import spawn_driver, tail_text
 from lab.machines.kaggle.data import KaggleSettings, holds
-from lab.machines.kaggle.live import at_end_note
 from lab.machines.kaggle.names import kernel_slug
 from lab.machines.kaggle.record import KaggleLinkRecord
 from lab.machines.kaggle.refusals import MAX_GPU_SESSIONS, until_of
-from lab.machines.kaggle.session import KAGGLE_CARDS, KaggleSession
+from lab.machines.kaggle.session import KAGGLE_CARDS, KaggleSession, at_end_note
 from lab.machines.lifecycle import Away, LinkCtx, follow, live, plan
 from lab.machines.needs import source_checkpoint
 from lab.runs import Link, Run, load_run
@@ -194,6 +193,5 @@ class KaggleHost(Host):
     def live(self, run: Run, link: Link) -> dict | None:
         state, _ = read_live(run.folder / Away.of(link).folder)
         mode = (state or {}).get("mode", "waiting")
-        grace = float((state or {}).get("grace_s") or 0)
-        note = (at_end_note(grace), at_end_note(grace, ru=True)) if mode == "at_end" else None
+        note = at_end_note(float((state or {}).get("grace_s") or 0)) if mode == "at_end" else None
         return live(run, link, note, mode) if state is not None else None

@@ -9,8 +9,10 @@
              second push to the same kernel runs beside the first), so before any new push the lab reads
              the kernel back and follows the session it finds; one that never shows after a wait is
              pushed again under a new slug, and the earlier one is deleted should it show later
-    poll     its status (no more often than every LAB_KAGGLE_POLL_S), its log followed for the live
-             curve; a kernel not started `start_wait_s` after its push is given up
+    poll     its status (no more often than every LAB_KAGGLE_POLL_S), its log followed (lab.kaggle.logs) into
+             `live-metrics.jsonl` for the live curve, a preview until the outputs come back: "live", or
+             "at_end" where Kaggle keeps the log until the session ends; a kernel not started `start_wait_s`
+             after its push is given up
     fetch    its outputs downloaded (a listing that keeps answering 403/404 after the end: none came back)
     delete   the kernel deleted: the public API has no other way to end a session (its cancel needs a
              session id no reply carries), and deleting stops the billing (unsloth measured the account's
@@ -29,6 +31,7 @@ from lab.config import UserError
 from lab.faults import reached
 from lab.kaggle.client import AccountClient, KaggleError
 from lab.kaggle.limits import GPU_CHECKS_EN, GPU_CHECKS_RU
+from lab.kaggle.logs import LiveLog
 from lab.kaggle.probed import mark_cannot_run, nccl_setting, read_probe
 from lab.kaggle.sessions import record_session
 from lab.kernel.checkpoint import atomic_write, sha256_file
@@ -37,13 +40,11 @@ from lab.machines.ending import Said
 from lab.machines.handoff import SessionOutputs, read_marker
 from lab.machines.kaggle.data import KaggleSettings, LinkContext, NotKept, ensure_checkpoint, ensure_data, \
     forget_dataset, stage_data
-from lab.machines.kaggle.live import LiveWatch, at_end_note
 from lab.machines.kaggle.names import ckpt_slug, kernel_slug
 from lab.machines.kaggle.record import KaggleLinkRecord, KernelPush
 from lab.machines.kaggle.refusals import Refused, busy, check_limits, check_seats, kernel_exists, out_of_quota, \
     refused
-from lab.machines.kaggle.sessions import measure
-from lab.machines.lifecycle import Away, LinkCtx, Seen, Session, Unreachable, set_notebook
+from lab.machines.lifecycle import Away, LinkCtx, Seen, Session, Unreachable, age_s, set_notebook
 from lab.runs import End, Link, Outcome, now
 from lab.spec import LinkSpec
 
@@ -68,28 +69,24 @@ class KaggleSession(Session):
         self.poll_s = settings.poll_s
         self.end_margin_s = KaggleLinkRecord.of(ctx.link()[1]).margin_min * 60
         self.data = LinkContext(c, ctx.say, settings)
-        self.curve: LiveWatch | None = None
+        self.curve: LiveLog | None = None
         self.polls = self.missing = 0
 
     def rec(self) -> KaggleLinkRecord:
         return KaggleLinkRecord.of(self.ctx.link()[1])
-
-    # -- stage ----------------------------------------------------------------------------
 
     def stage(self) -> None:
         run, link = self.ctx.link()
         source = Away.of(link).source
         ckpt = {"slug": f"{self.c.username}/{ckpt_slug(run.id)}", "sha256": "0" * 64} if source else None
         files = sum(1 for p in stage_data(Path(run.cfg.data_dir)).iterdir() if p.is_file())
-        check_limits(self.notebook(ckpt), files, Path(run.cfg.data_dir))  # the notebook as it will be pushed
+        check_limits(self.notebook(self.spec(ckpt)), files, Path(run.cfg.data_dir))  # as it will be pushed
         ensure_data(run.id, link.n, self.data, Path(run.cfg.data_dir))
         ensure_checkpoint(run.id, link.n, self.data)
 
     def spec(self, ckpt: dict | None) -> LinkSpec:
-        """The link's spec on Kaggle: data found under /kaggle/input, the checkpoint dataset's mount
-        name as `resume_from`, the link's own limit, the sha256 of what the session must find, the
-        cards it must find (else it stops before training, unless `allow_cpu`), the NCCL settings
-        the account's probe found working. The session learns all of it here."""
+        """The link's spec on Kaggle: the checkpoint dataset's mount name as `resume_from`, the sha256 of what
+        the session must find, the cards (else it stops before training), the NCCL settings the probe found."""
         run, link = self.ctx.link()
         manifest = stage_data(Path(run.cfg.data_dir)) / "manifest.json"  # as uploaded: made once per data id
         return LinkSpec.of(run.cfg, limit_min=link.limit_min or 0.0, resume_from=ckpt["slug"].split("/")[1] if ckpt
@@ -97,9 +94,9 @@ class KaggleSession(Session):
                            else "", expect_cards=KAGGLE_CARDS, allow_cpu=self.settings.allow_cpu,
                            nccl_env=nccl_setting(read_probe(self.c.account.name)))
 
-    def notebook(self, ckpt: dict | None) -> dict:
+    def notebook(self, spec: LinkSpec) -> dict:
         from lab.notebooks import link_notebook  # nbformat and papermill: only where a link is pushed
-        return link_notebook(self.spec(ckpt))
+        return link_notebook(spec)
 
     def refusal(self, e: UserError) -> Outcome | None:
         """Kaggle's refusals before a session ran: BUSY or NO_QUOTA (a busy spell met at an upload too,
@@ -110,8 +107,6 @@ class KaggleSession(Session):
         if isinstance(e, NotKept) or isinstance(e, KaggleError) and e.cause == "processing":
             return Outcome(End.ELSEWHERE, str(e), session=False)  # another account takes the run meanwhile
         return None
-
-    # -- submit ---------------------------------------------------------------------------
 
     def submitted(self) -> bool:
         return self.rec().pushing
@@ -138,18 +133,17 @@ class KaggleSession(Session):
         record = self.rec()
         slug = f"{self.c.username}/{kernel_slug(run.id, link.n, record.kernel.attempt)}"
         check_seats(self.c, slug)  # another member's sessions fill the account: refused before anything is sent
-        ckpt = record.ckpt
-        sources = [record.data["slug"]] + ([ckpt["slug"]] if ckpt else [])
-        nb = self.notebook(ckpt)
-        folder = self.ctx.folder
-        folder.mkdir(parents=True, exist_ok=True)
+        sources = [record.data["slug"]] + ([record.ckpt["slug"]] if record.ckpt else [])
+        spec = self.spec(record.ckpt)
+        nb = self.notebook(spec)
+        self.ctx.folder.mkdir(parents=True, exist_ok=True)
         text = json.dumps(nb, ensure_ascii=False)
-        (folder / "pushed.ipynb").write_text(text, encoding="utf-8")  # the push as sent
+        (self.ctx.folder / "pushed.ipynb").write_text(text, encoding="utf-8")  # the push as sent
         image = self.image()
         kernel = record.update_kernel(run.id, link.n, slug=slug, sources=sources, allow_cpu=self.settings.allow_cpu,
                                       nccl_env=nccl_setting(read_probe(self.c.account.name)), pushing=True,
                                       notebook_bytes=len(text.encode("utf-8")), image=image)
-        Away.update(run.id, link.n, spec=self.spec(ckpt).to_dict())
+        Away.update(run.id, link.n, spec=spec.to_dict())
         set_notebook(self.ctx, f"{Away.of(link).folder}/pushed.ipynb")
         try:
             pushed = self.c.push_kernel(slug, kernel.name, nb, dataset_sources=sources, image=image,
@@ -163,12 +157,12 @@ class KaggleSession(Session):
     def image(self) -> str | None:
         """The image a later link is pinned to: the run's first Kaggle link's, unless the person asked
         for the newest (`lab watch RUN --newest-image`)."""
+        return None if read_control(self.ctx.run_id).get("kaggle_image") == "newest" else self._first_image()
+
+    def _first_image(self) -> str | None:
         run, link = self.ctx.link()
-        if read_control(run.id).get("kaggle_image") == "newest":
-            return None
-        first = next((KaggleLinkRecord.of(x).image for x in run.links[:link.n - 1] if x.kind == "kaggle"
-                      and KaggleLinkRecord.of(x).image), None)
-        return first
+        return next((KaggleLinkRecord.of(x).image for x in run.links[:link.n - 1] if x.kind == "kaggle"
+                     and KaggleLinkRecord.of(x).image), None)
 
     def _not_pushed(self, kernel: KernelPush, e: KaggleError) -> None:
         """A push Kaggle did not plainly take: run without some sources (the session is real), unsure
@@ -208,14 +202,14 @@ class KaggleSession(Session):
                                                                    else "") + (f" ({kernel.url})" if kernel.url else ""))
         return kernel
 
-    # -- poll -----------------------------------------------------------------------------
-
     def poll(self) -> Seen:
-        run, link = self.ctx.link()
         record, kernel = self.rec(), self.rec().kernel
         if self.curve is None:
-            self.curve = LiveWatch(self.c, kernel, self.ctx.folder, grace_s=self.settings.log_grace_s,
-                                   retry_s=self.settings.poll_s)
+            grace_s = self.settings.log_grace_s
+            if (read_probe(self.c.account.name) or {}).get("log_while_running") is False:
+                grace_s = 0.0  # the account's probe found the log kept until the end: said at the first RUNNING
+            self.curve = LiveLog(self.c, kernel.slug, kernel.version, self.ctx.folder, grace_s=grace_s,
+                                 retry_s=self.settings.poll_s).start()
         self._strays(kernel)
         asked = time.monotonic()
         try:
@@ -231,7 +225,7 @@ class KaggleSession(Session):
             raise Unreachable(e.what) from None
         self.missing = 0
         self.polls += 1
-        mode = self.curve.poll(status, asked)
+        mode = self.curve.seen_status(status, asked)
         self._note(record, status, failure)
         if self.polls % LOG_EVERY_POLLS == 1:
             save_log(self.c, kernel.slug, self.ctx.folder / "live.log")
@@ -240,8 +234,8 @@ class KaggleSession(Session):
         self._not_started(status, kernel)
         rows = self.curve.rows()
         return Seen("queued" if status in NOT_STARTED else "running", words=status, row=rows[-1] if rows else None,
-                    activity=self.curve.events(), alive=mode == "live", note=(at_end_note(self.curve.grace_s), at_end_note(self.curve.grace_s, True))
-                    if mode == "at_end" else None)
+                    activity=self.curve.events, alive=mode == "live",
+                    note=at_end_note(self.curve.grace_s) if mode == "at_end" else None)
 
     def _note(self, record: KaggleLinkRecord, status: str, failure: str) -> None:
         if status != record.kaggle_status:
@@ -252,8 +246,7 @@ class KaggleSession(Session):
             self._image_of()  # read now: a kernel deleted later keeps no word of it
 
     def _ended(self, status: str, failure: str) -> Seen:
-        if self.curve is not None:
-            self.curve.close()
+        self.close()
         if status == "CANCEL_ACKNOWLEDGED" and Away.of(self.ctx.link()[1]).stop_sent:
             return Seen("ended", words="cancelled on Kaggle", said=Said.CANCELLED)
         if status == "CANCEL_ACKNOWLEDGED":  # Kaggle's own stop at its runtime limit reads the same
@@ -264,8 +257,7 @@ class KaggleSession(Session):
 
     def _not_started(self, status: str, kernel: KernelPush) -> None:
         """A kernel not started long after its push is given up (the link stays: `lab watch RUN`)."""
-        waited = (datetime.now(timezone.utc) - datetime.fromisoformat(kernel.pushed_at)).total_seconds() \
-            if kernel.pushed_at else 0.0
+        waited = age_s(kernel.pushed_at)
         if status in NOT_STARTED and waited > self.settings.start_wait_s:
             raise KaggleError(self.c.account.name, f"{kernel.slug} still reads {status} {waited / 60:.0f} min after "
                                                    "its push: Kaggle has not started it",
@@ -287,9 +279,7 @@ class KaggleSession(Session):
 
     def close(self) -> None:
         if self.curve is not None:
-            self.curve.close()
-
-    # -- fetch, stop, delete --------------------------------------------------------------
+            self.curve.stop()
 
     def fetch(self, folder: Path) -> str | None:
         kernel = self.rec().kernel
@@ -316,8 +306,6 @@ class KaggleSession(Session):
             return f"Kaggle would not delete {kernel.slug} ({e.what}): stop it on {kernel.page}"
         return f"its kernel {kernel.slug} was deleted (that ends a Kaggle session and its billing); its unsaved work " \
                "is lost"
-
-    # -- how it ended ---------------------------------------------------------------------
 
     def facts(self, seen: dict, out: SessionOutputs) -> dict:
         record, link = self.rec(), self.ctx.link()[1]
@@ -354,7 +342,7 @@ class KaggleSession(Session):
             (folder / "device.json").write_text(json.dumps(device, indent=1), encoding="utf-8")
         if not self.rec().image:
             self._image_of()
-        measured = measure(link, folder)
+        measured = measure(link, folder, out)
         KaggleLinkRecord.update(self.ctx.run_id, self.ctx.n, measured=measured)
         record_session(link.machine, self.ctx.run_id, link.n, link.ended, measured)
         if link.outcome.kind is End.UNFIT:
@@ -371,11 +359,57 @@ class KaggleSession(Session):
         except KaggleError:
             return  # a kernel deleted meanwhile: its image is not known
         KaggleLinkRecord.update(self.ctx.run_id, self.ctx.n, image=image)
-        run, link = self.ctx.link()
-        first = next((KaggleLinkRecord.of(x).image for x in run.links[:link.n - 1] if x.kind == "kaggle"
-                      and KaggleLinkRecord.of(x).image), None)
+        first = self._first_image()
         if image and first and image != first:
-            self.ctx.say(f"link {link.n} runs on Kaggle's image {image}, not the run's first ({first})")
+            self.ctx.say(f"link {self.ctx.n} runs on Kaggle's image {image}, not the run's first ({first})")
+
+
+def at_end_note(grace_s: float) -> tuple[str, str]:
+    """(English, Russian) of the monitor's note on a log Kaggle keeps until the end; `grace_s` 0: the probe found so."""
+    en = f"nothing in {grace_s / 60:.0f} min of running" if grace_s else "the account's probe found so"
+    ru = f"ничего за {grace_s / 60:.0f} мин работы" if grace_s else "так нашла проба аккаунта"
+    return (f"Kaggle does not show this session's log until it ends ({en}): the curve comes with its outputs.",
+            f"Kaggle не показывает журнал этой сессии, пока она не кончится ({ru}): кривая придёт вместе с её "
+            "результатами.")
+
+
+def _epoch(iso: str | None) -> float | None:
+    try:
+        return datetime.fromisoformat(iso).timestamp() if iso else None
+    except (TypeError, ValueError):
+        return None
+
+
+def _span(start: float | None, end: float | None) -> float | None:
+    return round(end - start, 3) if start is not None and end is not None else None
+
+
+def measure(link: Link, folder: Path, out: SessionOutputs) -> dict:
+    """What the link's session measured, kept per account by lab.kaggle.sessions (which gives the margin the
+    next push asks): the notebook's timeline and result (its first cell, the checks, the compile, the first
+    step, the final save) and what the watch saw (the push, the first RUNNING, the end)."""
+    d, marks, result = KaggleLinkRecord.of(link), out.timeline or {}, out.result or {}
+    first, ended = marks.get("first_cell"), marks.get("ended")
+    pushed, ended_seen = _epoch(d.kernel.pushed_at), _epoch(d.status_at)
+    started = first if first is not None else _epoch(d.running_at)
+    stopped_by_limit = result.get("reason") == "time limit" and not result.get("failed")
+    ended_by_itself = bool(result or out.input_not_ready or out.no_gpu)
+    came_back = any((folder / name).is_file() for name in ("metrics.jsonl", "result.json"))
+    ran = started is not None or d.ran
+    return {
+        "boot_s": _span(pushed, first),
+        "data_checks_s": _span(first, marks.get("inputs_checked")),
+        "compile_s": result.get("compile_s"),
+        "first_step_s": result.get("first_step_s"),
+        "final_save_s": result.get("save_s"),
+        "overrun_s": _span(first + link.limit_min * 60, ended) if stopped_by_limit and first and link.limit_min
+        else None,
+        "output_copy_s": _span(ended, ended_seen),
+        "ended": {"status": d.kaggle_status, "failure": d.failure or "",
+                  "outputs": came_back, "cut_off": ran and not ended_by_itself
+                  and d.kaggle_status != "COMPLETE" and not Away.of(link).stop_sent,
+                  "ran_s": _span(started, ended_seen), "timeout_s": d.session_timeout_s},
+    }
 
 
 def save_log(c: AccountClient, slug: str, path: Path) -> None:

@@ -1,10 +1,8 @@
-"""The kit's half on the lab's own machines: what it runs there, with the machine's own Python, on a
-box and on a Slurm cluster alike.
+"""The kit's half on the lab's own machines (a box, a Slurm cluster), run there with their own Python.
 
-Stdlib only, and nothing of the lab imported: the control side sends this file's text on the
-ssh connection's stdin (`PYTHON - VERB ARGS`) and reads one JSON answer from its stdout; a
-link's copy of it there runs the session (`run` on a box, detached; `job` in a Slurm job, one task
-per node). Each verb is one small job:
+Stdlib only, nothing of the lab imported: the control side sends this file's text on the ssh connection's
+stdin (`PYTHON - VERB ARGS`) and reads one JSON answer; a link's copy of it there runs the session (`run`
+on a box, detached: a session of its own, so a closed connection does not end it; `job` in a Slurm job):
 
     hello WORKDIR              the workdir (made), the Python, free disk, whether rsync is there
     state WORKDIR              the runs of ours alive there, and whether the GPUs run anyone's work
@@ -22,11 +20,9 @@ per node). Each verb is one small job:
     job LINK                   a Slurm job's task on one node: its place in the group, then `run`;
                                a job Slurm starts again after its session began leaves `requeued.json`
 
-The remote layout, in the machine's workdir: `data/<key>/` (a prepared data folder, once per
-host: <key> is its manifest's sha256), `runs/<run>/<link>-<node>/` (train.ipynb, params.json,
-resume/, out/ = the notebook's out_dir, executed.ipynb, session.log, runner.json, exit.json).
-Detached means a session of its own (setsid): closing the connection, or the laptop, does not
-end it.
+In the machine's workdir: `data/<key>/` (a prepared data folder, once per host), `runs/<run>/<link>/`
+(train.ipynb, params.json, resume/, out/ = the notebook's out_dir, executed.ipynb, session.log, runner.json,
+exit.json).
 """
 from __future__ import annotations
 
@@ -152,18 +148,14 @@ def seal(workdir: str, key: str, sizes: str) -> dict:
 
 
 def launch(link: str, params: str) -> dict:
-    """Starts the session once. `launched.json` is written before the start and the runner
-    writes `runner.json` first thing: a launch whose connection dropped is found, not repeated."""
+    """Starts the session once: `launched.json` is written before, `runner.json` by the runner first thing."""
     here = Path(link)
-    if (here / "runner.json").is_file() or (here / "exit.json").is_file():
-        return {"started": False, **(_read_json(here / "runner.json") or {})}
-    marker = _read_json(here / "launched.json")
-    if marker is not None:
+    if _read_json(here / "launched.json") is not None and not (here / "exit.json").is_file():
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and not (here / "runner.json").is_file():
             time.sleep(0.5)  # the runner is starting
-        if (here / "runner.json").is_file():
-            return {"started": False, **(_read_json(here / "runner.json") or {})}
+    if (here / "runner.json").is_file() or (here / "exit.json").is_file():
+        return {"started": False, **(_read_json(here / "runner.json") or {})}
     (here / "params.json").write_text(base64.b64decode(params).decode("utf-8"), encoding="utf-8")
     _write_json(here / "launched.json", {"at": _now()})
     log = open(here / "session.log", "ab")
@@ -197,9 +189,8 @@ def _new_metrics(path: Path, offset: int) -> tuple[str, int]:
 
 
 def peek(link: str, offset: str, job_id: str = "") -> dict:
-    """One look at the session: its new metrics (whole lines after `offset`, at most CHUNK bytes:
-    a long history comes in pieces), the log's tail, its phase and markers; on a Slurm login node,
-    what `scontrol show job` says of its job as well, in the same connection."""
+    """One look at the session: its new metrics, the log's tail, its phase and markers; with a Slurm
+    job, what `scontrol show job` says of it as well, in the same connection."""
     here, pos = Path(link), int(offset)
     text, new = _new_metrics(here / "out" / "metrics.jsonl", pos)
     ended = _read_json(here / "exit.json")
@@ -216,8 +207,7 @@ def peek(link: str, offset: str, job_id: str = "") -> dict:
 
 
 def _phase(here: Path, ended: dict | None, alive: bool) -> str:
-    """running (or starting), ended (exit.json written), died (the runner is gone without a word:
-    the box rebooted, or it was killed), or never (no launch reached the box)."""
+    """running (or starting), ended (exit.json written), died (the runner gone without a word), or never."""
     if ended is not None:
         return "ended"
     if alive:
@@ -237,8 +227,7 @@ def stop(link: str, reason: str) -> dict:
 
 
 def kill(link: str, reason: str) -> dict:
-    """Ends the session now: its runner and every process under it (the notebook's kernel,
-    torchrun's workers), killed; its exit says why. What it saved stays in its outputs."""
+    """Ends the session now: its runner and every process under it killed; its exit says why."""
     here = Path(link)
     runner = _read_json(here / "runner.json") or {}
     pids = []
@@ -257,8 +246,8 @@ def kill(link: str, reason: str) -> dict:
 
 
 def outputs(link: str) -> dict:
-    """The session's output files with their sizes, the checkpoint the run goes on from (the one
-    its result names, else its newest committed one: its sidecar written) and how it ended."""
+    """The session's output files with their sizes, the checkpoint the run goes on from (the one its
+    result names, else its newest committed one) and how it ended."""
     here = Path(link)
     out = here / "out"
     files = _sizes(out) if out.is_dir() else {}
@@ -293,10 +282,6 @@ def port() -> dict:
         return {"port": s.getsockname()[1]}
 
 
-# ---------------------------------------------------------------------------------------------
-# The session, detached
-
-
 def _children(pid: int) -> list[int]:
     found = []
     for entry in os.listdir("/proc") if os.path.isdir("/proc") else []:
@@ -311,8 +296,7 @@ def _children(pid: int) -> list[int]:
 
 
 def _stop_when_asked(here: Path, done: threading.Event) -> None:
-    """A stop request becomes the notebook's stop button: SIGINT to the kernel, whose saver (or
-    torchrun's launcher, through its stop file) saves a checkpoint at the next step and stops."""
+    """A stop request becomes the notebook's stop button: SIGINT to the kernel, whose saver stops at a step."""
     while not done.wait(1.0):
         request = _read_json(here / "stop.json")
         if request is not None:
@@ -345,10 +329,6 @@ def run(link: str) -> None:
     print(f"box: the session ended {'cleanly' if error is None else 'with ' + error}", flush=True)
 
 
-# ---------------------------------------------------------------------------------------------
-# A Slurm job's task on each node
-
-
 def first_host(nodelist: str) -> str:
     """The first node of the job, as the other nodes reach it (`scontrol show hostnames`)."""
     try:
@@ -373,10 +353,9 @@ def node_params(here: Path, folder: Path, rank: int, nodes: int, job_id: str) ->
 
 
 def job(link: str) -> None:
-    """Slurm signals every process of the job (SIGTERM) before its time limit, when it preempts or
-    requeues it, and at its end: the training loop's saver takes SIGTERM itself and saves at its
-    next step, so this task ignores it and goes on collecting the notebook. Node I of a group keeps
-    its files in LINK/node-I; the first node's rank 0 writes the run's."""
+    """One node's task. Slurm signals every process of the job (SIGTERM) before its time limit and when it
+    preempts it: the loop's saver takes it itself, so this task ignores it and goes on collecting the
+    notebook. Node I of a group keeps its files in LINK/node-I; the first node's rank 0 writes the run's."""
     here = Path(link)
     rank = int(os.environ.get("SLURM_NODEID") or 0)
     nodes = int(os.environ.get("SLURM_NNODES") or os.environ.get("SLURM_JOB_NUM_NODES") or 1)

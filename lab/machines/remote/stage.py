@@ -2,10 +2,9 @@
 
 Up: the run's prepared data folder once per host (`WORKDIR/data/<name>-<sha256 of its manifest>/`,
 continued where a copy stopped, sealed only when every file arrived whole), then the link's folder:
-the training notebook, the kit's half, the checkpoint to go on from with its sidecar and the curve
-up to it (sha256 checked as staged), and what the kind adds (a job script, the notebook's
-parameters). Back: the session's outputs, with only the checkpoints the run needs (lab.machines.
-handoff.wanted), its executed notebook and its log.
+the training notebook, the kit's half, the checkpoint to go on from (sha256 checked as staged), and what
+the kind adds. Back: the live curve while it runs, then the session's outputs with only the checkpoints
+the run needs (lab.machines.handoff.wanted), its executed notebook and its log.
 """
 from __future__ import annotations
 
@@ -17,8 +16,11 @@ from typing import Callable
 from lab.config import UserError
 from lab.kernel.checkpoint import sha256_file
 from lab.machines.handoff import stage_checkpoint, wanted
+from lab.machines.lifecycle import LIVE, Away
 from lab.machines.remote.shell import HALF, Shell
 from lab.machines.remote.store import ROOM_GB
+from lab.runs import Link, Run
+from lab.spec import LinkSpec
 
 LINK_FILES = ("executed.ipynb", "session.log", "exit.json")  # the session's own, beside its outputs
 
@@ -79,6 +81,37 @@ def fetch_from(shell: Shell, link: str, folder: Path, rsync: bool, cfg) -> None:
             here.unlink()
     shell.copy_down(f"{link}/out", wanted(listing["out"], listing["checkpoint"], cfg), folder, rsync)
     shell.copy_down(link, {k: v for k, v in listing["link"].items() if k in LINK_FILES}, folder, rsync)
+
+
+def spec_there(run: Run, link: Link, folder: str, data: str, **group) -> LinkSpec:
+    """The link's spec on one of the lab's machines: its folder and data there, the sha256 of what it must find."""
+    source = Away.of(link).source
+    return LinkSpec.of(run.cfg, limit_min=link.limit_min or 0.0, data_dir=data, out_dir=f"{folder}/out",
+                       resume_from=f"{folder}/resume/{source['name']}" if source else "",
+                       expect_data_sha256=data_key(Path(run.cfg.data_dir))[1],
+                       expect_ckpt_sha256=source["sha256"] if source else "", **group)
+
+
+def params_of(spec: LinkSpec) -> dict:
+    from lab.notebooks import parameterized  # nbformat: only for a link
+    return parameterized(spec)
+
+
+def peek(shell: Shell, link: str, folder: Path, *job: str, timeout_s: float = 60.0) -> dict:
+    """One look at the session there (the half's `peek`): its new metrics appended to the live curve in
+    `folder` (a long history comes in pieces: the rest at once), its log's tail beside it; the answer."""
+    live_file = folder / LIVE
+    live_file.parent.mkdir(parents=True, exist_ok=True)
+    while True:
+        here = live_file.stat().st_size if live_file.is_file() else 0
+        got = shell.helper("peek", link, str(here), *job, timeout_s=timeout_s)
+        text = got.get("metrics") or ""
+        if text and got.get("from") == here:  # a repeat is not appended twice
+            with open(live_file, "a", encoding="utf-8") as f:
+                f.write(text)
+        if len(text.encode("utf-8")) < 200 * 1024:
+            (folder / "live.log").write_text(got.get("log") or "", encoding="utf-8")
+            return got
 
 
 def _sizes(folder: Path) -> dict[str, int]:

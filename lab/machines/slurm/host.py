@@ -1,30 +1,19 @@
-"""A Slurm cluster as the driver sees it (lab.machines.base.Host): one of the lab's machines, with
-no quota, whose links are jobs.
+"""A Slurm cluster as the driver sees it: one of the lab's machines, with no quota, whose links are jobs.
+It covers a whole run, as a box does; the queue decides when a job runs, so its state carries when Slurm
+would start the run's next job (`sbatch --test-only`), and Auto counts that wait.
 
-For the Auto rule a cluster covers the whole run, as a box does, and it is free while its login
-node answers and its check passed: the queue, not the lab, decides when a job runs, so the
-machine's state carries when Slurm would start the run's next job if it were sent now
-(`sbatch --test-only`), and Auto counts that wait in the whole run's time.
-
-A link goes through the one lifecycle every kind shares (lab.machines.lifecycle); a cluster
-supplies its verbs: stage the data once per cluster and the link's folder on its shared file
-system, sbatch once (a submission whose answer was lost is found by its job name), look at the
-job (Slurm's word and the session's own files, in one connection every LAB_SLURM_POLL_S seconds),
-ask it to save and stop, scancel it, bring its outputs back.
-
-* While it waits in the queue, the lab says why, in Slurm's words and its own, and when Slurm
-  expects it to start; a reason that never clears (a time above the partition's, a wrong account)
-  ends the link there.
-* A job Slurm requeues after its session started (a preemption, `scontrol requeue`, a failed node)
-  ends the link: the session saved at Slurm's SIGTERM, the lab scancels the requeued job so the run
-  never trains twice, and the next link goes on from that checkpoint in a new job.
-* A cancel asks the session to save and stop; a job still running CANCEL_GRACE_S after is scancelled.
+A cluster's verbs for the shared lifecycle: stage the data once and the link's folder on its shared file
+system, sbatch once (a submission whose answer was lost is found by its job name), look at the job (Slurm's
+word and the session's files, in one connection), ask it to save and stop, scancel it, fetch its outputs.
+While it waits in the queue the lab says why and when Slurm expects it to start; a reason that never clears
+ends the link. A job Slurm requeues after its session started ends the link: the session saved at Slurm's
+SIGTERM, the requeued job is scancelled so the run never trains twice, and the next link goes on from that
+checkpoint. A cancel asks the session to save and stop; a job still running CANCEL_GRACE_S after is scancelled.
 """
 from __future__ import annotations
 
 import json
 import shutil
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
@@ -38,16 +27,15 @@ from lab.machines.handoff import SessionOutputs
 from lab.machines.lifecycle import LIVE, Away, LinkCtx, Seen, Session, Unreachable, age_s, follow, plan
 from lab.machines.needs import source_checkpoint
 from lab.machines.remote.client import SshError
-from lab.machines.remote.stage import data_key, fetch_from, stage_on, up_folder
 from lab.machines.remote.host import OwnHost
+from lab.machines.remote.stage import data_key, fetch_from, params_of, peek, spec_there, stage_on, up_folder
 from lab.machines.remote.store import check_problem, note_data, read_check
 from lab.machines.slurm.check import quick_check
 from lab.machines.slurm.cluster import Cluster, job_time
 from lab.machines.slurm.job import SlurmLink, cancel_job, find_submitted, job_script, shape_options, submit
-from lab.machines.slurm.query import (POLL_ENV, POLL_S, REQUEUED, JobState, SlurmUnreachable, cluster_offset, expected_start,
-                                      final_state, job_state, partition_facts, reason_words)
-from lab.runs import End, Link, Run
-from lab.spec import LinkSpec
+from lab.machines.slurm.query import (POLL_ENV, POLL_S, REQUEUED, JobState, SlurmUnreachable, cluster_offset,
+                                      expected_start, final_state, job_state, partition_facts, reason_words)
+from lab.runs import Link, Run, now
 
 CANCEL_GRACE_S = 120.0  # a job asked to stop that still runs this long after is scancelled
 REQUEUE_GRACE_S = 120.0  # after a requeue, how long the lab waits for the session's save to be written
@@ -79,9 +67,10 @@ class SlurmSession(Session):
         data_dir, name = Path(run.cfg.data_dir), f"lab-{run.id}-{link.n}"
         remote = f"runs/{run.id}/{link.n:03d}"
         workdir = self.login.helper("hello", self.cluster.workdir)["workdir"]
-        spec = self.spec(run, link, f"{workdir}/{remote}", f"{workdir}/data/{data_key(data_dir)[0]}")
-        script = job_script(self.cluster, SlurmLink(minutes=rec.minutes, signal_s=rec.signal_s,
-                                                    remote=f"{workdir}/{remote}", job_name=name), f"run {run.id}, link {link.n}")
+        # Each node adds its place in the group itself (lab.machines.remote.half).
+        spec = spec_there(run, link, f"{workdir}/{remote}", f"{workdir}/data/{data_key(data_dir)[0]}")
+        script = job_script(self.cluster, SlurmLink(minutes=rec.minutes, signal_s=rec.signal_s, job_name=name,
+                                                    remote=f"{workdir}/{remote}"), f"run {run.id}, link {link.n}")
         up = up_folder(self.ctx.folder, run.folder, away.source, {"params.json": json.dumps(params_of(spec)),
                                                                    "job.sh": script})
         try:
@@ -92,15 +81,6 @@ class SlurmSession(Session):
         note_data(self.cluster.name, 0, data_id_of(data_dir))
         Away.update(run.id, link.n, spec=spec.to_dict())
         SlurmLink.update(run.id, link.n, remote=st["link"], data=st["data"], rsync=st["rsync"], job_name=name)
-
-    def spec(self, run: Run, link: Link, remote: str, data: str) -> LinkSpec:
-        """The link's spec on the cluster: its paths there, its limit inside the job's, the sha256 of
-        what it must find (each node adds its place in the group itself: lab.machines.remote.half)."""
-        source = Away.of(link).source
-        return LinkSpec.of(run.cfg, limit_min=link.limit_min or 0.0, data_dir=data, out_dir=f"{remote}/out",
-                           resume_from=f"{remote}/resume/{source['name']}" if source else "",
-                           expect_data_sha256=data_key(Path(run.cfg.data_dir))[1],
-                           expect_ckpt_sha256=source["sha256"] if source else "")
 
     def submit(self) -> None:
         rec = self.rec()
@@ -123,16 +103,17 @@ class SlurmSession(Session):
             raise Unreachable(str(e)) from None
 
     def _look(self) -> Seen:
-        rec, live_file = self.rec(), self.ctx.folder / LIVE
-        markers = self._peek(rec, live_file)
-        activity = (markers.pop("offset"), markers.pop("log"))
-        state = job_state(self.login, rec.job, cluster_offset(self.login), scontrol=markers.pop("scontrol"))
-        rows = read_metrics(live_file)
+        rec = self.rec()
+        got = peek(self.login, rec.remote, self.ctx.folder, rec.job, timeout_s=120)
+        markers = {k: got.get(k) for k in ("runner", "exit", "requeued", "stop")}
+        activity = (got.get("offset"), got.get("log"))
+        state = job_state(self.login, rec.job, cluster_offset(self.login), scontrol=got.get("scontrol"))
+        rows = read_metrics(self.ctx.folder / LIVE)
         row = rows[-1] if rows else None
         if Away.of(self.ctx.link()[1]).stop_sent and state is not None and state.state == "RUNNING" \
                 and not rec.scancelled and age_s(Away.of(self.ctx.link()[1]).stop_sent) > CANCEL_GRACE_S:
             cancel_job(self.login, rec.job)  # given its time to save: Slurm ends what is left of it
-            rec = self._note(scancelled=_now())
+            rec = self._note(scancelled=now())
         if not rec.preempted and _requeued(rec, state, markers):
             rec = self._end_requeued(rec, state)
         elif state is not None and state.pending and state.reason and not rec.preempted:
@@ -152,32 +133,18 @@ class SlurmSession(Session):
         note = (rec.pending["en"], rec.pending["ru"]) if rec.pending else None
         return Seen("queued" if state.pending else "running", words=state.state, row=row, activity=activity, note=note)
 
-    def _peek(self, rec: SlurmLink, live_file: Path) -> dict:
-        """The session's new metrics (appended to the live curve), its log's tail, its markers."""
-        live_file.parent.mkdir(parents=True, exist_ok=True)
-        while True:
-            here = live_file.stat().st_size if live_file.is_file() else 0
-            got = self.login.helper("peek", rec.remote, str(here), rec.job, timeout_s=120)
-            text = got.get("metrics") or ""
-            if text and got.get("from") == here:
-                with open(live_file, "a", encoding="utf-8") as f:
-                    f.write(text)
-            (self.ctx.folder / "live.log").write_text(got.get("log") or "", encoding="utf-8")
-            if len(text.encode("utf-8")) < 200 * 1024:  # a long history comes in pieces: the rest at once
-                return {k: got.get(k) for k in ("runner", "exit", "requeued", "stop", "scontrol", "offset", "log")}
-
     def _end_requeued(self, rec: SlurmLink, state: JobState | None) -> SlurmLink:
         if state is not None and not state.ended:
             cancel_job(self.login, rec.job)  # the requeued job never runs the run a second time
         self.ctx.say(f"link {self.ctx.n}: Slurm requeued job {rec.job} (preempted, requeued, or a node failed) after "
                      "its session started; the lab ends the link with the checkpoint the session saved at Slurm's "
                      "signal, and goes on in a new job")
-        return self._note(preempted=_now(), pending=None, restarts=state.restarts if state else rec.restarts)
+        return self._note(preempted=now(), pending=None, restarts=state.restarts if state else rec.restarts)
 
     def _waiting(self, rec: SlurmLink, state: JobState) -> SlurmLink:
         """Why the job waits, when that changed; a reason that never clears scancels it."""
         en, ru, never = reason_words(state.reason)
-        start = state.start if state.start and state.start > _now() else None
+        start = state.start if state.start and state.start > now() else None
         if rec.pending and rec.pending.get("reason") == state.reason and rec.pending.get("start") == start:
             return rec
         when_en = f"; Slurm expects it to start at {start[:16].replace('T', ' ')} UTC" if start else ""
@@ -206,15 +173,14 @@ class SlurmSession(Session):
         state = job_state(self.login, rec.job) if rec.job else None
         if state is None or state.pending:  # still waiting: it never starts
             cancel_job(self.login, rec.job)
-            SlurmLink.update(self.ctx.run_id, self.ctx.n, scancelled=_now())
+            self._note(scancelled=now())
         else:
             self.login.helper("stop", rec.remote, reason)
         return True
 
     def delete(self) -> str:
         cancel_job(self.login, self.rec().job)
-        SlurmLink.update(self.ctx.run_id, self.ctx.n, scancelled=_now())
-        return f"job {self.rec().job} was scancelled; what it saved stays"
+        return f"job {self._note(scancelled=now()).job} was scancelled; what it saved stays"
 
     def facts(self, seen: dict, out: SessionOutputs) -> dict:
         log = self.ctx.folder / "session.log"
@@ -272,11 +238,6 @@ def job_facts(rec: SlurmLink, out: SessionOutputs, log: str) -> dict:
             "signalled_by": f"Slurm (job {rec.job}, before its time limit of {rec.minutes} min, or a preemption)"}
 
 
-def params_of(spec: LinkSpec) -> dict:
-    from lab.notebooks import parameterized  # nbformat: only for a link
-    return parameterized(spec)
-
-
 def _requeued(rec: SlurmLink, state: JobState | None, markers: dict) -> bool:
     """Slurm put the job back into the queue after its session had started (a restart that found
     the session's marker ended at once, saying so)."""
@@ -285,17 +246,6 @@ def _requeued(rec: SlurmLink, state: JobState | None, markers: dict) -> bool:
     if state is None or not markers.get("runner"):
         return False
     return state.state in REQUEUED or state.pending and state.restarts > rec.restarts
-
-
-def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
-
-
-def _hours_until(start: str | None) -> float | None:
-    if not start:
-        return None
-    left = (datetime.fromisoformat(start) - datetime.now(timezone.utc)).total_seconds()
-    return round(max(0.0, left) / 3600, 3)
 
 
 class SlurmHost(OwnHost):
@@ -320,7 +270,7 @@ class SlurmHost(OwnHost):
                 m.error = str(e)
             else:
                 m.error = f"Slurm refuses such a job: {refused}" if refused else None
-                m.wait_h = _hours_until(start)
+                m.wait_h = round(max(0.0, -age_s(start)) / 3600, 3) if start else None
         m.free = m.error is None
         return m
 
