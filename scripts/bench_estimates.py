@@ -286,7 +286,8 @@ def _time_line(home: Path, m: dict, precision: str, steps: int) -> str:
     return "time less a session's start, predicted / measured (median): " + ", ".join(errs)
 
 
-def parts_check(home: Path, precision: str, rounds: int, min_s: float, cpu_clock: bool = False) -> str:
+def parts_check(home: Path, precision: str, rounds: int, min_s: float, cpu_clock: bool = False,
+                quiet: float | None = None) -> str:
     """The shape alone, in a few minutes: each size's lean step (bench_prior's timing, no run around
     it) against the base's, as measured and as this computer's parts and the lab's prior predict
     (with `cpu_clock`, steps timed in CPU seconds as the parts were)."""
@@ -296,7 +297,7 @@ def parts_check(home: Path, precision: str, rounds: int, min_s: float, cpu_clock
     from lab.sizing import card_for
     prec = run_precision(precision)
     grid = [(layers, width, context, batch) for _, layers, width, _, context, batch in SIZES]
-    times = step_times(prec, rounds, min_s=min_s, grid=grid, vocab=4000,
+    times = step_times(prec, rounds, min_s=min_s, grid=grid, vocab=4000, quiet=quiet,
                        clock=time.process_time if cpu_clock else time.perf_counter)
     sizes = {name: Size(n, d, L, 4000, b) for name, L, d, _, n, b in SIZES}
     with_parts = prior(card_for("cpu"), prec, cpu_threads())
@@ -370,7 +371,7 @@ def main() -> None:
         print(f"machine: {os.cpu_count()} CPU(s) ({_cpu_name()}), load average {os.getloadavg()[0]:.1f} now")
         if a.parts_check:
             for precision in precisions:
-                print(parts_check(home, precision, a.rounds, min_s=1.0, cpu_clock=a.cpu_clock))
+                print(parts_check(home, precision, a.rounds, min_s=1.0, cpu_clock=a.cpu_clock, quiet=a.quiet))
             return
         if not a.source:
             measure(home, prepared(home), precisions, a.rounds, a.steps, a.quiet, a.over_min)
