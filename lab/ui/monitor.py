@@ -1,9 +1,10 @@
 """The monitor: one run's state, its links (where each went and why), the loss plot and the log's
 human lines, refreshed while it runs; Stop and Continue.
 
-Stop is what `lab cancel RUN` does: no further link; this computer's session saves a checkpoint
-and stops; Kaggle's public API cannot stop a running session, so the monitor says so and links
-the kernel's page, where Stop session ends it. Continue registers the stopped run to go on from
+Stop is what `lab cancel RUN` does: no further link; a session on this computer, a box or a cluster
+saves a checkpoint and stops; one that cannot save first (Kaggle's API cannot ask a session to: its
+kernel is deleted) is ended only after the person has read what that loses and said yes. Continue
+registers the stopped run to go on from
 its checkpoint (`lab.settle.register_run`), as `lab watch RUN` would. The monitor follows the run
 the newest New run form started, whichever cell showed that form.
 """
@@ -50,6 +51,7 @@ class Monitor(Panel):
         self._filling = False
         self._seen_status: str | None = None
         self.answer = None  # what Stop or Continue answered: its HTML, drawn in the view's language
+        self._loses: tuple[str, str] | None = None  # what a Stop waiting for a yes would lose (English, Russian)
         self._about: tuple | None = None  # what the answer is about: ("stop", link n), ("continue", links before)
         self._went_on = False  # after Continue: the run has gone on since
         self._make_widgets()
@@ -70,14 +72,20 @@ class Monitor(Panel):
         self.auto = widgets.Checkbox(value=True, indent=False, layout=widgets.Layout(width="auto", min_width="11em"))
         self.state, self.links, self.log = html("lab-monitor-status"), html("lab-monitor-links"), html("lab-log-box")
         self.said = html("lab-monitor-answer")
+        self.lose_yes, self.lose_no = button("lab-stop-confirm", "stop", "danger"), button("lab-stop-keep")
+        self.lose_words = html("lab-stop-question")
+        self.asking = widgets.VBox([self.lose_words, row([self.lose_yes, self.lose_no])])
+        self.asking.layout.display = "none"
         self.plot = widgets.Image(format="png", layout=widgets.Layout(max_width="900px"))
         self.plot.add_class("lab-monitor-plot")
         self.plot.layout.display = "none"
         top = row([self.picker, self.refresh_button, self.x, self.auto, self.stop_button, self.continue_button])
-        self.box = widgets.VBox([top, self.state, self.said, self.links, self.plot, self.log])
+        self.box = widgets.VBox([top, self.state, self.asking, self.said, self.links, self.plot, self.log])
         self.box.add_class("lab-monitor")
         self.refresh_button.on_click(lambda _: self.refresh())
         self.stop_button.on_click(lambda _: self.stop())
+        self.lose_yes.on_click(lambda _: self._cancel(self._loses))
+        self.lose_no.on_click(lambda _: self._ask(None))
         self.continue_button.on_click(lambda _: self.go_on())
         self.picker.observe(self._picked, names="value")
         self.x.observe(lambda _: self.refresh(), names="value")
@@ -91,6 +99,8 @@ class Monitor(Panel):
         self.refresh_button.description = tr("Refresh", "Обновить")
         self.auto.description = tr("auto refresh", "обновлять сам")
         self.stop_button.description = tr("Stop", "Стоп")
+        self.lose_yes.description = tr("Stop, lose it", "Остановить, потерять")
+        self.lose_no.description = tr("Keep it running", "Пусть идёт")
         self.continue_button.description = tr("Continue", "Продолжить")
         x_labels(self.x)
         self.refresh()
@@ -139,17 +149,33 @@ class Monitor(Panel):
     # -- Stop and Continue ----------------------------------------------------------------
 
     def stop(self) -> None:
-        """What `lab cancel RUN` does, said in the view's language until the session it speaks of
-        has ended."""
+        """What `lab cancel RUN` does. A session that cannot save first (a Kaggle session: its
+        kernel is deleted) is stopped only once the person has read what that loses and said yes."""
         if not self.run_id:
             return
+        loses = lab_runs.cancel_loses(self.run_id)
+        if loses is None:
+            self._cancel(None)
+        else:
+            self._ask(loses)
+
+    def _ask(self, loses: tuple[str, str] | None) -> None:
+        """Shows (or, with None, takes away) the question whether to stop and lose `loses`."""
+        self._loses = loses
+        self.asking.layout.display = None if loses else "none"
+        self.refresh()
+
+    def _cancel(self, loses: tuple[str, str] | None) -> None:
+        """Cancels the run; what happened is said in the view's language until the session it
+        speaks of has ended."""
+        self._loses, self.asking.layout.display = None, "none"
         link = _active_link(self.status)
         try:
-            answer = lab_runs.cancel(self.run_id)
+            lab_runs.cancel(self.run_id)
         except UserError as e:
             self._answer(lambda: note(error_text(e), "error"))
         else:
-            self._answer(lambda: _stop_words(link, answer), ("stop", link.n if link is not None else None))
+            self._answer(lambda: _stop_words(link, loses), ("stop", link.n if link is not None else None))
         self.refresh()
 
     def go_on(self) -> None:
@@ -208,6 +234,8 @@ class Monitor(Panel):
             return
         self._forget_answer()
         self.said.value = self.answer() if self.answer else ""
+        self.lose_words.value = note(tr(f"{self._loses[0]}. Stop it anyway?", f"{self._loses[1]}. Всё равно "
+                                        "остановить?"), "warning") if self._loses else ""
         rows = curves.now(self.run_id, self.status.live or None)
         self._draw(rows)  # the plot first: when the header says a run ended, its curve is the final one
         self._header(rows)
@@ -265,8 +293,9 @@ class Monitor(Panel):
         key = (st and st.st_mtime_ns, st and st.st_size, len(live.get("rows") or ()), self.x.value, self.run_id,
                lang())
         if key == self._plotted or sum("loss" in r for r in rows) < 2:  # one point draws an empty frame
-            if self._plotted is not None and self._plotted[4] != self.run_id:
-                self._forget_plot()  # the plot shown is another run's
+            if self._plotted is not None and key != self._plotted and (
+                    self._plotted[4] != self.run_id or self.status.status not in LIVE):
+                self._forget_plot()  # another run's, or a session's whose work was lost when it was ended
             return
         self.plot.value = png({self.run_id: rows}, self.x.value, title=self.run_id)
         self.plot.layout.display = None
@@ -318,22 +347,19 @@ def _slow_words(status: RunStatus) -> str:
                    for s in status.slow)
 
 
-def _stop_words(link, answer: str) -> str:
-    """What Stop did, in the view's language: on Kaggle, where to stop the session that still runs."""
-    url = lab_runs.session_page(link) if link is not None and link.kind == "kaggle" else None
-    if url:
-        account = link.machine
-        text = tr(f"No further link will start. Kaggle's public API cannot stop a running session: open its page "
-                  f"signed in as {account} and press Stop session; the lab then downloads what it saved.",
-                  f"Следующее звено не начнётся. Публичный API Kaggle не умеет останавливать идущую сессию: откройте "
-                  f"её страницу под аккаунтом {account} и нажмите Stop session; лаба затем скачает, что она сохранила.")
-        return (note(text, "warning") + f" <a class='lab-kernel-page' href='{esc(url)}' target='_blank' "
-                f"rel='noopener'>{esc(tr('the kernel page', 'страница ядра'))} ↗</a>")
-    if link is not None and link.kind == "local":
-        return note(tr("Stopping: the session saves a checkpoint at the next step and stops.",
-                       "Останавливаю: сессия сохранит чекпоинт на ближайшем шаге и остановится."), "ok")
-    return note(said(answer, None) if link else tr("Cancelled: no further link will start.",
-                                                   "Отменено: следующее звено не начнётся."), "ok")
+def _stop_words(link, loses: tuple[str, str] | None) -> str:
+    """What Stop did, in the view's language: no further link; the session saves and stops, or (a
+    session that cannot save first) it is ended, and what it trained since the last checkpoint is lost."""
+    if link is None:
+        return note(tr("Cancelled: no further link will start.", "Отменено: следующее звено не начнётся."), "ok")
+    if loses:
+        return note(tr("Stopped: no further link will start, and the session was ended without saving; what it "
+                       "trained since the run's last checkpoint is lost.",
+                       "Остановлено: следующее звено не начнётся, а сессия закончена без сохранения; обученное "
+                       "после последнего чекпоинта прогона пропало."), "warning")
+    return note(tr("Stopping: no further link will start; the session saves a checkpoint at the next step and stops.",
+                   "Останавливаю: следующее звено не начнётся; сессия сохранит чекпоинт на ближайшем шаге и "
+                   "остановится."), "ok")
 
 
 def _links_table(links: list) -> str:

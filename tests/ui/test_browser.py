@@ -3,17 +3,16 @@ headless Debian Chromium driven by Playwright. A person with a fresh lab home ru
 sizes a model (Layers 8 → 12, a bad Heads), adds two accounts by uploading their kaggle.json
 (and sees a broken one refused beside the field), probes one and, while it runs, declares a
 constellation from a folder (and sees a folder with no text refused) and prepares it (the bar
-moves), sees the probe's result in its row, starts a run on
-Auto, sees its live curve, presses Stop and then Kaggle's Stop session on the kernel page the
-monitor links (the advice goes once the session ended), presses Continue, watches the run go on
-on the other account once the first one's quota ends, branches a cooldown from one of the steps
-the finished run kept through its stable phase (never from where its decay began: that branch
-would only repeat it) and, while that runs, continues the run with more steps (a Steps until
-below its step is refused beside the field), sees the branch's curve with its ancestor's and
-beside its parent's (its end its own), finds no button or label cut off at 1,400 px, and switches
-to English (no Russian left, no session's path). No key is in the page, in its screenshots' text or
-in the notebook saved with its widget state. Screenshots go to artifacts/screenshots/ (their paths
-are printed).
+moves), sees the probe's result in its row, starts a run on Auto, sees its live curve, presses
+Stop, which the monitor asks about first (a Kaggle session cannot save: what it loses is said,
+then gone once the session ended), presses Continue, watches the run go on on the other account
+once the first one's quota ends, branches a cooldown from one of the steps the finished run kept
+through its stable phase (never from where its decay began: that branch would only repeat it)
+and, while that runs, continues the run with more steps (a Steps until below its step is refused
+beside the field), sees the branch's curve with its ancestor's and beside its parent's (its end
+its own), finds no button or label cut off at 1,400 px, and switches to English (no Russian left,
+no session's path). No key is in the page, in its screenshots' text or in the notebook saved with
+its widget state. Screenshots go to artifacts/screenshots/ (their paths are printed).
 
 Needs `scripts/install-browser-test-deps` (Chromium, JupyterLab, Playwright); skips without them.
 """
@@ -272,25 +271,17 @@ def start_on_auto(person: Person) -> str:
 
 
 def stop_on_kaggle(person: Person, page) -> None:
+    """Stop on Kaggle: its API cannot ask a session to save (its kernel is deleted), so the monitor
+    says what that loses and asks first; once the session has ended, no advice about it stays."""
     person.click(".lab-stop")
-    person.wait_text(".lab-monitor-answer", "Stop session")  # the caveat, with the kernel page linked
-    url = page.locator(".lab-kernel-page").first.get_attribute("href")
-    person.shot(".lab-monitor", "10-stop-caveat.png")
-    live = person.plot_src("lab-monitor-plot")
-    kernel = page.context.browser.new_page()  # a tab of its own
-    kernel.goto(url)
-    kernel.wait_for_selector("#stop-session, #no-session", timeout=30_000)
-    if kernel.locator("#stop-session").count():  # the session may have ended since (its steps all done)
-        kernel.locator("#stop-session").click()  # what the monitor says to press
-    kernel.locator("#no-session").wait_for(timeout=30_000)
-    kernel.screenshot(path=str(SHOTS / "11-kernel-page-stopped.png"))
-    person.shots.append(str(SHOTS / "11-kernel-page-stopped.png"))
-    person.took.append(("11-kernel-page-stopped.png", time.monotonic() - person.started))
-    kernel.close()
-    person.wait_text(".lab-run-status", "отменён", timeout_s=60)  # and its curve is the session's own, downloaded
-    person.plot_changed("lab-monitor-plot", live)
-    person.page.wait_for_function("() => !document.querySelector('.lab-monitor-answer').textContent"
-                                  ".includes('Stop session')", timeout=30_000)  # the session ended: no advice left
+    person.wait_text(".lab-stop-question", "пропадёт.*Всё равно остановить")  # what it loses, before anything
+    person.shot(".lab-monitor", "10-stop-asks-first.png")
+    person.click(".lab-stop-confirm")
+    person.wait_text(".lab-monitor-answer", "без сохранения")
+    person.wait_text(".lab-run-status", "отменён", timeout_s=60)
+    page.wait_for_function("() => !document.querySelector('.lab-monitor-answer').textContent.trim()",
+                           timeout=30_000)  # the session ended: what Stop said is old news
+    person.shot(".lab-monitor", "11-stopped.png")
 
 
 def continue_across_accounts(person: Person, emu, home, run_id: str) -> None:

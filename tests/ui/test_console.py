@@ -156,7 +156,7 @@ def test_the_branch_row_shows_its_run_and_steps_and_a_fraction_box_wide_enough()
     assert row.step.options and row.step.value == 40
     assert row.frac.layout.width == "10em" and row.frac.style.description_width == "initial"
     from lab.ui.recipes import RecipePanel
-    recipes = RecipePanel(bootstrap=5)
+    recipes = RecipePanel()
     assert recipes.branching.run.value == run.id and recipes.branching.step.value == 40
 
 
@@ -334,7 +334,7 @@ def test_a_folder_with_no_text_and_uploaded_files_are_said_beside_their_fields(h
     assert (home / "texts" / "empty" / "tale.txt").is_file() and form.inputs["files"].value == ()
 
 
-def test_stop_on_kaggle_says_the_caveat_and_links_the_kernel_page_and_continue_goes_on(monkeypatch):
+def test_stop_on_kaggle_says_what_it_loses_asks_first_and_continue_goes_on(monkeypatch):
     run = create_run(Settled.whole(RunConfig(**TINY, steps_until=100)))
     url = "http://127.0.0.1:9/code/alice/lab-run-l1"
     with updating(run.id) as r:
@@ -343,12 +343,13 @@ def test_stop_on_kaggle_says_the_caveat_and_links_the_kernel_page_and_continue_g
         r.status = "running"
     answers = []
     monkeypatch.setattr(api_runs, "cancel", lambda run_id: answers.append(run_id) or "no further link")
+    monkeypatch.setattr(api_runs, "cancel_loses", lambda run_id: ("its kernel is deleted", "её ядро удалится"))
     monitor = ui.Monitor(run_id=run.id, every_s=3600)
     assert monitor.stop_button.layout.display is None and monitor.continue_button.layout.display == "none"
-    monitor.stop_button.click()
-    assert answers == [run.id]
-    assert "Stop session" in monitor.said.value and f"href='{url}'" in monitor.said.value
-    assert "Публичный API Kaggle не умеет останавливать" in text(monitor.said.value)
+    monitor.stop_button.click()  # Kaggle's API cannot ask a session to save: what that loses, asked first
+    assert answers == [] and "её ядро удалится" in text(monitor.lose_words.value)
+    monitor.lose_yes.click()
+    assert answers == [run.id] and "сессия закончена без сохранения" in text(monitor.said.value)
     with updating(run.id) as r:
         r.links[0].status, r.status = "cancelled", "cancelled"
     went_on = []
@@ -441,7 +442,8 @@ def test_every_new_panel_speaks_the_chosen_language(lang_):
 
 
 def test_a_box_of_the_labs_own_machines_is_in_the_list_and_its_failed_check_is_said_in_its_row(home):
-    from lab.machines.ssh.boxes import add_box, parse_hosts
+    from lab.machines.remote.client import parse_hosts
+    from lab.machines.ssh.boxes import add_box
     add_box("rack", parse_hosts("lab@127.0.0.1", None, 9))  # nothing listens on port 9 (discard)
     panel = ui.MachinesPanel()
     assert "rack" in [m.name for m in panel.machines]

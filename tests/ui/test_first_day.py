@@ -98,28 +98,37 @@ def test_the_monitor_says_where_the_session_is_now_not_where_it_was(monkeypatch)
 
 def test_stops_and_continues_answer_goes_once_the_session_it_speaks_of_has_moved_on(monkeypatch):
     run = create_run(Settled.whole(RunConfig(**TINY, steps_until=3000)))
-    url = "http://127.0.0.1:9/code/bob/lab-run-l1"
     with updating(run.id) as r:
-        r.links = [Link(n=1, machine="bob", kind="kaggle", status="running",
-                        detail={"kernel": {"slug": "bob/lab-run-l1", "url": url}, "folder": "links/001-bob"})]
+        r.links = [Link(n=1, machine="bob", kind="kaggle", status="running")]
         r.status = "running"
-    monkeypatch.setattr(api_runs, "cancel", lambda run_id: "no further link")
+    cancelled, live = [], {"mode": "live", "rows": [{"step": s, "tokens": s, "loss": 6.0, "session": 1} for s in (1, 2)]}
+    monkeypatch.setattr(api_runs, "live_curve", lambda run: live if run.links[0].status == "running" else None)
+    monkeypatch.setattr(api_runs, "cancel_loses", lambda run_id: ("what it trained since step 0 is lost",
+                                                                   "обученное после шага 0 пропадёт"))
+    monkeypatch.setattr(api_runs, "cancel", lambda run_id: cancelled.append(run_id) or "ended")
     monitor = ui.Monitor(run_id=run.id, every_s=3600)
-    monitor.stop_button.click()
-    monitor.refresh()  # the session still runs on Kaggle: where to stop it stands
-    assert "Stop session" in monitor.said.value
-    with updating(run.id) as r:  # the person pressed Stop session: the session ended
+    monitor.stop_button.click()  # a session that cannot save first: what it loses, asked before anything
+    assert cancelled == [] and "обученное после шага 0 пропадёт. Всё равно остановить?" in text(monitor.lose_words.value)
+    ui.set_language("en")
+    assert "what it trained since step 0 is lost. Stop it anyway?" in text(monitor.lose_words.value)
+    monitor.lose_yes.click()
+    assert cancelled == [run.id] and monitor.asking.layout.display == "none"
+    assert "ended without saving" in text(monitor.said.value)
+    monitor.refresh()  # the session is still being ended: the answer stands
+    assert "ended without saving" in text(monitor.said.value)
+    assert monitor.plot.layout.display is None  # its live curve, while it is being ended
+    with updating(run.id) as r:  # the session ended
         r.links[0].status, r.status = "cancelled", "cancelled"
     monitor.refresh()
-    assert monitor.said.value == ""
+    assert monitor.said.value == "" and monitor.plot.layout.display == "none"  # no curve of work that was lost
     monkeypatch.setattr(api_runs, "continue_run", lambda run_id, given=None, machine=None: run_id)
     monitor.continue_button.click()
-    assert "Продолжаю с чекпоинта" in text(monitor.said.value)
+    assert "Continuing from the checkpoint" in text(monitor.said.value)
     with updating(run.id) as r:  # the next link is pushed, then runs: the answer's news is old
         r.links.append(Link(n=2, machine="alice", kind="kaggle", status="starting", from_step=100))
         r.status = "running"
     monitor.refresh()
-    assert "Продолжаю с чекпоинта" in text(monitor.said.value)
+    assert "Continuing from the checkpoint" in text(monitor.said.value)
     with updating(run.id) as r:
         r.links[1].status = "running"
     monitor.refresh()

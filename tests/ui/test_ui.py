@@ -496,8 +496,9 @@ def test_the_forms_inputs_follow_the_run_fields_kinds_and_choices():
 def test_a_box_is_in_the_machine_list_with_its_cards_and_the_calculator_sizes_for_them(home):
     """A box checked with two RTX 3090s: the form offers it, and with GPU "auto" the figures are
     those of its own cards (bf16 from Ampere on, its memory, its check's measured burst)."""
-    from lab.machines.ssh.boxes import add_box, write_check
-    from lab.machines.ssh.client import Address
+    from lab.machines.remote.client import Address
+    from lab.machines.remote.store import write_check
+    from lab.machines.ssh.boxes import add_box
     add_box("gpu1", [Address("me@gpu1.lab")])
     card = {"host": "me@gpu1.lab", "name": "NVIDIA GeForce RTX 3090", "memory_gb": 24.0, "capability": "8.6",
             "count": 2}
