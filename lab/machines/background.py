@@ -1,9 +1,7 @@
 """`python -m lab.machines.background RUN [--resume]`: a run's driver in a process of its own.
 
-`lab.machines.control.spawn_driver` starts it in a session of its own, so it outlives the
-notebook or terminal that started the run; what it says goes to the run's `driver.log`. When
-another process drives the run already, it leaves the run to that one. `--resume`: a person asked
-to go on, so an earlier cancel is forgotten.
+`lab.machines.control.spawn_driver` starts it in a session of its own, so it outlives the notebook or
+terminal that started the run; it leaves a run another process drives to that one.
 """
 from __future__ import annotations
 

@@ -1,12 +1,7 @@
-"""The one small interface every machine gives the driver.
-
-A machine says what it has free (`state`), starts a session of a run as the run's next link
-(`start`), follows that session to its end, collects its outputs into the run folder and says
-how it ended (`follow`: the link's typed outcome, lab.runs.End), and cancels it
-(`cancel`). The driver chains links into a run through this interface alone: it never asks which
-machine it drives. Each kind of machine is one entry in lab.machines.registry, and each builds
-its own settings.
-"""
+"""The one small interface every machine gives the driver, which chains links into a run through it alone:
+what the machine has free (`state`), a run's next link recorded there (`start`), taken to its end with its
+outputs in the run folder and its typed outcome (`follow`), and a cancel. Each kind is one entry in
+lab.machines.registry, and builds its own settings."""
 from __future__ import annotations
 
 import os
@@ -21,20 +16,16 @@ from lab.runs import Link, Run
 
 @dataclass
 class Follow:
-    """What a machine needs from the driver while it follows a link: where to say what happens,
-    whether the person asked to cancel, whether this driver started the link (False: a driver
-    that died did, and a session that lived inside it died with it), and, on this computer,
-    whether to stream progress and how many processes torchrun starts (0: one per GPU)."""
+    """What a machine needs from the driver while it follows a link."""
     say: Callable[[str], None]
-    cancelled: Callable[[], bool]
-    fresh: bool = True
-    progress: bool = True
+    cancelled: Callable[[], bool]  # whether the person asked to cancel
+    fresh: bool = True  # False: a driver that died started the link, and a session inside it died with it
+    progress: bool = True  # on this computer: stream progress, and the processes torchrun starts (0: one per GPU)
     nproc: int = 0
 
 
 class Host(ABC):
     """One machine the lab runs on, by its name in the lab (`local`, an account's name)."""
-
     kind: str  # its key in lab.machines.registry, recorded on each of its links
     # This computer runs one link per start (its limit is the person's time): `lab watch` goes on.
     one_link_per_start: bool = False
@@ -57,8 +48,7 @@ class Host(ABC):
         `patient`: retry as long as a run's driver does, rather than answer a person fast."""
 
     def check(self, say: Callable[[str], None] = print) -> None:
-        """Raises UserError when the machine cannot be used now (credentials refused). `say` is
-        told what a long check is doing (a box's first use runs its whole check)."""
+        """Raises UserError when the machine cannot be used now; `say` hears what a long check does."""
 
     def holds(self, data_id: str | None, ckpt_sha256: str | None, run_id: str) -> set[str]:
         """What of a run's next link the machine already has: {"data", "checkpoint"}."""
@@ -70,7 +60,7 @@ class Host(ABC):
 
     @classmethod
     def limits_under_auto(cls, cfg: RunConfig) -> list[Problem]:
-        """What Auto meets on machines of this kind, said as notes: Auto's links there are capped."""
+        """What Auto meets on machines of this kind, as notes: Auto's links there are capped."""
         return []
 
     def cards(self) -> str | None:
@@ -79,23 +69,19 @@ class Host(ABC):
 
     @abstractmethod
     def start(self, run: Run, machine: Machine, why: str) -> Link:
-        """Records a new link of `run` here (with `kind`, and `limit_min` where the machine sets
-        the link's own limit); nothing runs before `follow`."""
+        """Records a new link of `run` here (with its own limit); nothing runs before `follow`."""
 
     @abstractmethod
     def follow(self, run: Run, link: Link, how: Follow) -> Link:
-        """Takes the link to its end, merges its outputs into the run folder, and returns the
-        ended link with its `outcome`, recorded in the write that ended it. Raises UserError
-        only when it could not take the link to an end (Kaggle unreachable, a push with no
-        clear answer): the link stays as it is, and `lab watch RUN` takes it up again."""
+        """Takes the link to its end, merges its outputs into the run folder, and returns the ended link
+        with its `outcome`. Raises UserError only when it could not end it now: `lab watch RUN` goes on."""
 
     @abstractmethod
     def cancel(self, run: Run, link: Link, driver_pid: int | None) -> str:
         """Stops the link's session, or says how; returns what happened."""
 
     def cancel_loses(self, run: Run, link: Link) -> tuple[str, str] | None:
-        """(English, Russian) of what a cancel of the running link loses, where its session cannot save
-        first (a person confirms it); None where it saves and stops."""
+        """(English, Russian) of what a cancel loses where the session cannot save first; None where it can."""
         return None
 
     @abstractmethod
@@ -107,8 +93,7 @@ class Host(ABC):
         return None
 
     def live(self, run: Run, link: Link) -> dict | None:
-        """{"mode", "rows", "note_en", "note_ru"}: the running link's curve as its session's log
-        shows it, until its outputs come back; None where the run folder's own metrics are it."""
+        """The running link's curve as its machine shows it (lab.machines.lifecycle.live); None: the run's own."""
         return None
 
 

@@ -124,7 +124,6 @@ def active_runs_on(machine: str) -> list[str]:
     return active_runs().get(machine, [])
 
 
-
 def logged(run_id: str, say: Callable[[str], None]) -> Callable[[str], None]:
     """Says it, and keeps it in the run's `control.log` for `status()`."""
     log = runs_dir() / run_id / "control.log"
@@ -134,8 +133,6 @@ def logged(run_id: str, say: Callable[[str], None]) -> Callable[[str], None]:
         with open(log, "a", encoding="utf-8") as f:
             f.write(f"{datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M:%S')} {text}\n")
     return both
-
-
 
 
 def tail(path: Path, lines: int) -> str:

@@ -1,13 +1,7 @@
-"""How a session ended, decided once for every kind of machine: a pure function of what the lab
-knows of it (`Facts`) and one table of endings (`RULES`), the first that applies winning.
-
-A machine's service says in its own words how a session ended (Kaggle's COMPLETE or
-CANCEL_ACKNOWLEDGED, Slurm's TIMEOUT, a box's runner gone without a word); each kind reads those
-words into one of a few `Said` values and its own words, and the session's outputs are read the same
-way for every kind (lab.machines.handoff.SessionOutputs). So the same outputs give the same
-outcome on Kaggle, on a box and on a cluster: a session whose inputs were not as sent is sent again
-everywhere, a checkpoint that came back is where the run goes on everywhere, and a session that died
-without one costs only itself everywhere.
+"""How a session ended, decided once for every kind of machine: a pure function of what the lab knows of
+it (`Facts`) and one table of endings (`RULES`), the first that applies winning. Each kind reads its
+service's words (Kaggle's CANCEL_ACKNOWLEDGED, Slurm's TIMEOUT, a box's runner gone) into a `Said`, and the
+outputs are read the same way for every kind, so the same outputs give the same outcome everywhere.
 """
 from __future__ import annotations
 
@@ -32,25 +26,19 @@ class Said(str, Enum):
 
 @dataclass(frozen=True)
 class Facts:
-    """What the lab knows of one ended session: where it ran, what its service said (`said`, and
-    `words`: the service's own, e.g. "ERROR: ..." or "job 41 reached its time limit (60 min)"), what
-    came back, where the link started, whether the person asked to cancel it, and what the kind adds:
-    `own_cause` (the service says the run itself ended it: Slurm's OUT_OF_MEMORY), `error` (the
-    session runner's own error, without a result), `signalled_by` (who sends a SIGTERM the lab did
-    not: Kaggle at its runtime limit, Slurm before a time limit), `folder` (the link's in the run),
-    `hint` (what to do, for a failure), `unfit` ((en, ru) of a session without its cards)."""
+    """What the lab knows of one ended session, and what its kind adds."""
     where: str
     said: Said
     out: SessionOutputs
     from_step: int
-    words: str = ""
+    words: str = ""  # the service's own: "ERROR: ...", "job 41 reached its time limit (60 min)"
     cancel_asked: bool = False
-    own_cause: bool = False
-    error: str | None = None
-    signalled_by: str | None = None
-    folder: str = ""
-    hint: str = ""
-    unfit: tuple[str, str] | None = None
+    own_cause: bool = False  # the service says the run itself ended it: Slurm's OUT_OF_MEMORY
+    error: str | None = None  # the session runner's own error, without a result
+    signalled_by: str | None = None  # who sends a SIGTERM the lab did not: Kaggle, Slurm before a time limit
+    folder: str = ""  # the link's in the run
+    hint: str = ""  # what to do, for a failure
+    unfit: tuple[str, str] | None = None  # (en, ru) of a session without its cards
     refused: End | None = None  # NEVER: the machine refused the session at its start (its quota), not the run
 
 

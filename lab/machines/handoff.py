@@ -1,8 +1,6 @@
-"""What moves between a link's machine and the run folder, the same for every kind of machine:
-the checkpoint a link starts from, staged as a flat folder with its sidecar and the curve so far;
-and what a session leaves, checked (its result, its newest whole checkpoint, the markers of a
-session that stopped before training) and merged into the run folder, so the curve reads as one
-line across links and the newest checkpoints are kept.
+"""What moves between a link's machine and the run folder, for every kind: the checkpoint a link starts
+from, staged with its sidecar and the curve so far; what a session leaves, read once and checked, then
+merged into the run folder, so the curve reads as one line across links and the newest checkpoints are kept.
 """
 from __future__ import annotations
 
@@ -31,17 +29,8 @@ def put(src: Path, dst: Path) -> None:
         shutil.copyfile(src, dst)
 
 
-def _metrics_beside(ckpt: Path, run_folder: Path) -> Path | None:
-    """The curve up to a checkpoint: the run's own, else that of the run folder holding it."""
-    if (run_folder / "metrics.jsonl").is_file():
-        return run_folder / "metrics.jsonl"
-    owner = ckpt.parent.parent if ckpt.parent.name == "checkpoints" else ckpt.parent
-    return owner / "metrics.jsonl" if (owner / "metrics.jsonl").is_file() else None
-
-
 def stage_checkpoint(source: dict, run_folder: Path, dest: Path) -> str:
-    """A flat folder with the checkpoint, its sidecar and the metrics up to its step; returns the
-    sha256 of the checkpoint as staged, which must equal its sidecar's."""
+    """A flat folder with the checkpoint, its sidecar and the metrics up to its step; the sha256 as staged."""
     ckpt = Path(source["path"])
     sidecar = checkpoint_meta(ckpt)
     shutil.rmtree(dest, ignore_errors=True)
@@ -52,7 +41,9 @@ def stage_checkpoint(source: dict, run_folder: Path, dest: Path) -> str:
         raise UserError(f"checkpoint {ckpt} changed or is corrupt (sha256 {digest[:12]}…, its sidecar says "
                         f"{sidecar['sha256'][:12]}…): the hand-off stops here rather than spread it")
     shutil.copyfile(ckpt.with_suffix(".json"), dest / ckpt.with_suffix(".json").name)
-    metrics = _metrics_beside(ckpt, run_folder)
+    # The curve up to it: the run's own, else that of the run folder holding it.
+    owner = ckpt.parent.parent if ckpt.parent.name == "checkpoints" else ckpt.parent
+    metrics = next((f / "metrics.jsonl" for f in (run_folder, owner) if (f / "metrics.jsonl").is_file()), None)
     if metrics is not None:
         write_metrics_lines(dest / "metrics.jsonl", metrics_lines(metrics, upto=source["step"]))
     return digest
@@ -70,17 +61,14 @@ def read_marker(path: Path) -> dict | None:
 
 @dataclass(frozen=True)
 class SessionOutputs:
-    """What a session left in its outputs, read once (`read_outputs`), the same for every machine:
-    its result, the newest whole checkpoint (sha256 recomputed here), the markers of a session
-    that stopped before training (its inputs not as sent, its cards missing), its start's checks
-    and timeline, and what is wrong with what came back."""
+    """What a session left in its outputs, read once (`read_outputs`), the same for every machine."""
     result: dict | None = None
-    checkpoint: dict | None = None  # {"name", "step", "sha256"}
-    input_not_ready: dict | None = None
+    checkpoint: dict | None = None  # the newest whole one: {"name", "step", "sha256"} (sha256 recomputed here)
+    input_not_ready: dict | None = None  # markers of a session that stopped before training
     no_gpu: dict | None = None
-    preflight: dict | None = None
+    preflight: dict | None = None  # its start's checks, and timeline
     timeline: dict | None = None
-    problem: str | None = None
+    problem: str | None = None  # what is wrong with what came back
 
     @property
     def saved(self) -> bool:
@@ -130,10 +118,9 @@ def read_outputs(folder: Path) -> SessionOutputs:
 
 
 def wanted(listed: dict[str, int], named: str | None, cfg) -> dict[str, int]:
-    """Of a session's output files (relative path -> size), what comes back: every file but the
-    checkpoints, then the checkpoint the run goes on from (`named`: the one its result names, else
-    its newest committed one) and those the run keeps (lab.kernel.saver.kept_steps: its stable
-    phase's marks, where a cooldown branch or more steps start), each with its sidecar."""
+    """Of a session's output files (relative path -> size), what comes back: all but the checkpoints, then
+    the one the run goes on from (`named`, else the newest committed) and those the run keeps (its stable
+    phase's marks, where a cooldown branch or more steps start: lab.kernel.saver.kept_steps)."""
     ckpts = sorted(rel.split("/", 1)[1] for rel in listed if rel.startswith("checkpoints/ckpt_")
                    and rel.endswith(".pt") and rel[:-3] + ".json" in listed)
     newest = named if named in ckpts else (ckpts[-1] if ckpts else None)
@@ -145,7 +132,7 @@ def wanted(listed: dict[str, int], named: str | None, cfg) -> dict[str, int]:
 
 def merge_checkpoint(ckpt: Path, run_folder: Path) -> Path:
     """Puts a verified checkpoint into the run's `checkpoints/`, hard-linked where it can be, with the
-    session's others the run keeps (its stable phase's marks: lab.kernel.saver.kept_steps), whole."""
+    session's others the run keeps (lab.kernel.saver.kept_steps), whole."""
     sessions = [p for p in list_checkpoints(ckpt.parent) if checkpoint_step(p) < checkpoint_step(ckpt)]
     cfg = checkpoint_meta(ckpt).get("config")  # (a sidecar without it keeps only the newest)
     kept = kept_steps([checkpoint_step(p) for p in sessions], SimpleNamespace(**cfg) if cfg else None)
@@ -156,8 +143,7 @@ def merge_checkpoint(ckpt: Path, run_folder: Path) -> Path:
 
 
 def merge_metrics(run_folder: Path, link_metrics: Path, from_step: int) -> None:
-    """The run's rows up to the link's start, then the link's rows after it. Each link carries
-    the earlier rows itself; taking the run's own keeps what an earlier link wrote exactly."""
+    """The run's rows up to the link's start (its own: what an earlier link wrote), then the link's after it."""
     if not link_metrics.is_file():
         return
     mine = run_folder / "metrics.jsonl"
@@ -169,8 +155,7 @@ KEPT = ("result.json", "config.json", "device.json")  # a link's files the run f
 
 
 def merge_link_outputs(run_folder: Path, run_id: str, folder: Path, from_step: int, ckpt: dict | None) -> None:
-    """A finished link's outputs in `folder` into the run folder, whatever the machine: its
-    checkpoint (`ckpt`: {"name", "step"}, when it reached past the link's start), its metrics from
+    """A finished link's outputs in `folder` into the run folder: its checkpoint (`ckpt`), its metrics from
     `from_step` on, its result, config and device files, and the run's loss plot drawn again."""
     if ckpt and ckpt["step"] >= from_step:
         merge_checkpoint(folder / "checkpoints" / ckpt["name"], run_folder)

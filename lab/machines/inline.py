@@ -1,11 +1,6 @@
 """This computer, in the driving process itself: the training loop without the notebook (the path
-`lab train` takes), so a tiny CPU sweep (`lab sweep --inline`) starts no kernel per run.
-
-A machine like any other to the driver: it starts a link, follows it to its end with a typed
-outcome, and cancels it (the loop's stop file: it saves at the next step boundary and stops). It
-is not listed among the lab's machines and Auto never picks it; a run registered for `inline`
-goes there by name.
-"""
+`lab train` takes), so a tiny CPU sweep (`lab sweep --inline`) starts no kernel per run. Not listed among
+the lab's machines: a run registered for `inline` goes there by name."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -61,6 +56,5 @@ class InlineHost(LocalHost):
 
 
 def ask_to_stop(folder: Path, why: str) -> None:
-    """The loop running a run of this folder in this process saves at its next step boundary and
-    stops, giving `why` as its reason."""
+    """The loop running a run of this folder in this process saves at its next step and stops, for `why`."""
     (folder / STOP_FILE).write_text(why, encoding="utf-8")

@@ -1,6 +1,5 @@
-"""A run's curve while a session elsewhere still runs: the rows its machine shows of it (a Kaggle
-session's log), after the run's own `metrics.jsonl`, until the session's outputs come back and
-replace them. Machine-neutral: each machine says what it shows (`Host.live`)."""
+"""A run's curve while a session elsewhere still runs: the rows its machine shows of it (`Host.live`) after
+the run's own `metrics.jsonl`, until the session's outputs come back and replace them."""
 from __future__ import annotations
 
 from lab.config import UserError
@@ -11,8 +10,7 @@ from lab.runs import Run
 
 
 def live_curve(run: Run) -> dict | None:
-    """{"link", "mode", "rows", "note_en", "note_ru"} of the run's running link, or None when no
-    link runs or its machine shows no curve of its own."""
+    """{"link", "mode", "rows", "note_en", "note_ru"} of the run's running link, or None."""
     link = active_link(run)
     if link is None:
         return None
@@ -27,9 +25,8 @@ LIVE_MEAN = 5  # a live training point is the mean of this many single-step loss
 
 
 def curve_rows(run: Run, live: dict | None = None) -> list[dict]:
-    """The run's curve as far as the lab knows it now: its metrics.jsonl up to the running
-    link's first step, then that link's live rows (none once its outputs are merged), their
-    training losses evened out (`even_live`)."""
+    """The run's curve as far as the lab knows it now: its metrics.jsonl up to the running link's first
+    step, then that link's live rows, evened out (`even_live`)."""
     live = live_curve(run) if live is None else live
     rows = read_metrics(run.folder)
     if not live or not live["rows"]:
@@ -39,14 +36,9 @@ def curve_rows(run: Run, live: dict | None = None) -> list[dict]:
 
 
 def even_live(rows: list[dict]) -> list[dict]:
-    """The live rows with each training loss the mean of the LIVE_MEAN single-step losses around
-    it (fewer at the ends); the step's own loss kept as `loss_sample`.
-
-    A session's log shows one row every few seconds and the row of every evaluation step, each
-    the loss of that one step, while the final curve has every step and draws their running
-    mean: joined as they are, a few single losses zigzag, and one noisy step (an evaluation's,
-    shown always) is a spike the final curve does not have. Their local mean is what the final
-    curve will draw there."""
+    """The live rows with each training loss the mean of the LIVE_MEAN single-step losses around it; the
+    step's own kept as `loss_sample`. A log shows one step's loss every few seconds, while the final curve
+    draws every step's running mean: joined as they are, single losses zigzag and spike where it has none."""
     losses = [(i, r["loss"]) for i, r in enumerate(rows) if isinstance(r.get("loss"), (int, float))]
     out = [dict(r) for r in rows]
     half = LIVE_MEAN // 2

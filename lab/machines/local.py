@@ -1,17 +1,11 @@
-"""The "own card" machine: the training notebook executed here by papermill.
-
-One link of a run: the notebook is parameterized with the run's fields, executed with the
-run folder as its working directory (metrics, checkpoints and the plot land there), and
-kept as `links/<n>-local.ipynb`. Progress streams to the terminal while it runs.
-"""
+"""The "own card" machine: a link's training notebook executed here by papermill with the run folder as
+its working directory, kept as `links/<n>-local.ipynb`; progress streams to the terminal while it runs."""
 from __future__ import annotations
 
-import shutil
+import functools
 import signal
-import subprocess
 import sys
 from pathlib import Path
-
 from typing import Callable
 
 from lab.config import card_set
@@ -23,47 +17,26 @@ from lab.machines.control import set_control, tail
 from lab.machines.ending import Facts, Said, ended
 from lab.machines.handoff import SessionOutputs, read_outputs
 from lab.machines.lifecycle import Away
+from lab.machines.remote.half import smi
 from lab.notebooks import write_link_notebook
 from lab.procs import descendants, forwarding_stop_signals, signal_quietly
 from lab.runs import End, Link, Outcome, Run, now, updating
 from lab.spec import LinkSpec
 
-_local_cards: list[str] | None = None
-
-
+@functools.cache
 def local_cards() -> list[str]:
-    """nvidia-smi's "name, memory" line for each card of this computer, asked once; empty
-    without a card. Found without importing torch."""
-    global _local_cards
-    if _local_cards is None:
-        _local_cards = _query_cards()
-    return _local_cards
-
-
-def _query_cards() -> list[str]:
-    smi = shutil.which("nvidia-smi")
-    if not smi:
-        return []
-    try:
-        out = subprocess.run([smi, "--query-gpu=name,memory.total", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=10).stdout
-    except (OSError, subprocess.SubprocessError):
-        return []
-    return [line.strip() for line in out.splitlines() if line.strip()]
+    """nvidia-smi's "name, memory" line for each card of this computer, asked once (without torch)."""
+    return smi("--query-gpu=name,memory.total", timeout_s=10)
 
 
 def local_gpu() -> str:
     """This computer's card as the sizing calculator names it."""
     cards = local_cards()
-    if not cards:
-        return "cpu"
-    return card_set(cards[0].split(",")[0], len(cards))
+    return card_set(cards[0].split(",")[0], len(cards)) if cards else "cpu"
 
 
 class LocalHost(Host):
-    """This computer: the training notebook executed here by papermill, inside the driver's
-    process, so the session lives exactly as long as its driver."""
-
+    """This computer: the notebook runs inside the driver's process, so the session lives as long as it."""
     kind = "local"
     one_link_per_start = True
     session_in_driver = True
@@ -93,12 +66,8 @@ class LocalHost(Host):
     def follow(self, run: Run, link: Link, how: Follow) -> Link:
         if not how.fresh:
             return _abandon(run, link, how.say)
-        if list_checkpoints(run.folder / "checkpoints"):
-            resume = run.folder
-        elif run.parent and run.parent.get("checkpoint"):
-            resume = Path(run.parent["checkpoint"])
-        else:
-            resume = None
+        forked = Path(run.parent["checkpoint"]) if run.parent and run.parent.get("checkpoint") else None
+        resume = run.folder if list_checkpoints(run.folder / "checkpoints") else forked
         set_control(run.id, message="running on this computer", message_ru="идёт на этом компьютере",
                     waiting_until=None)
         return execute_link(run, link, Path(run.cfg.data_dir), resume, progress=how.progress, nproc=how.nproc,
@@ -118,7 +87,8 @@ class LocalHost(Host):
 
 def _abandon(run: Run, link: Link, say) -> Link:
     """A link whose driver died: its session died with it (papermill ran in the driver)."""
-    step = _last_checkpoint_step(run.folder)
+    found = list_checkpoints(run.folder / "checkpoints")
+    step = checkpoint_step(found[-1]) if found else None
     with updating(run.id) as r:
         last = r.links[link.n - 1]
         last.status, last.ended = "failed", now()
@@ -132,8 +102,7 @@ def _abandon(run: Run, link: Link, say) -> Link:
 
 def execute_link(run: Run, link: Link, data_dir: Path, resume: Path | None, *, progress: bool = True,
                  nproc: int = 0, cancelled: Callable[[], bool] = lambda: False) -> Link:
-    """Runs the session of `link` here and records how it ended (the one table every kind shares,
-    lab.machines.ending); returns the ended link."""
+    """Runs the session of `link` here and records how it ended (lab.machines.ending); the ended link."""
     import papermill as pm  # papermill: only where a session runs here
 
     out_nb = run.folder / link.notebook
@@ -169,8 +138,7 @@ def execute_link(run: Run, link: Link, data_dir: Path, resume: Path | None, *, p
 
 
 def facts_here(link: Link, out: SessionOutputs, error: str | None, cancel_asked: bool, notebook: Path) -> Facts:
-    """What the lab knows of a session here once papermill returned: what it left, and papermill's own
-    error (a kernel that died, an interrupt) where it raised one."""
+    """What the lab knows of a session here once papermill returned: what it left, and papermill's error."""
     return Facts(where="this computer", said=Said.EXITED, out=out, from_step=link.from_step, error=error,
                  cancel_asked=cancel_asked, hint=f"The executed notebook is {notebook}.")
 
@@ -200,8 +168,3 @@ class HumanLines:
 
     def flush(self) -> None:
         self.stream.flush()
-
-
-def _last_checkpoint_step(folder: Path) -> int | None:
-    found = list_checkpoints(folder / "checkpoints")
-    return checkpoint_step(found[-1]) if found else None

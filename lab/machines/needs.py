@@ -1,6 +1,5 @@
-"""What a run needs before its next link: its data (found, or prepared, once; then pinned in the
-run's config and checked against), the id of that data, the checkpoint it starts from, and the GPU
-quota the rest of the run needs."""
+"""What a run needs before its next link: its data (found or prepared once, then pinned), the checkpoint
+it starts from, and the hours the rest of the run needs."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -27,13 +26,9 @@ def need_hours(run: Run) -> float | None:
 
 def finish_hours(cfg: RunConfig, step: int, machines: list, measured: dict[str, float] | None = None,
                  run: Run | None = None) -> dict[str, float | None]:
-    """Hours the rest of a run (at `step` of `cfg`) takes on each Kaggle account and box, by the
-    speed measured on its cards (the calculator's figure; None where it has none), a Slurm cluster's
-    with the wait its queue expects (`Machine.wait_h`): what the Auto rule ranks by among the
-    machines that cover the run. Asked where a box is among them (each Kaggle account has the same
-    cards but its own measured session starts), and for each machine the run's own sessions
-    measured (`measured`, lab.machines.pace): there the hours at that speed. The driver and the
-    form's preview both ask it, so the preview names the machine the driver picks."""
+    """Hours the rest of a run takes on each machine elsewhere by the speed measured on its cards (None
+    where the calculator has none; a cluster's with its queue's wait), where a box or a cluster is among
+    them, and at the speed the run's own sessions measured there (`measured`): what Auto ranks by."""
     measured = measured or {}
     out: dict[str, float | None] = {}
     if any(m.kind in ("ssh", "slurm") for m in machines):
@@ -48,8 +43,7 @@ def finish_hours(cfg: RunConfig, step: int, machines: list, measured: dict[str, 
 
 
 def _hours_on(cfg: RunConfig, step: int, gpu: str, machine: str) -> float | None:
-    """The calculator's whole-run hours on `machine`'s cards: its steps and what its sessions
-    spend besides (on a Kaggle account, the starts and output copies its sessions measured)."""
+    """The calculator's whole-run hours on `machine`'s cards, with what its sessions spend besides."""
     ckpt = {"step": step, "config": cfg.to_dict()} if step else None
     try:
         est = sizing.estimate(replace(cfg, gpu=gpu, machine=machine), checkpoint=ckpt)
@@ -60,8 +54,7 @@ def _hours_on(cfg: RunConfig, step: int, gpu: str, machine: str) -> float | None
 
 def found_data(cfg: RunConfig) -> Path | None:
     """The data folder the run trains on: its pinned `data_dir`, else the one prepared for its
-    constellations with their current text; None when none is prepared yet. An unknown
-    constellation is an error that lists the known ones."""
+    constellations with their current text; None when none is prepared yet."""
     if cfg.data_dir:
         return Path(cfg.data_dir)
     return corpus.find_prepared(cfg.constellations)
@@ -69,8 +62,7 @@ def found_data(cfg: RunConfig) -> Path | None:
 
 def find_data(cfg: RunConfig, prepare: bool = False, say: Callable[[str], None] = print,
               progress: bool = False) -> Path:
-    """The run's data folder (`found_data`); when none is prepared yet, prepared now (`prepare`,
-    saying so; `progress` shows its bars), else an error saying how to prepare it."""
+    """The run's data folder (`found_data`), prepared now where none is (`prepare`), else an error."""
     found = found_data(cfg)
     if found is not None:
         return found
@@ -83,8 +75,7 @@ def find_data(cfg: RunConfig, prepare: bool = False, say: Callable[[str], None] 
 
 
 def data_problems(cfg: RunConfig, folder: Path) -> list[Problem]:
-    """What is wrong with the run's fields against its data: the context must fit in the data's
-    shortest shard (the kernel's `TokenData.shortest_split`, read here from the manifest)."""
+    """What is wrong with the run's fields against its data: the context must fit in its shortest shard."""
     manifest = read_manifest(folder)
     shards = list(manifest.get("train") or []) + list(manifest.get("val") or [])
     if not shards:
@@ -93,11 +84,8 @@ def data_problems(cfg: RunConfig, folder: Path) -> list[Problem]:
 
 
 def pin_data(run_id: str, say: Callable[[str], None], progress: bool = False) -> None:
-    """Every link of a run trains on the same prepared data: found (or prepared) once, checked
-    against, then pinned in the run's settled record (its folder and its manifest's sha256). A run
-    registered with its data prepared has it pinned already (`lab.settle`); then this only makes
-    sure it is still there. Text added to a
-    constellation later is a new val set: a new run."""
+    """Every link of a run trains on the same data: found (or prepared) once, checked, then pinned in the
+    run's settled record (its folder and manifest's sha256). Text added to a constellation later: a new run."""
     run = load_run(run_id)
     if run.cfg.data_dir:
         if not Path(run.cfg.data_dir).is_dir():
@@ -114,8 +102,7 @@ def pin_data(run_id: str, say: Callable[[str], None], progress: bool = False) ->
 
 
 def data_id(cfg: RunConfig) -> str | None:
-    """The id of the data the run trains on: its pinned folder, else the one prepared for its
-    constellations (as `pin_data` will find it); None when there is none yet."""
+    """The id of the data the run trains on (as `pin_data` will find it); None when there is none yet."""
     try:
         found = found_data(cfg)
         return data_id_of(found) if found is not None else None
@@ -127,8 +114,8 @@ _verified: dict[str, tuple[int, int, dict]] = {}  # path -> (mtime_ns, size, sou
 
 
 def source_checkpoint(run: Run) -> dict | None:
-    """The checkpoint the run's next link starts from, verified against its sidecar: the run
-    folder's newest (every link's is merged there), else the one a forked run started from."""
+    """The checkpoint the run's next link starts from, verified against its sidecar: the run folder's newest,
+    else the one a forked run started from."""
     found = list_checkpoints(run.folder / "checkpoints")
     if found:
         target = run.folder

@@ -1,16 +1,7 @@
-"""What a run's own sessions measured, link by link: the speed each trained at on its machine.
-
-The calculator's figure for a machine is a guess until the run has trained there; after a link,
-the next link's plan on that machine, the reason Auto gives and the quota it counts use the speed
-the run's last session there measured. A Kaggle session far slower than the run's others (a
-session without its cards, a slow host) is flagged: it burns an hour of quota for what the others
-train in minutes, and the lab says so rather than going on there unnoticed.
-
-    link_speed(rows, link)   the median tokens/s of a link's steps after its first few
-    measured_on(run)         machine -> the speed the run's latest session there measured
-    hours_on(run, machine)   the rest of the run at that speed, with its session's start
-    slow_links(run)          the Kaggle links that ran far slower than the run's others
-"""
+"""What a run's own sessions measured, link by link: the speed each trained at on its machine. After a link,
+the next plan there (Auto's reason, the quota it counts) uses that speed rather than the calculator's guess.
+A Kaggle session far slower than the run's others (without its cards, a slow host) is flagged: it burns an
+hour of quota for what the others train in minutes."""
 from __future__ import annotations
 
 import statistics
@@ -50,8 +41,7 @@ def tokens_per_step(run: Run) -> float | None:
 
 
 def hours_on(run: Run, machine: str, tok_s: float, kaggle: bool) -> float | None:
-    """The rest of the run on `machine` at `tok_s`, with its session's start (on Kaggle, as the
-    account's sessions measured it)."""
+    """The rest of the run on `machine` at `tok_s`, with its session's start (as a Kaggle account measured it)."""
     per_step = tokens_per_step(run)
     if not per_step:
         return None

@@ -1,16 +1,6 @@
-"""The kinds of machine the lab runs on, and each machine found by its name.
-
-    KINDS               kind -> its Host class ("module:Class", imported when first asked)
-    machine_names()     every machine of the lab: this computer, then each kind's own, in KINDS order
-                        (the Kaggle accounts, the boxes over SSH, the Slurm clusters)
-    host_for(name)      the machine called `name`, as its kind's Host; hosts() every machine's
-    host_of(link)       the host of a recorded link, by the kind the link carries (a machine since
-                        removed from the lab still reads its link's files); class_of(link) its class
-
-A kind is one entry here: a `lab.machines.base.Host` subclass with its `kind`, a `names()`
-classmethod listing the lab's machines of that kind, and a constructor taking the name. Each
-host builds its own settings from the person's environment.
-"""
+"""The kinds of machine the lab runs on, and each machine found by its name. A kind is one entry in KINDS:
+a `lab.machines.base.Host` subclass ("module:Class", imported when first asked) with its `kind`, a `names()`
+classmethod listing the lab's machines of that kind, and a constructor taking the name."""
 from __future__ import annotations
 
 import importlib
@@ -39,8 +29,7 @@ def host_class(kind: str) -> type[Host]:
 
 
 def _named(listed: bool = True) -> list[tuple[str, str]]:
-    """(name, kind) of each machine of the lab; a name that two kinds list is the first's.
-    `listed`: only the kinds whose machines the lab lists (and Auto considers): not `inline`."""
+    """(name, kind) of each machine, in KINDS order; a name two kinds list is the first's. `listed`: not `inline`."""
     seen: dict[str, str] = {}
     for kind in KINDS:
         cls = host_class(kind)
@@ -70,8 +59,7 @@ def host_for(name: str) -> Host:
 
 
 def hosts(only: str | None = None) -> list[Host]:
-    """Every machine of the lab as its host, in `machine_names` order (`only`: that one, if the
-    lab has it)."""
+    """Every machine of the lab as its host (`only`: that one, if the lab has it)."""
     return [host_class(kind)(name) for name, kind in _named(listed=only is None) if only is None or name == only]
 
 
@@ -88,7 +76,8 @@ def limits(cfg: RunConfig) -> list[Problem]:
 
 
 def class_of(link: Link) -> type[Host]:
-    """The Host class of the machine that ran `link`: by its recorded kind, else by its name."""
+    """The Host class of the machine that ran `link`, by its recorded kind (a machine since removed still
+    reads its link's files), else by its name."""
     return host_class(link.kind if link.kind in KINDS else kind_of(link.machine))
 
 

@@ -27,8 +27,7 @@ from lab.kaggle.datasets import STORAGE_HINT, upload_files
 from lab.kernel.checkpoint import atomic_write
 from lab.machines.base import env_seconds
 from lab.machines.handoff import put, stage_checkpoint
-from lab.machines.kaggle.names import (ckpt_slug, data_licence, data_licences, data_slug, kaggle_licence, licence_note,
-                                       title_of)
+from lab.machines.kaggle.names import ckpt_slug, data_licences, data_slug, kaggle_licence, licence_note, title_of
 from lab.machines.kaggle.record import KaggleLinkRecord
 from lab.machines.lifecycle import Away, get_link
 from lab.runs import list_runs, now
@@ -188,9 +187,10 @@ def ensure_data(run_id: str, n: int, ctx: LinkContext, data_dir: Path) -> dict:
         return record.data
     data_id = data_id_of(data_dir)
     slug = f"{ctx.c.username}/{data_slug(data_id)}"
-    licence = data_licence(data_dir)
+    texts = data_licences(data_dir)
+    licence = kaggle_licence(texts)
     return _dataset_once(ctx, Upload("data", data_id, slug, {"data_id": data_id}, lambda: stage_data(data_dir),
-                                     f"lab data {data_id}", licence, licence_note(data_licences(data_dir), licence),
+                                     f"lab data {data_id}", licence, licence_note(texts, licence),
                                      lambda h, phase: KaggleLinkRecord.update(run_id, n, data=h)))
 
 

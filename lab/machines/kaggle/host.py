@@ -1,12 +1,7 @@
-"""A Kaggle account as a machine: its state (the quota, the sessions Kaggle lists there), and one
-link of a run through the lifecycle every kind shares (lab.machines.lifecycle), with the account's
-verbs (lab.machines.kaggle.session: the datasets, the push, the status, the outputs, the delete).
-
-A link's limit is the run's, or what the account's quota allows after the session's margin, or
-what the longest session timeout allows after it; its session timeout is that limit plus the margin
-the account's measured sessions call for (lab.kaggle.sessions), so a link normally ends by its own
-time-limit save rather than by Kaggle's kill, and the lab's watchdog ends one Kaggle has lost.
-A cancel deletes the link's kernel: the public API has no other way to stop a session.
+"""A Kaggle account as a machine: its state (the quota, the sessions Kaggle lists there), and its links
+through the shared lifecycle with the account's verbs (lab.machines.kaggle.session). A link's session
+timeout is its limit plus the margin the account's measured sessions call for (lab.kaggle.sessions), so a
+link normally ends by its own time-limit save rather than by Kaggle's kill. A cancel deletes the kernel.
 """
 from __future__ import annotations
 
@@ -36,14 +31,12 @@ _QUOTA_RETRY = RetryPolicy(attempts=2, base_s=0.5, cap_s=1.0, max_retry_after_s=
 
 
 def client(account: str, settings: KaggleSettings) -> AccountClient:
-    """The account's client with the lab's retry policy."""
     base = settings.retry_base_s
     return client_for(account, retry=RetryPolicy(attempts=6, base_s=base, cap_s=60 * base))
 
 
 def link_limit_min(run_limit_min: float, quota_left_s: float, margin_min: float = KAGGLE_MARGIN_FLOOR_MIN) -> float:
-    """A link's time limit: the run's, or what the account's quota allows after the margin, or
-    what the longest session timeout allows after it."""
+    """A link's limit: the run's, or what the quota or the longest session timeout allow after the margin."""
     return round(min(run_limit_min, quota_left_s / 60 - margin_min, KAGGLE_TIMEOUT_MAX_S / 60 - margin_min), 3)
 
 
@@ -56,13 +49,8 @@ def plan_link(run_id: str, account: str, quota_left_s: float, source: dict | Non
     return plan(run_id, account, KaggleHost.kind, source, why, limit, **record.as_detail())
 
 
-# ---------------------------------------------------------------------------------------------
-# The account as a machine
-
-
 class KaggleHost(Host):
     """A lab member's Kaggle account as a machine, with the person's settings (KaggleSettings)."""
-
     kind = "kaggle"
 
     def __init__(self, name: str):
@@ -87,9 +75,8 @@ class KaggleHost(Host):
         return m
 
     def _ask_kaggle(self, m: Machine, patient: bool) -> None:
-        """The account's quota, and the GPU sessions Kaggle lists running there that this computer did
-        not start (another member's runs and notebooks hold the same slots). A busy Kaggle is no error:
-        the account is not free until the pause it asked for ends."""
+        """The account's quota, and the GPU sessions Kaggle lists there that this computer did not start
+        (another member's hold the same slots). A busy Kaggle is no error: the account waits out its pause."""
         try:
             c = client(self.name, self.settings) if patient else client_for(self.name, retry=_QUOTA_RETRY,
                                                                              timeout_s=20.0)
@@ -112,8 +99,8 @@ class KaggleHost(Host):
             m.free = len(m.running) < MAX_GPU_SESSIONS
 
     def _others(self, c: AccountClient, running: list[str]) -> list:
-        """The GPU sessions Kaggle lists on the account that are not this computer's runs'; none when
-        the listing fails (it is a courtesy: Kaggle's own cap still answers a push), unless Kaggle is busy."""
+        """The GPU sessions Kaggle lists on the account that are not this computer's runs' (none where the
+        listing fails, but for a busy Kaggle: Kaggle's own cap still answers a push)."""
         try:
             return c.gpu_sessions(skip=self._our_kernels(c.username, running))
         except KaggleError as e:
@@ -122,8 +109,7 @@ class KaggleHost(Host):
             return []
 
     def _our_kernels(self, username: str, running: list[str]) -> list[str]:
-        """The kernels of this computer's runs' links on the account that may be running."""
-        out = []
+        out = []  # the kernels of this computer's runs' links on the account that may be running
         for run_id in running:
             try:
                 run = load_run(run_id)

@@ -1,10 +1,5 @@
 """The names the lab gives its things on Kaggle: slugs, titles and the licence of a dataset.
 
-    data_slug(data id)    lab-data-<data id>, the prepared data of a run
-    ckpt_slug(run id)     lab-ckpt-<run id>, the hand-off checkpoint of a run
-    kernel_slug(run, n)   lab-<run id>-l<n>, one kernel per link (-<attempt> for a push after an unsure one)
-    kaggle_licence(texts) the one documented licence name sent for texts under these terms
-
 Only the licence names Kaggle documents are sent (kaggle-cli docs/datasets_metadata.md; the
 list is lab.kaggle.datasets.DATASET_LICENCES): terms it does not list, MIT among them, go as
 "other", and the upload says which name was sent.
@@ -28,11 +23,11 @@ def _slug(prefix: str, text: str) -> str:
     return slug
 
 
-def data_slug(data_id: str) -> str:
+def data_slug(data_id: str) -> str:  # the prepared data of a run
     return _slug("lab-data", data_id)
 
 
-def ckpt_slug(run_id: str) -> str:
+def ckpt_slug(run_id: str) -> str:  # the hand-off checkpoint of a run
     return _slug("lab-ckpt", run_id)
 
 
@@ -43,9 +38,8 @@ def kernel_slug(run_id: str, n: int, attempt: int = 1) -> str:
 
 
 def title_of(slug: str) -> str:
-    """A dataset's title: its slug (6-50 characters, with the hash that keeps a long name
-    unique), because Kaggle wants titles unique per owner and cutting a longer title at 50
-    characters would lose exactly that hash."""
+    """A dataset's title: its slug (6-50 characters), because Kaggle wants titles unique per owner and a
+    longer title cut at 50 would lose the hash that keeps a long name unique."""
     return slug.rsplit("/", 1)[-1]
 
 
@@ -61,13 +55,10 @@ LICENCE_PATTERNS = (
 
 
 def kaggle_licence(licences: list[str]) -> str:
-    """The one licence name Kaggle takes for a dataset of these constellations' texts: their
-    `licence` where every one maps to the same documented name (the first term named wins),
-    else "other" (Kaggle's name for terms it does not list, MIT among them)."""
-    names = set()
-    for text in licences:
-        found = next((name for pattern, name in LICENCE_PATTERNS if re.search(pattern, text.lower())), "other")
-        names.add(found)
+    """The one licence name Kaggle takes for a dataset of these constellations' texts: the documented name
+    every one maps to (the first term named wins), else "other"."""
+    names = {next((name for pattern, name in LICENCE_PATTERNS if re.search(pattern, text.lower())), "other")
+             for text in licences}
     return names.pop() if len(names) == 1 else "other"
 
 
@@ -77,14 +68,8 @@ def data_licences(data_dir: Path) -> list[str]:
     return [str(c.get("licence") or "") for c in constellations]
 
 
-def data_licence(data_dir: Path) -> str:
-    """The Kaggle licence of a prepared data folder, from its manifest's constellations."""
-    return kaggle_licence(data_licences(data_dir))
-
-
 def licence_note(licences: list[str], sent: str) -> str:
-    """What the upload says of its licence: the name sent, and the texts' own terms when Kaggle
-    lists none of them by name."""
+    """What the upload says of its licence: the name sent, and the texts' own terms where Kaggle names none."""
     own = "; ".join(sorted({t.strip() for t in licences if t.strip()}))
     if sent != "other" or not own:
         return f"licence {sent}"

@@ -1,13 +1,5 @@
-"""What a link on a Kaggle account holds (its `detail`), typed: read by this package only.
-
-    KaggleLinkRecord   the link on the account: its session timeout, the datasets it needs, its kernel
-                       push, what the watch saw, the image it ran and what it measured
-    KernelPush         the link's kernel: its slug, what was sent, whether the push is under way or
-                       done, its version and page, or why Kaggle refused it
-
-Both are kept as plain JSON in the run registry (lab.runs.Link.detail), beside the shared
-lifecycle's record of the link (lab.machines.lifecycle.Away); only `lab.machines.kaggle` reads them.
-"""
+"""What a link on a Kaggle account holds, typed: kept as plain JSON in `Link.detail` beside the lifecycle's
+record (lab.machines.lifecycle.Away); only `lab.machines.kaggle` reads it."""
 from __future__ import annotations
 
 import dataclasses
@@ -69,10 +61,9 @@ class KernelPush:
 
 @dataclass
 class KaggleLinkRecord(LinkRecord):
-    """A Kaggle link: the lab's account name and its Kaggle user, its session timeout and the margin
-    in it, the datasets (`data`, `ckpt`, and `ckpt_upload` while it goes up), the kernel push, what the
-    watch saw (`kaggle_status`, `failure`, `status_at`, `ran`, `running_at`), the image the session
-    ran (`image`: Kaggle's docker image, read back from the kernel) and what it measured."""
+    """A Kaggle link: the account and its Kaggle user, its session timeout and the margin in it, the datasets
+    (`ckpt_upload` while it goes up), the kernel push, what the watch saw, the image the session ran
+    (Kaggle's docker image, read back from the kernel) and what it measured."""
     account: str = ""
     user: str = ""
     session_timeout_s: int = 0
@@ -97,15 +88,10 @@ class KaggleLinkRecord(LinkRecord):
 
     @classmethod
     def _known(cls, changes: dict) -> dict:
-        # The kernel push is kept as the plain JSON the registry holds.
-        return {k: dataclasses.asdict(v) if isinstance(v, KernelPush) else v for k, v in super()._known(changes).items()}
-
-    @property
-    def pushing(self) -> bool:
-        return self.kernel.sent
+        known = super()._known(changes)  # the kernel push is kept as the plain JSON the registry holds
+        return {k: dataclasses.asdict(v) if isinstance(v, KernelPush) else v for k, v in known.items()}
 
     def update_kernel(self, run_id: str, n: int, **changes: Any) -> KernelPush:
-        """The kernel push with `changes`, recorded."""
         kernel = dataclasses.replace(self.kernel, **changes)
         type(self).update(run_id, n, kernel=kernel)
         self.kernel = kernel

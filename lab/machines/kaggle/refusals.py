@@ -6,13 +6,6 @@ member's, an interactive one), its weekly quota, an empty draft an earlier refus
 the link BUSY or NO_QUOTA, so the driver goes on elsewhere or waits, `until` when Kaggle said. A
 link ends FAILED only for the run's own cause (its data, its notebook), or when Kaggle refused the
 push in words no source explains while the quota call says the quota is not spent.
-
-    Refused                 a refusal that started nothing: its kind, and until when
-    refused(e, c)           the Refused of a KaggleError from the push
-    busy(e)                 the Refused of a busy spell met anywhere before the push, else None
-    check_seats(c, slug)    before the push: the account's GPU sessions as Kaggle lists them
-    check_limits(...)       Kaggle's limits met before any upload: files in a dataset version, the notebook
-    kernel_exists(c, slug)  whether a push with no clear answer made the kernel
 """
 from __future__ import annotations
 
@@ -30,8 +23,8 @@ BUSY_PAUSE_S = 300.0  # a busy Kaggle that named no wait is asked again after th
 
 
 class Refused(UserError):
-    """Kaggle refused the link's session, or would have, and nothing started: `kind` is End.BUSY,
-    End.NO_QUOTA or End.FAILED; `until` (ISO 8601 UTC) when Kaggle may be asked again, where it said."""
+    """Kaggle refused the link's session, or would have, and nothing started: `kind` BUSY, NO_QUOTA or
+    FAILED; `until` (ISO 8601 UTC) when Kaggle may be asked again, where it said."""
 
     def __init__(self, message: str, kind: End, until: str | None = None, ru: str | None = None):
         self.kind, self.until = kind, until
@@ -45,17 +38,16 @@ def until_of(wait_s: float | None) -> str:
 
 
 def busy(e: UserError) -> Refused | None:
-    """A passing answer met before the push (a busy spell, an error page, Kaggle unreachable: at an
-    upload, a dataset's status, the session check) as a refusal: the run goes elsewhere meanwhile, or
-    waits, and the uploads done so far are kept. Never a halt."""
+    """A passing answer met before the push (a busy spell, an error page, Kaggle unreachable) as a refusal:
+    the run goes elsewhere meanwhile, or waits, and the uploads done so far are kept. Never a halt."""
     if isinstance(e, KaggleError) and e.cause in ("busy", "unreadable"):
         return Refused(f"{e} The lab asks again then.", End.BUSY, until_of(e.wait_s))
     return None
 
 
 def refused(e: KaggleError, c: AccountClient) -> Refused:
-    """Why Kaggle refused a push, read from the cause its answer names (lab.kaggle.client.push_cause);
-    for words no source explains, the quota call decides (spent: NO_QUOTA; unknown, Kaggle busy: BUSY)."""
+    """Why Kaggle refused a push, from the cause its answer names; for words no source explains, the
+    quota call decides (spent: NO_QUOTA; unknown, Kaggle busy: BUSY)."""
     if e.cause == "busy":
         return Refused(str(e), End.BUSY, until_of(e.wait_s))
     if e.cause in ("session-cap", "shell"):
@@ -70,8 +62,7 @@ def refused(e: KaggleError, c: AccountClient) -> Refused:
 
 
 def out_of_quota(c: AccountClient) -> bool | None:
-    """Whether the account's quota is too small for a useful link, as the quota call says; None when
-    Kaggle could not be asked (busy, unreachable)."""
+    """Whether the account's quota is too small for a useful link; None when Kaggle could not be asked."""
     try:
         return c.quota().left_s < (STARTUP_MIN + MIN_LINK_MIN) * 60
     except UserError:
@@ -79,9 +70,8 @@ def out_of_quota(c: AccountClient) -> bool | None:
 
 
 def check_seats(c: AccountClient, slug: str) -> None:
-    """Raises Refused (BUSY) when Kaggle lists the account's GPU sessions at the cap already: another
-    member's runs or notebooks use the account too, and the lab counts only what it pushed from here.
-    A push into a full account would be refused anyway (and may leave an empty draft behind)."""
+    """Raises Refused (BUSY) when Kaggle lists the account's GPU sessions at the cap already (another
+    member's count too): a push into a full account would be refused anyway, and may leave an empty draft."""
     try:
         running = c.gpu_sessions(skip=[slug])
     except KaggleError as e:
@@ -96,8 +86,8 @@ def check_seats(c: AccountClient, slug: str) -> None:
 
 
 def check_limits(notebook: dict, data_files: int, data: Path) -> None:
-    """Kaggle's limits, met before anything goes up: the pushed notebook under 1 MB, a dataset version
-    of at most MAX_DATASET_FILES files (the run's own cause: the link ends FAILED, nothing uploaded)."""
+    """Kaggle's limits, met before anything goes up (the run's own cause: FAILED): the pushed notebook under
+    1 MB, a dataset version of at most MAX_DATASET_FILES files."""
     size = len(notebook_text(notebook).encode("utf-8"))
     if size > NOTEBOOK_LIMIT_BYTES:
         raise UserError(f"the training notebook for this run is {size / 1e6:.2f} MB; Kaggle takes at most 1 MB: "

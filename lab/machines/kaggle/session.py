@@ -109,7 +109,7 @@ class KaggleSession(Session):
         return None
 
     def submitted(self) -> bool:
-        return self.rec().pushing
+        return self.rec().kernel.sent
 
     def submit(self) -> None:
         for attempt in range(MAX_PUSHES + 1):

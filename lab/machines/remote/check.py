@@ -1,14 +1,9 @@
-"""What the lab's own machine has, and a measured speed: the check a box (`lab machines check NAME`,
-lab.machines.ssh.boxes) and a Slurm cluster (lab.machines.slurm.check) both run on their hosts.
-
-Each host runs the check's half (lab.trial.box_session, after the probe session's functions,
-lab.trial.session) with its own Python: the Python, torch, CUDA and the cards (name, memory,
-compute capability), free disk in the workdir, and which of what the training notebook needs is
-missing, with the exact line that installs it. On the first host, the probe's worker
-(lab.trial.worker, the same as on Kaggle) then runs a short burst under torchrun: at the
-reference size on GPUs, tiny on a CPU. The verdict says whether the machine can run the lab's
-sessions and why not; the burst is kept as a run folder the calculator reads as a measured speed
-(lab.machines.remote.store).
+"""What the lab's own machine has, and a measured speed: the check a box and a Slurm cluster both run on
+their hosts (`lab machines check NAME`). Each host runs the check's half (lab.trial.box_session) with its
+own Python: the Python, torch, CUDA, the cards, free disk, and what the training notebook needs that is
+missing, with the line that installs it; the first host then runs the probe's worker (lab.trial.worker, as
+on Kaggle) for a short burst under torchrun. The verdict says whether the machine can run the lab's
+sessions and why not; the burst is kept as a measured speed (lab.machines.remote.store).
 """
 from __future__ import annotations
 
@@ -42,8 +37,8 @@ def check_script() -> str:
 
 
 def check_host(shell: Shell, workdir: str, plan: BoxPlan, burst: bool) -> dict:
-    """One host's facts, with the first host's burst (`burst`); an error the check met there is one
-    of its facts. A host that cannot be reached (or has no Python at the given path) raises."""
+    """One host's facts (an error the check met there among them), with the burst where `burst`. A host that
+    cannot be reached, or has no Python at the given path, raises."""
     args = json.dumps({"workdir": workdir, "gpu_size": plan.gpu_size, "cpu_size": plan.cpu_size,
                        "steps": plan.steps, "timeout_s": plan.timeout_s, "burst": burst, "min_free_gb": ROOM_GB})
     proc = shell.run([shell.python, "-", args], stdin=check_script(), timeout_s=plan.timeout_s + 120)
@@ -78,8 +73,7 @@ def verdict(name: str, python: str, hosts: list[dict], started: datetime) -> dic
 
 
 def _counted(cards: list[dict]) -> list[dict]:
-    """Each host's cards of one kind as one entry with its count."""
-    out: dict[tuple, dict] = {}
+    out: dict[tuple, dict] = {}  # each host's cards of one kind as one entry with its count
     for c in cards:
         key = (c["host"], c["name"], c["memory_gb"], c["capability"])
         out.setdefault(key, {**c, "count": 0})["count"] += 1

@@ -1,17 +1,8 @@
-"""The person's own OpenSSH client, as the lab's SSH machines use it.
-
-Every connection is `ssh` (and `rsync -e ssh` or `sftp`) with the person's config: their keys,
-agent, `ProxyJump` and `~/.ssh/config` aliases. If `ssh HOST` works, the kit works.
-`LAB_SSH_CONFIG=FILE` makes the kit read that ssh config instead of the person's own (a
-lab-wide file, or a test's). The kit adds only:
-
-* `BatchMode=yes`: no password or passphrase is ever asked for (none is stored either), and a
-  host whose key is unknown or changed is refused, not accepted: host-key checking stays on;
-* `ConnectTimeout` and `ServerAlive*`, so an unreachable box or a dead connection is found out
-  in seconds, not minutes.
-
-A failed connection is an `SshError` that names the host, says what went wrong (unreachable,
-a changed host key, a key the box refuses, the connection lost) and what to do.
+"""The person's own OpenSSH client, as the lab's own machines use it: `ssh` (and `rsync -e ssh` or `sftp`)
+with their keys, agent, `ProxyJump` and `~/.ssh/config` aliases (`LAB_SSH_CONFIG=FILE`: that config
+instead). If `ssh HOST` works, the kit works. The kit adds only `BatchMode=yes` (no password is ever asked
+for, and a host whose key is unknown or changed is refused) and `ConnectTimeout` and `ServerAlive*`, so a
+dead connection is found out in seconds. A failed connection is an `SshError` that says what to do.
 """
 from __future__ import annotations
 
@@ -72,7 +63,7 @@ class SshError(UserError):
 
 
 def config_file() -> Path | None:
-    """The ssh config `LAB_SSH_CONFIG` names, or None: the person's own."""
+    """The ssh config `LAB_SSH_CONFIG` names, or None: the person's own (a lab-wide file, or a test's)."""
     raw = os.environ.get(CONFIG_ENV, "").strip()
     if not raw:
         return None
@@ -111,22 +102,6 @@ def python_word(python: str) -> str:
     return shlex.quote(python)
 
 
-def remote_python(address: Address, python: str, script: str, args: list[str], timeout_s: float = 120.0,
-                  ) -> subprocess.CompletedProcess:
-    """Runs `script` (Python source, sent on stdin) with the box's Python and `args`; the
-    connection's own failures raise SshError, the script's come back in the result."""
-    command = " ".join([python_word(python), "-", *map(shlex.quote, args)])
-    try:
-        proc = subprocess.run(ssh_argv(address, command), input=script, capture_output=True, text=True,
-                              timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        raise SshError(address, "lost", f"{address}: no answer within {timeout_s:.0f} s; check that `ssh "
-                                        f"{address.host}` works, then try again") from None
-    if proc.returncode == SSH_FAILED:
-        raise connection_error(address, proc.stderr)
-    return proc
-
-
 def connection_error(address: Address, stderr: str) -> SshError:
     """What ssh's own failure means, from the lines OpenSSH prints for it."""
     text = stderr.strip()
@@ -155,9 +130,8 @@ def connection_error(address: Address, stderr: str) -> SshError:
 
 def copy_up(address: Address, local: Path, remote: str, rsync: bool, there: dict[str, int],
             timeout_s: float = 3600.0) -> None:
-    """Copies the folder `local` into `remote` (an absolute path on the box), resumable: rsync
-    where both sides have it, else sftp. `there`: the files already in `remote` with their sizes
-    (relative paths): a whole one is skipped, a shorter one continued (sftp's reput)."""
+    """Copies the folder `local` into `remote` (absolute, on the box), resumable: rsync where both sides have
+    it, else sftp; `there` (relative path -> size, already there): a whole one is skipped, a shorter continued."""
     if rsync and shutil.which("rsync"):
         cmd = [client("rsync"), "-a", "--partial", "--protect-args", "-e", shlex.join(_rsh(address)),
                f"{local}/", f"{address.host}:{remote}/"]
@@ -179,9 +153,8 @@ def copy_up(address: Address, local: Path, remote: str, rsync: bool, there: dict
 
 def copy_down(address: Address, remote: str, files: dict[str, int | None], local: Path, rsync: bool,
               timeout_s: float = 3600.0) -> None:
-    """Copies `files` (paths relative to the box's folder `remote`, with their sizes; None: copy
-    it whole) into the folder `local`, resumable the same way: a file whole here is skipped, a
-    shorter one continued."""
+    """Copies `files` (relative to the box's folder `remote`, with their sizes; None: whole) into `local`,
+    resumable the same way."""
     if not files:
         return
     local.mkdir(parents=True, exist_ok=True)

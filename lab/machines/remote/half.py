@@ -99,17 +99,19 @@ def state(workdir: str) -> dict:
     w = _workdir(workdir)
     ours = sorted({link.parent.name for link in (w / "runs").glob("*/*") if _alive(link)}) if (w / "runs").is_dir() \
         else []
-    return {"ours": ours, "gpu_apps": _gpu_apps(), "free_gb": _free_gb(w) if w.is_dir() else None}
+    # The processes computing on the box's GPUs now (anyone's).
+    return {"ours": ours, "gpu_apps": smi("--query-compute-apps=pid,process_name"),
+            "free_gb": _free_gb(w) if w.is_dir() else None}
 
 
-def _gpu_apps() -> list[str]:
-    """The processes computing on the box's GPUs now (anyone's), by nvidia-smi."""
-    smi = shutil.which("nvidia-smi")
-    if not smi:
+def smi(query: str, timeout_s: float = 20) -> list[str]:
+    """nvidia-smi's lines for `query` (none without it); lab.machines.local asks it too."""
+    program = shutil.which("nvidia-smi")
+    if not program:
         return []
     try:
-        out = subprocess.run([smi, "--query-compute-apps=pid,process_name", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=20).stdout
+        out = subprocess.run([program, query, "--format=csv,noheader"], capture_output=True, text=True,
+                             timeout=timeout_s).stdout
     except (OSError, subprocess.SubprocessError):
         return []
     return [line.strip() for line in out.splitlines() if line.strip()]

@@ -1,6 +1,4 @@
-"""What the lab's own machines share as the driver's hosts, boxes and Slurm clusters alike: a state
-built on their last check (its cards, whether it can run the lab's sessions), the data their hosts
-hold, the session's log as it came back, the live curve, and a cancel the lifecycle carries out."""
+"""What the lab's own machines share as the driver's hosts, boxes and Slurm clusters alike."""
 from __future__ import annotations
 
 from lab.machines.auto import Machine
@@ -12,11 +10,9 @@ from lab.runs import Link, Run
 
 
 class OwnHost(Host):
-    """One of the lab's own machines, stored here as its kind's `stored` record (a box, a cluster); a
-    kind says how many of its hosts must hold the data (`holding`: a cluster's shared file system is one)."""
-
+    """One of the lab's own machines, stored here as its kind's `stored` record (a box, a cluster)."""
     stored: type[Stored]
-    holding = 1
+    holding = 1  # how many of its hosts must hold the data (a cluster's shared file system is one)
 
     @property
     def machine(self):
@@ -49,7 +45,8 @@ class OwnHost(Host):
             spawn_driver(run.id)  # someone must end the link and bring back what the session saves
         if Away.of(link).phase in ("planned", "staged"):
             return f"run {run.id}: cancelled before its session started on {self.where}; none starts"
-        return f"run {run.id}: the session on {self.where} saves a checkpoint and stops; its outputs come back when it has"
+        return (f"run {run.id}: the session on {self.where} saves a checkpoint and stops; its outputs come back when "
+                "it has")
 
     def log_tail(self, run: Run, link: Link, lines: int) -> str:
         folder = run.folder / Away.of(link).folder
@@ -58,6 +55,5 @@ class OwnHost(Host):
     def live(self, run: Run, link: Link) -> dict | None:
         return live(run, link, self.waiting(link))
 
-    def waiting(self, link: Link) -> tuple[str, str] | None:
-        """(English, Russian) of why the link's session waits to start, for the monitor."""
+    def waiting(self, link: Link) -> tuple[str, str] | None:  # (English, Russian) of why its session waits
         return None

@@ -1,11 +1,7 @@
 """One of the lab's own hosts as the kit reaches it: a box, or a Slurm cluster's login node, over the
-person's own OpenSSH client (lab.machines.remote.client: their keys, agent, `ProxyJump` and aliases;
-BatchMode, host keys checked), or this computer itself when it is the login node (`--slurm local`).
-
-Commands run as they are; the kit's half (lab.machines.remote.half) runs with the host's own Python,
-sent on stdin, and answers one JSON line. Files go up and come back by rsync, else sftp (copied
-here when the host is this computer). A Python that is not there, or a full disk, is one clear
-error that says what to do; the connection's own failure is an SshError.
+person's OpenSSH client (lab.machines.remote.client), or this computer itself (`--slurm local`). The kit's
+half (lab.machines.remote.half) runs there with the host's own Python and answers one JSON line; a Python
+that is not there, or a full disk, is one clear error that says what to do.
 """
 from __future__ import annotations
 
@@ -28,8 +24,7 @@ NOT_FOUND = 127  # the shell's status for a command it did not find
 
 @dataclass(frozen=True)
 class Shell:
-    """A host as the kit reaches it: `address` None is this computer; `python` the host's Python;
-    `owner` the machine as messages name it, and `name` its name in the lab."""
+    """A host as the kit reaches it (`address` None: this computer); `owner` names the machine in messages."""
     address: Address | None
     python: str
     owner: str = "the machine"
@@ -40,8 +35,7 @@ class Shell:
         return "this computer" if self.address is None else self.address.host
 
     def run(self, argv: list[str], stdin: str | None = None, timeout_s: float = 60.0) -> subprocess.CompletedProcess:
-        """`argv` on the host; its output as text. The connection's own failure raises SshError; a
-        command not found there comes back with status 127."""
+        """`argv` on the host; the connection's own failure raises SshError, a command not found there is 127."""
         if self.address is None:
             return _here(argv, stdin, timeout_s)
         command = " ".join(python_word(argv[0]) if i == 0 else shlex.quote(a) for i, a in enumerate(argv))
@@ -77,8 +71,7 @@ class Shell:
         return json.loads(lines[-1])
 
     def copy_up(self, local: Path, remote: str, rsync: bool, there: dict[str, int]) -> None:
-        """The folder `local` into `remote` (absolute, on the host), resumable: a file whole there
-        (`there`: relative path -> size) is skipped, a shorter one continued."""
+        """The folder `local` into `remote` on the host (lab.machines.remote.client.copy_up)."""
         if self.address is not None:
             copy_up(self.address, local, remote, rsync, there)
             return
@@ -109,8 +102,7 @@ class Shell:
         return proc.stdout if proc.returncode == 0 else ""
 
     def remove(self, path: str, under: str) -> None:
-        """Removes the folder `path` on the host, which must lie inside the kit's `under`, and its
-        parent folder once it is empty."""
+        """Removes the folder `path` on the host, inside the kit's `under`, and its parent once empty."""
         if not path.startswith(under.rstrip("/") + "/") or "/../" in path or path.endswith("/.."):
             raise ValueError(f"{path} is not inside {under}")
         self.run(["sh", "-c", 'rm -rf -- "$1" && rmdir -- "$2" 2>/dev/null; true', "sh", path,

@@ -1,9 +1,7 @@
 """The lab's own machines as stored on this computer, boxes and clusters alike: each a folder
-`$LAB_HOME/machines/<name>/` with the machine's own record (a box's `machine.json`, a cluster's
-`cluster.json`; no password, no key: the person's ssh client and agent hold those), `check.json`
-(the last `lab machines check`: what it has, whether it can run the lab's sessions and why not),
-`check/` (the check's training burst as a run folder the calculator reads as a measured speed on
-the machine's cards) and `holds.json` (which prepared data each of its hosts holds already).
+`$LAB_HOME/machines/<name>/` with its record (a box's `machine.json`, a cluster's `cluster.json`; no
+password, no key), `check.json` (the last `lab machines check`), `check/` (its training burst as a run
+folder: a measured speed on the machine's cards) and `holds.json` (the data each of its hosts holds).
 """
 from __future__ import annotations
 
@@ -24,8 +22,8 @@ CHECK_FILE, HOLDS_FILE, BURST_FOLDER = "check.json", "holds.json", "check"
 
 
 class Stored:
-    """One of the lab's own machines as stored here (a dataclass with `name`, `to_dict`, `from_dict`):
-    its record `FILE` in its folder; `NOUN` and `HOW` name it, and how to add one, in errors."""
+    """One of the lab's own machines as stored here (a dataclass with `name`, `to_dict`, `from_dict`), its
+    record `FILE` in its folder; `NOUN` and `HOW` name it, and how to add one, in errors."""
     FILE = NOUN = HOW = ""
 
     @property
@@ -34,7 +32,12 @@ class Stored:
 
     def store(self, taken: list[str]) -> "Stored":
         """Stored as a new machine; `taken`: the names the lab's other machines have."""
-        new_name(self.name, taken)
+        if not NAME.fullmatch(self.name):
+            raise UserError(f"{self.name!r} is not a machine name: use a-z, 0-9, '-' and '_' (at most 40), "
+                            "starting with a letter or digit")
+        if self.name in taken or self.folder.is_dir():
+            raise UserError(f"the lab already has a machine called '{self.name}': pick another name, or `lab "
+                            f"machines remove {self.name}` first")
         self.folder.mkdir(parents=True, exist_ok=True)
         write(self.folder / self.FILE, self.to_dict())
         return self
@@ -55,16 +58,6 @@ class Stored:
         return found[0]
 
 
-def new_name(name: str, taken: list[str]) -> None:
-    """A name a new machine may take: the lab's way of naming, and no machine of the lab has it."""
-    if not NAME.fullmatch(name):
-        raise UserError(f"{name!r} is not a machine name: use a-z, 0-9, '-' and '_' (at most 40), starting with a "
-                        "letter or digit")
-    if name in taken or (machines_dir() / name).is_dir():
-        raise UserError(f"the lab already has a machine called '{name}': pick another name, or `lab machines "
-                        f"remove {name}` first")
-
-
 def records(file: str) -> list[dict]:
     """The stored machines with a record `file` (a box's machine.json, a cluster's cluster.json)."""
     root = machines_dir()
@@ -80,13 +73,8 @@ def write_check(name: str, record: dict) -> None:
     write(machines_dir() / name / CHECK_FILE, record)
 
 
-def burst_folder(name: str) -> Path:
-    return machines_dir() / name / BURST_FOLDER
-
-
 def check_problem(name: str) -> str | None:
-    """Why the machine's last check says it cannot run the lab's sessions (what to fix), or
-    None: it can, or it was never checked."""
+    """Why the machine's last check says it cannot run the lab's sessions (what to fix), or None."""
     record = read_check(name)
     if not record or record.get("can_run", True) is not False:
         return None
@@ -101,7 +89,7 @@ def store_burst(name: str, host: dict) -> None:
         metrics = Path(tmp) / "metrics.jsonl"
         metrics.write_text(host["metrics"], encoding="utf-8")
         gpu = card_set(host["gpus"][0]["name"], len(host["gpus"])) if host.get("gpus") else "cpu"
-        store_measurement(burst_folder(name), metrics, host, gpu)
+        store_measurement(machines_dir() / name / BURST_FOLDER, metrics, host, gpu)
 
 
 def holds_data(name: str, host: int, key: str) -> bool:

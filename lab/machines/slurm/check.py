@@ -1,15 +1,6 @@
-"""`lab machines check NAME` for a Slurm cluster: what its partition offers, and a short measured
-job on it.
-
-From the login node: the cluster's Python answers (the kit's workdir made on the shared file
-system), the partition exists, and what it offers (`scontrol show partition`, `sinfo`): its state,
-nodes with their CPUs, memory and cards, its default and maximum time, and whether a job there can
-be preempted. Then one short job on one node of the partition, with the cluster's shape: a box's
-check (lab.machines.remote.check's script: Python, torch, CUDA, the cards, what the notebook needs and what is
-missing) and the probe's training burst under torchrun, at the reference size on GPUs, tiny on
-CPUs. The verdict is kept as a box's is (`check.json`, and the burst as a run folder in `check/`
-that the calculator reads as a measured speed on the cluster's cards). `quick_check` is the part
-without a job: what every `lab run` on the cluster asks first.
+"""`lab machines check NAME` for a Slurm cluster: from the login node, the cluster's Python and what its
+partition offers; then one short job on one node running a box's check and the probe's training burst
+(lab.machines.remote.check), kept as a box's verdict is. `quick_check` is the part without a job.
 """
 from __future__ import annotations
 
@@ -37,8 +28,8 @@ CHECK_MINUTES = 10  # the check job's time limit (less where the partition gives
 
 
 def quick_check(cluster: Cluster) -> tuple[Shell, dict, dict]:
-    """The login node answers with the cluster's Python (the workdir made), and the partition is
-    there: (how to reach it, the Python's answer, the partition's facts). Raises UserError."""
+    """The login node answers with the cluster's Python (the workdir made), and the partition is there:
+    (how to reach it, the Python's answer, the partition's facts)."""
     login = cluster.shell
     slurm(login, ["sbatch", "--version"])  # Slurm's commands are there (else: where to find them)
     hello = login.helper("hello", cluster.workdir, timeout_s=60)
@@ -47,8 +38,7 @@ def quick_check(cluster: Cluster) -> tuple[Shell, dict, dict]:
 
 
 def check_cluster(name: str, say: Callable[[str], None] = print, plan: BoxPlan | None = None) -> dict:
-    """Checks the cluster and stores the verdict; returns it. A login node that cannot be
-    reached, a Python or a partition that is not there, or a job Slurm refuses raise."""
+    """Checks the cluster and stores the verdict; returns it."""
     plan, cluster = plan or BoxPlan(), Cluster.get(name)
     started = datetime.now(timezone.utc)
     say(f"{cluster.where}: reading the partition")
@@ -66,19 +56,14 @@ def check_cluster(name: str, say: Callable[[str], None] = print, plan: BoxPlan |
 def partition_line(facts: dict) -> str:
     """"partition debug (up): 2 nodes, 8 CPUs and gpu:a100:4 each; time limit 1-00:00:00; jobs
     can be preempted (REQUEUE)"."""
-    nodes = facts["nodes"]
-    kinds = sorted({(n["cpus"], n["gres"] or "no cards") for n in nodes}, key=str)
+    kinds = sorted({(n["cpus"], n["gres"] or "no cards") for n in facts["nodes"]}, key=str)
     each = "; ".join(f"{cpus} CPUs and {gres}" for cpus, gres in kinds) or "no node"
-    limit = _hms(facts["max_time_s"]) if facts["max_time_s"] else "none"
+    days, rest = divmod(int(facts["max_time_s"]), 86400)
+    hms = f"{rest // 3600:02d}:{rest % 3600 // 60:02d}:{rest % 60:02d}"
+    limit = (f"{days}-{hms}" if days else hms) if facts["max_time_s"] else "none"
     preempt = f"jobs can be preempted ({facts['preempt_mode']})" if facts["preemptable"] else "no preemption"
     return (f"partition {facts['partition']} ({facts['state'].lower()}): {facts['total_nodes']} node(s), {each} "
             f"each; time limit {limit}; {preempt}")
-
-
-def _hms(seconds: int) -> str:
-    days, rest = divmod(int(seconds), 86400)
-    text = f"{rest // 3600:02d}:{rest % 3600 // 60:02d}:{rest % 60:02d}"
-    return f"{days}-{text}" if days else text
 
 
 def _measured_job(cluster: Cluster, login: Shell, workdir: str, plan: BoxPlan,
@@ -96,7 +81,10 @@ def _measured_job(cluster: Cluster, login: Shell, workdir: str, plan: BoxPlan,
                         f"exec {python_word(cluster.python)} {shlex.quote(folder + '/check.py')} "
                         f"\"$(cat {shlex.quote(folder + '/args.json')})\"", ""])
     login.run(["mkdir", "-p", folder])
-    _put(login, folder, {"check.py": check_script(), "args.json": args, "job.sh": script})
+    with tempfile.TemporaryDirectory(prefix="lab-slurm-check-") as tmp:
+        for name, text in {"check.py": check_script(), "args.json": args, "job.sh": script}.items():
+            (Path(tmp) / name).write_text(text, encoding="utf-8")
+        login.copy_up(Path(tmp), folder, False, {})
     job = submit(login, f"{folder}/job.sh", cluster.where, then="then check it again")
     waited = _wait(cluster, login, job, say)
     text = login.read(f"{folder}/check.log")
@@ -111,16 +99,8 @@ def _measured_job(cluster: Cluster, login: Shell, workdir: str, plan: BoxPlan,
     return {"host": facts.get("hostname") or "node", **facts}, job, waited
 
 
-def _put(login: Shell, folder: str, files: dict[str, str]) -> None:
-    with tempfile.TemporaryDirectory(prefix="lab-slurm-check-") as tmp:
-        for name, text in files.items():
-            (Path(tmp) / name).write_text(text, encoding="utf-8")
-        login.copy_up(Path(tmp), folder, False, {})
-
-
 def _wait(cluster: Cluster, login: Shell, job: str, say: Callable[[str], None]) -> float:
-    """Waits for the check's job to end, saying why it waits; scancels it after CHECK_WAIT_S.
-    Returns how long it waited in the queue."""
+    """Waits for the check's job to end, saying why it waits (scancelled after CHECK_WAIT_S); its queue wait."""
     poll, patience = env_seconds(POLL_ENV, POLL_S), env_seconds(CHECK_WAIT_ENV, CHECK_WAIT_S)
     began, said, ran = time.monotonic(), None, None
     while True:

@@ -1,14 +1,7 @@
-"""The lab's Slurm clusters, as stored on this computer, and the rule for a job's time.
-
-Each is a folder `$LAB_HOME/machines/<name>/`, beside the lab's boxes: `cluster.json` (where
-Slurm's commands run, the partition and the job's shape; no password, no key: the person's ssh
-client and agent hold those), and, written by `lab machines check`, `check.json` and `check/`
-as a box's (lab.machines.remote.store), so the calculator and the form read a cluster's cards and
-measured speed as they read a box's; `holds.json`: the data its shared file system has.
-
-A job's time: the cluster's `--time`, else the partition's default, else its maximum. The
-notebook's own limit lies inside it by a margin (`job_time`), and Slurm signals the job
-`signal_s` before its end: whichever comes first, the saver runs before Slurm's kill.
+"""The lab's Slurm clusters as stored on this computer (`cluster.json` beside a box's records:
+lab.machines.remote.store), and the rule for a job's time: the cluster's `--time`, else the partition's
+default, else its maximum. The notebook's own limit lies inside it by a margin (`job_time`), and Slurm
+signals the job `signal_s` before its end: whichever comes first, the saver runs before Slurm's kill.
 """
 from __future__ import annotations
 
@@ -45,8 +38,7 @@ class Cluster(Stored):
     added: str = field(default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"))
 
     @property
-    def shell(self) -> Shell:
-        """Its login node as the kit reaches it."""
+    def shell(self) -> Shell:  # its login node as the kit reaches it
         return Shell(self.login, self.python, self.where, self.name)
 
     @property
@@ -79,8 +71,7 @@ def parse_login(slurm: str, port: int | None) -> Address | None:
 
 
 def parse_time(text: str) -> int:
-    """Seconds of a Slurm time ("90", "1:30:00", "2-00:00:00", "UNLIMITED": 0 for none), as
-    sbatch's --time and scontrol's limits write it."""
+    """Seconds of a Slurm time as sbatch and scontrol write it ("90", "1:30:00", "2-00:00:00"; "UNLIMITED": 0)."""
     text = text.strip()
     if text.upper() in ("UNLIMITED", "INFINITE", "NONE", "N/A", ""):
         return 0
@@ -129,23 +120,21 @@ def add_cluster(name: str, login: Address | None, shape: dict, python: str | Non
 
 @dataclass(frozen=True)
 class JobTime:
-    """A job's time limit (whole minutes, as Slurm counts), the notebook's own limit inside it,
-    and how long before its end Slurm signals it."""
+    """A job's time limit (whole minutes), the notebook's own limit inside it, and when Slurm signals it."""
     minutes: int
     limit_min: float
     signal_s: int
 
 
 def margin_s(job_s: int) -> int:
-    """What a job keeps after the notebook's limit: its start (Python, torch and the data read
-    off a shared file system), the final save and the outputs. A tenth of the job, at least two
-    minutes (half of a job shorter than four), at most ten."""
+    """What a job keeps after the notebook's limit for its start, the final save and the outputs: a tenth
+    of the job, at least two minutes (half of a job shorter than four), at most ten."""
     return int(min(600, max(job_s * 0.1, min(120, job_s / 2))))
 
 
 def job_time(cluster_min: int | None, partition_default_s: int, partition_max_s: int, run_limit_min: float) -> JobTime:
-    """The job's time: the run's own limit and the margin, within what the cluster gives (its
-    `--time`, else the partition's default, else its maximum); a shorter job starts sooner."""
+    """The job's time: the run's own limit and the margin, within what the cluster gives (a shorter job
+    starts sooner)."""
     allowed = cluster_min * 60 if cluster_min else partition_default_s or partition_max_s  # 0: no limit
     if allowed and partition_max_s:
         allowed = min(allowed, partition_max_s)

@@ -1,12 +1,7 @@
-"""One link on a Slurm cluster as one `sbatch` job: what the cluster records of it (`SlurmLink`), the
-job script, and Slurm's commands on it.
-
-The job script asks for the cluster's shape (partition, account, nodes, `--gres`), the job's
-time (lab.machines.slurm.cluster.job_time) and a signal before its end (`--signal=TERM@S`:
-SIGTERM is one of the two signals the training loop's saver takes, lab.kernel.checkpoint's
-StopGuard); it is requeueable, so a preemption requeues it rather than losing it without a word,
-and its log is appended to, so a requeued start does not wipe the first one's lines. It runs the
-kit's half (lab.machines.remote.half's `job`) as one task per node under `srun`.
+"""One link on a Slurm cluster as one `sbatch` job: what the cluster records of it (`SlurmLink`), the job
+script, and Slurm's commands on it. The script asks for the cluster's shape, the job's time and a SIGTERM
+before its end (the loop's saver takes it: lab.kernel.checkpoint's StopGuard); it is requeueable, so a
+preemption is not lost without a word, and its log is appended to, so a requeued start keeps the first's.
 """
 from __future__ import annotations
 
@@ -19,6 +14,7 @@ from lab.machines.remote.client import python_word
 from lab.machines.remote.shell import Shell
 from lab.machines.slurm.cluster import Cluster
 from lab.machines.slurm.query import slurm
+
 
 @dataclass
 class SlurmLink(LinkRecord):
@@ -40,7 +36,6 @@ class SlurmLink(LinkRecord):
 
 
 def shape_options(cluster: Cluster) -> list[str]:
-    """sbatch's options for the cluster's shape: partition, account, nodes, cards."""
     out = [f"--nodes={cluster.nodes}", "--ntasks-per-node=1"]
     for flag, value in (("--partition", cluster.partition), ("--account", cluster.account),
                         ("--gres", cluster.gres)):
@@ -50,7 +45,7 @@ def shape_options(cluster: Cluster) -> list[str]:
 
 
 def job_script(cluster: Cluster, rec: SlurmLink, title: str) -> str:
-    """The batch script of the link's job (kept in its folder on the cluster)."""
+    """The batch script of the link's job: the kit's half (`job`) as one task per node under `srun`."""
     remote = rec.remote
     lines = ["#!/bin/bash", f"#SBATCH --job-name={rec.job_name}", f"#SBATCH --output={remote}/session.log",
              "#SBATCH --open-mode=append", f"#SBATCH --chdir={remote}", f"#SBATCH --time={rec.minutes}",
@@ -71,8 +66,7 @@ def job_script(cluster: Cluster, rec: SlurmLink, title: str) -> str:
 
 
 def submit(login: Shell, script_path: str, where: str, then: str = "then `lab watch RUN`") -> str:
-    """sbatch; the job's id. A refusal (a partition that does not exist, cards the nodes do not
-    have, a time above the partition's) is an error with Slurm's own words, and `then` what to do."""
+    """sbatch; the job's id. A refusal is an error with Slurm's own words, and `then` what to do."""
     proc = slurm(login, ["sbatch", "--parsable", script_path])
     job = proc.stdout.strip().splitlines()[-1].split(";")[0].strip() if proc.stdout.strip() else ""
     if proc.returncode != 0 or not job.isdigit():
@@ -85,13 +79,11 @@ def submit(login: Shell, script_path: str, where: str, then: str = "then `lab wa
 
 
 def find_submitted(login: Shell, job_name: str) -> str | None:
-    """The job of that name Slurm holds (a submission whose answer the control side did not
-    record), if any."""
+    """The job of that name Slurm holds (a submission whose answer was not recorded), if any."""
     proc = slurm(login, ["squeue", "-h", "-t", "all", "-n", job_name, "-o", "%i"])
     ids = [line.strip() for line in proc.stdout.splitlines() if line.strip().isdigit()]
     return ids[-1] if proc.returncode == 0 and ids else None
 
 
-def cancel_job(login: Shell, job: str) -> None:
-    """scancel: Slurm ends the job (a pending one never starts)."""
+def cancel_job(login: Shell, job: str) -> None:  # a pending one never starts
     slurm(login, ["scancel", job])

@@ -1,17 +1,7 @@
-"""What Slurm says, read from its own commands on the login node (lab.machines.remote.shell).
-
-    job_state(login, job)       a job now: `scontrol show job` while Slurm holds it in memory,
-                                else `sacct` where the cluster keeps accounting; None: neither knows it
-    final_state(login, job)     how a job ended: `sacct` first where it answers (the accounting
-                                record), else `scontrol show job`
-    partition_facts(login, p)   a partition: its state, nodes, CPUs, cards, time limits, preemption
-    expected_start(login, args) when Slurm would start such a job now (`sbatch --test-only`)
-    slurm(login, argv)          one of Slurm's commands there; its absence an error that says where
-    reason_words(reason)        why a job waits, in words (English, Russian), and whether it never starts
-
-A cluster without accounting (no slurmdbd: `sacct` says "accounting storage is disabled") keeps a
-finished job in `scontrol` only for its MinJobAge (300 s by default); after that the job's own
-files in its folder say how it ended (lab.machines.slurm.host).
+"""What Slurm says, read from its own commands on the login node: a job (`scontrol show job` while Slurm
+holds it, else `sacct`), a partition, when Slurm would start a job, why one waits. A cluster without
+accounting (no slurmdbd: `sacct` says "accounting storage is disabled") keeps a finished job in `scontrol`
+only for its MinJobAge (300 s by default); after that the job's own files say how it ended.
 """
 from __future__ import annotations
 
@@ -35,8 +25,7 @@ _START = re.compile(r"to start at (\S+)")
 
 @dataclass(frozen=True)
 class JobState:
-    """One job as Slurm reports it. `start`: when it started, or when Slurm expects it to (a
-    pending job; None when Slurm gives none), in UTC."""
+    """One job as Slurm reports it; `start` (UTC): when it started, or when Slurm expects it to."""
     job: str
     state: str  # PENDING, RUNNING, COMPLETED, TIMEOUT, PREEMPTED, NODE_FAIL, CANCELLED, OUT_OF_MEMORY, FAILED, ...
     reason: str = ""
@@ -108,8 +97,7 @@ def cluster_offset(login: Shell) -> timedelta:
 
 
 class SlurmUnreachable(UserError):
-    """Slurm's controller did not answer (it restarts, or the network between is down): the job
-    is not gone, the lab asks again."""
+    """Slurm's controller did not answer (it restarts, the network is down): the job is not gone."""
 
 
 def _from_scontrol(login: Shell, job: str, offset: timedelta) -> JobState | None:
@@ -118,8 +106,7 @@ def _from_scontrol(login: Shell, job: str, offset: timedelta) -> JobState | None
 
 
 def from_scontrol(job: str, said: dict, offset: timedelta) -> JobState | None:
-    """The job in `scontrol show job -o JOB`'s answer ({"rc", "out", "err"}); None when the
-    controller holds it no more ("Invalid job id specified": purged after MinJobAge)."""
+    """The job in `scontrol show job -o JOB`'s answer ({"rc", "out", "err"}); None once purged (MinJobAge)."""
     if said.get("rc") != 0:
         if "Invalid job id" in (said.get("err") or ""):
             return None
@@ -139,8 +126,7 @@ _NO_ACCOUNTING: dict[str, float] = {}  # login -> when its sacct said the cluste
 
 
 def _from_sacct(login: Shell, job: str, offset: timedelta) -> JobState | None:
-    """The job's accounting record; None where the cluster keeps none (no slurmdbd: asked again
-    only after an hour) or has none yet."""
+    """The job's accounting record; None where the cluster keeps none (asked again after an hour) or has none."""
     if time.monotonic() - _NO_ACCOUNTING.get(login.label, -OFFSET_TTL_S) < OFFSET_TTL_S:
         return None
     proc = slurm(login, ["sacct", "-j", job, "-X", "-n", "-P", "-o", "JobID,State,ExitCode,Reason,Start,End,NodeList"])
@@ -159,9 +145,8 @@ def _from_sacct(login: Shell, job: str, offset: timedelta) -> JobState | None:
 
 def job_state(login: Shell, job: str, offset: timedelta | None = None,
               scontrol: dict | None = None) -> JobState | None:
-    """The job now, as the controller holds it (its queue reason, expected start, restarts);
-    `scontrol`: its `scontrol show job` answer read already ({"rc", "out", "err"}). A controller
-    that does not answer raises SlurmUnreachable."""
+    """The job now, as the controller holds it, else its accounting record; `scontrol`: its `scontrol show
+    job` answer read already. A controller that does not answer raises SlurmUnreachable."""
     offset = cluster_offset(login) if offset is None else offset
     live = _from_scontrol(login, job, offset) if scontrol is None else from_scontrol(job, scontrol, offset)
     return live or _from_sacct(login, job, offset)
@@ -169,8 +154,8 @@ def job_state(login: Shell, job: str, offset: timedelta | None = None,
 
 def final_state(login: Shell, job: str, offset: timedelta | None = None,
                 live: JobState | None = None) -> JobState | None:
-    """How the job ended: the accounting record where the cluster keeps one, else the controller's
-    (`live`: its word read already, whose restarts the record lacks)."""
+    """How the job ended: its accounting record where the cluster keeps one, else the controller's (`live`:
+    its word read already, whose restarts the record lacks)."""
     offset = cluster_offset(login) if offset is None else offset
     kept = _from_sacct(login, job, offset)
     if kept is not None and kept.state in ENDED:
@@ -178,19 +163,9 @@ def final_state(login: Shell, job: str, offset: timedelta | None = None,
     return live if live is not None and live.ended else _from_scontrol(login, job, offset) or kept
 
 
-# ---------------------------------------------------------------------------------------------
-# Partitions and the queue
-
-
-def partitions(login: Shell) -> list[str]:
-    proc = slurm(login, ["sinfo", "-h", "-o", "%R"])
-    return sorted({p.strip() for p in proc.stdout.split() if p.strip()})
-
-
 def partition_facts(login: Shell, partition: str | None) -> dict:
-    """What the partition offers: its state, nodes (each with its CPUs, memory and cards), its
-    default and maximum time, and whether a job there can be preempted. No such partition is an
-    error that names the cluster's partitions."""
+    """What the partition offers: its state, nodes (CPUs, memory, cards), its default and maximum time, and
+    whether a job there can be preempted. No such partition is an error that names the cluster's."""
     proc = slurm(login, ["scontrol", "show", "partition", "-o", *([partition] if partition else [])])
     if proc.returncode != 0 and "not found" not in proc.stdout + proc.stderr:
         said = (proc.stderr.strip().splitlines() or [f"scontrol exit {proc.returncode}"])[-1]
@@ -200,7 +175,8 @@ def partition_facts(login: Shell, partition: str | None) -> dict:
     chosen = next((f for f in found if partition is None and f.get("Default") == "YES"
                    or f.get("PartitionName") == partition), None)
     if proc.returncode != 0 or chosen is None:
-        known = ", ".join(partitions(login)) or "none"
+        listed = slurm(login, ["sinfo", "-h", "-o", "%R"]).stdout.split()
+        known = ", ".join(sorted({p.strip() for p in listed if p.strip()})) or "none"
         what = f"no partition '{partition}'" if partition else "no default partition"
         raise UserError(f"Slurm on {login.label} has {what} (its partitions: {known}): give one of them with "
                         "--partition", ru=f"в Slurm на {login.label} нет раздела «{partition}» (есть: {known})")
@@ -225,8 +201,7 @@ def partition_facts(login: Shell, partition: str | None) -> dict:
 
 
 def expected_start(login: Shell, shape: list[str], offset: timedelta | None = None) -> tuple[str | None, str | None]:
-    """(when Slurm would start a job of `shape` (sbatch's options) if it were sent now, in UTC; or
-    None with Slurm's words when it refuses such a job)."""
+    """(when Slurm would start a job of `shape` if it were sent now, in UTC, or None; Slurm's refusal)."""
     proc = slurm(login, ["sbatch", "--test-only", *shape, "--wrap", "true"])
     text = proc.stdout + proc.stderr
     found = _START.search(text)
@@ -270,8 +245,7 @@ NEVER = {"PartitionTimeLimit", "PartitionNodeLimit", "InvalidAccount", "InvalidQ
 
 
 def reason_words(reason: str) -> tuple[str, str, bool]:
-    """(English, Russian, never): a pending job's reason in words, and whether it can never start
-    as it is (its time or nodes above the partition's, a wrong account)."""
+    """(English, Russian, never): a pending job's reason in words, and whether it can never start as it is."""
     code = reason.split(",")[0].strip()
     en, ru = _REASONS.get(code, (f"Slurm says {code or 'nothing'}", f"Slurm говорит {code or 'ничего'}"))
     return f"{en} ({code})" if code in _REASONS else en, f"{ru} ({code})" if code in _REASONS else ru, code in NEVER

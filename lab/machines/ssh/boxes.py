@@ -1,9 +1,5 @@
-"""The lab's own machines over SSH, as stored on this computer: a box, or a group of boxes that
-trains one run across its hosts under torchrun; and `lab machines check NAME` on one.
-
-Each is a folder `$LAB_HOME/machines/<name>/` (lab.machines.remote.store) with `machine.json`: its
-hosts as `ssh` reaches them, the box's Python and workdir.
-"""
+"""The lab's boxes over SSH as stored on this computer (`machine.json`: lab.machines.remote.store), one host
+or a group that trains one run across its hosts; and `lab machines check NAME` on one."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -30,8 +26,7 @@ class Box(Stored):
     added: str = field(default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"))
 
     @property
-    def where(self) -> str:
-        """The machine as messages name it: "box 'gpu1' (me@gpu1.lab)"."""
+    def where(self) -> str:  # as messages name it: "box 'gpu1' (me@gpu1.lab)"
         hosts = ", ".join(a.host for a in self.hosts)
         return f"{'group' if len(self.hosts) > 1 else 'box'} '{self.name}' ({hosts})"
 
@@ -47,18 +42,15 @@ class Box(Stored):
 
 def add_box(name: str, hosts: list[Address], python: str | None = None, workdir: str | None = None,
             taken: list[str] = ()) -> Box:
-    """Stores a new machine; `taken`: the names the lab's other machines have."""
     return Box(name, hosts, python or DEFAULT_PYTHON, workdir or DEFAULT_WORKDIR).store(taken)
 
 
 def shells(box: Box) -> list[Shell]:
-    """Each host of the box as the kit reaches it."""
     return [Shell(address, box.python, box.where, box.name) for address in box.hosts]
 
 
 def check_machine(name: str, say: Callable[[str], None] = print, plan: BoxPlan | None = None) -> dict:
-    """Checks every host of the machine, stores and returns the verdict. A host that cannot be
-    reached (or has no Python at the given path) raises, and nothing is stored."""
+    """Checks every host of the machine, stores and returns the verdict; an unreachable host raises."""
     plan, box = plan or BoxPlan(), Box.get(name)
     started = datetime.now(timezone.utc)
     hosts = []
