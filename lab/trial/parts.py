@@ -198,7 +198,7 @@ def measure_parts(device: torch.device, precision: str, clock=time.perf_counter)
               "weights": weight_rate(rt, timer, WEIGHTS[kind])}
     result["step"], result["layer"] = fixed_costs(rt, timer)
     result.update(spread=round(statistics.median(timer.spreads), 3), seconds=round(time.perf_counter() - started, 2),
-                  load=_load(), cpus=os.cpu_count(),
+                  load=_load() if clock is time.perf_counter else None, cpus=os.cpu_count(),  # CPU seconds: not waits
                   threads=torch.get_num_threads() if kind == "cpu" else None,
                   name=torch.cuda.get_device_name(device) if kind == "cuda" else None, torch=torch.__version__)
     return result
