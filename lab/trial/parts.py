@@ -20,8 +20,10 @@ each is timed here on its own, at the run's precision, with the training loop's 
                  what each layer adds to it (launches, Python)
 
 Stdlib and torch, and the kernel's model and step: the probe and a box's check paste it into
-their worker (lab.trial.sources) after those, and `lab size` runs it here once per machine
-(lab.sizing.machine_parts caches it under the lab home). About 5-15 s on a CPU, a second on a GPU.
+their worker (lab.trial.sources) after those, and `lab size` and the form run it here once per
+precision and thread count (`python -m lab.trial.parts PRECISION`, through lab.api.sizing; kept
+under the lab home by lab.sizing.machine). 7-22 s on the 2-vCPU EPYC VM (torch 2.13), a few
+seconds on a GPU.
 """
 from __future__ import annotations
 
@@ -43,7 +45,7 @@ WIDTHS = {"cpu": (64, 128, 256, 512), "cuda": (128, 256, 512, 1024, 2048)}
 CONTEXTS = {"cpu": (128, 512), "cuda": (512, 2048)}  # attention's
 TOKENS = {"cpu": 1024, "cuda": 16384}  # rows of a product and of the loss
 # The elementwise work's two tensors (batch, n, d): ~0.5 MB, which a core's cache holds, and
-# ~16 MB, which it does not (lab.sizing.steptime.CACHE_BYTES: a few MiB); on a GPU both spill.
+# ~16 MB, which it does not (lab.sizing.steptime.CACHE_BYTES: a few MiB); on a GPU neither is cached.
 ELEMENTWISE = {"cpu": {"small": (2, 64, 512), "large": (16, 512, 512)},
                "cuda": {"small": (8, 512, 512), "large": (64, 1024, 1024)}}
 MIN_S = {"cpu": 0.25, "cuda": 0.05}  # each timing repeats for at least this long
@@ -95,6 +97,7 @@ def matmul_rates(rt: Runtime, timer: Timer, tokens: int, widths: tuple[int, ...]
         w = torch.randn(4 * d, d, device=rt.device, requires_grad=True)
 
         def work():
+            x.grad = w.grad = None  # each gradient written once, as in a step (not added to)
             with autocast(rt):
                 y = F.linear(x, w)
             y.float().sum().backward()
@@ -113,6 +116,7 @@ def attention_rates(rt: Runtime, timer: Timer, contexts: tuple[int, ...]) -> lis
         q, k, v = (torch.randn(b, heads, n, hd, device=rt.device, requires_grad=True) for _ in range(3))
 
         def work():
+            q.grad = k.grad = v.grad = None
             with autocast(rt):
                 y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
             y.float().sum().backward()
@@ -139,6 +143,7 @@ def elementwise_rates(rt: Runtime, timer: Timer) -> dict:
         x = torch.randn(b, n, d, device=rt.device, requires_grad=True)
 
         def work():
+            x.grad = None
             elementwise_block(x, dtype).sum().backward()
         out[key] = {"batch": b, "context": n, "width": d, "s_per_element": timer(work) / (b * n * d)}
     return out
@@ -148,7 +153,10 @@ def logit_rate(rt: Runtime, timer: Timer, tokens: int, vocab: int = 4000) -> flo
     """Seconds per logit of the loss: fp32 cross-entropy forward and backward over tokens × vocab."""
     z = torch.randn(tokens, vocab, device=rt.device, dtype=_dtype(rt.precision), requires_grad=True)
     y = torch.randint(0, vocab, (tokens,), device=rt.device)
-    return timer(lambda: F.cross_entropy(z.float(), y).backward()) / (tokens * vocab)
+    def work():
+        z.grad = None
+        F.cross_entropy(z.float(), y).backward()
+    return timer(work) / (tokens * vocab)
 
 
 def weight_rate(rt: Runtime, timer: Timer, weights: int) -> float:
