@@ -1,13 +1,8 @@
-"""The Auto rule (guide: "Machine"), a pure function of the machines' states.
-
-Among the free machines elsewhere (Kaggle accounts with enough quota for a useful link and fewer GPU
-sessions than Kaggle allows, the lab's boxes with no one's work on their GPUs, its Slurm clusters that
-would take the job), first one that covers the whole run: an account whose quota does (the calculator's
-hours, start-up included), or a box or a cluster, which have no quota; among those the one that finishes
-soonest by the speed measured on its cards (a cluster's expected queue wait counted); then one that
-already holds the data and the checkpoint; then the most quota left. When none covers the run, the run
-will be continued elsewhere. This computer is chosen only when picked, or when the lab has no other
-machine at all. A machine the person picked is taken while it can take a link.
+"""The Auto rule (guide: "Machine"), a pure function of the machines' states: among the free machines
+elsewhere (Kaggle accounts, the lab's boxes and Slurm clusters), first one that covers the whole run (an
+account whose quota does, or a box or a cluster, which have no quota), the soonest to finish by the speed
+measured on its cards; then one that already holds the data and the checkpoint; then the most quota left.
+This computer is chosen only when picked, or when the lab has no other machine at all.
 """
 from __future__ import annotations
 
@@ -51,21 +46,17 @@ class Machine:
 
 @dataclass
 class Choice:
-    """The machine for the next link and why; `continues`: its quota will not cover the whole
-    run, so the run will be continued elsewhere; `wait_until`: with no machine, when the
-    earliest quota refresh or the end of a service's pause comes (ISO 8601 UTC), and `waits_for`
-    which of them it is, in words."""
+    """The machine for the next link and why."""
     machine: str | None
     reason_en: str
     reason_ru: str
-    continues: bool = False
-    wait_until: str | None = None
+    continues: bool = False  # its quota will not cover the whole run: it will be continued elsewhere
+    wait_until: str | None = None  # with no machine: the earliest quota refresh or end of a pause (ISO 8601 UTC)
     waits_for: tuple[str, str] | None = None  # with no machine: what the lab waits for, (English, Russian)
 
 
 def takes_link(m: Machine) -> bool:
-    """The machine can take a useful link now: free, no error, and on Kaggle quota for more
-    than the start-up."""
+    """The machine can take a useful link now: free, no error, and on Kaggle quota for more than the start-up."""
     enough = m.kind != "kaggle" or (m.quota_left_h or 0) * 60 >= STARTUP_MIN + MIN_LINK_MIN
     return m.free and m.error is None and enough
 
@@ -78,10 +69,8 @@ def usable(m: Machine) -> bool:
 def pick(cfg: RunConfig, need_hours: float | None, machines: list[Machine], holds: dict[str, set[str]],
          pinned: str, went_on: bool, finish_h: dict[str, float | None] | None = None,
          measured: dict[str, float] | None = None) -> Choice:
-    """The machine for a run's next link: the one the person picked (`pinned`) while it can take
-    one; a picked Kaggle account or box that cannot, once the run has gone on before
-    (`went_on`), gives way to the Auto rule, which continues the run elsewhere. `pinned` must be
-    one of `machines` or "auto". Pure."""
+    """The machine for a run's next link: the one the person picked (`pinned`) while it can take one; one
+    that cannot, once the run has gone on before (`went_on`), gives way to the Auto rule. Pure."""
     if pinned == "auto":
         return choose(cfg, need_hours, machines, holds, finish_h, measured)
     m = next(m for m in machines if m.name == pinned)
@@ -102,8 +91,7 @@ def pick(cfg: RunConfig, need_hours: float | None, machines: list[Machine], hold
 
 
 def worth_waiting(machines: list[Machine], pinned: str) -> bool:
-    """Waiting helps when some machine is only busy or out of quota; not when every Kaggle
-    account and box is broken (this computer, picked or the only machine, is worth waiting for)."""
+    """Waiting helps when some machine is only busy or out of quota, not when every one elsewhere is broken."""
     elsewhere = [m for m in machines if m.kind in ELSEWHERE]
     if not elsewhere or any(m.name == pinned and m.kind == "local" for m in machines):
         return True
@@ -154,9 +142,6 @@ def choose(cfg: RunConfig, need_hours: float | None, machines: list[Machine],
 
 def _covering(best: Machine, rivals: list[Machine], need_hours: float | None, finish_h: dict[str, float | None],
               held: frozenset, passed: tuple[str, str], tok_s: float | None = None) -> tuple[str, str]:
-    """Why `best`, which covers the whole run, takes it (in English and Russian); `passed`: the
-    clause on a machine holding more of the link that was passed over (`_passed_over`); `tok_s`:
-    the speed the run's last session there measured, which its hours are counted at."""
     soon_en, soon_ru = _soonest(best, rivals, finish_h)
     holds_en, holds_ru = ((f"; it already holds {_WHAT[held][0]}", f"; на нём уже есть {_WHAT[held][1]}")
                           if held in _WHAT else ("", ""))
@@ -211,7 +196,6 @@ def _soonest(best: Machine, rivals: list[Machine], finish_h: dict[str, float | N
 
 
 def _continued(best: Machine, candidates: list[Machine], need_hours: float | None, held: frozenset) -> tuple[str, str]:
-    """Why `best` takes the run though its quota does not cover it, and that it will go on elsewhere."""
     most = max(m.quota_left_h or 0.0 for m in candidates)
     if held == _BOTH and best.quota_left_h < most:
         left_en = (f"it already holds the data and the checkpoint, with {_h(best.quota_left_h)} h of quota left "
@@ -234,9 +218,8 @@ def _continued(best: Machine, candidates: list[Machine], need_hours: float | Non
 
 
 def _passed_over(best: Machine, candidates: list[Machine], holds: dict[str, set[str]], covers) -> tuple[str, str]:
-    """Why a machine that holds more of the link than `best` was not picked, as a clause of the
-    reason: it does not cover the run (covering comes first), or it holds only part of it and
-    `best` has more quota; ("", "") when none holds more. `covers(machine)`: choose's own test."""
+    """Why a machine that holds more of the link than `best` was not picked, as a clause of the reason
+    (covering comes first); ("", "") when none holds more. `covers(machine)`: choose's own test."""
     mine = holds.get(best.name, set()) & _BOTH
     richer = [m for m in candidates if m.name != best.name and len(holds.get(m.name, set()) & _BOTH) > len(mine)]
     if not richer:
@@ -267,7 +250,6 @@ def _local_only(machines: list[Machine]) -> Choice:
 
 
 def _why_not(m: Machine) -> tuple[str, str]:
-    """Why a Kaggle account or a box cannot take the run now."""
     if m.error:
         return f"{m.name}: {m.error}", f"{m.name}: ошибка — {m.error}"
     if m.busy_until:
@@ -325,8 +307,7 @@ def nothing_free(elsewhere: list[Machine]) -> Choice:
 
 
 def _awaited(elsewhere: list[Machine]) -> tuple[str | None, tuple[str, str] | None]:
-    """The earliest time something frees a machine, and what it is: a quota refresh of an account
-    that is free but spent, or the end of a pause its service asked for."""
+    """The earliest time something frees a machine, and what it is: a quota refresh, or the end of a pause."""
     found = [(m.refresh, m.name, "refresh") for m in elsewhere if not m.error and m.free and m.refresh]
     found += [(m.busy_until, m.name, "pause") for m in elsewhere if not m.error and m.busy_until]
     if not found:

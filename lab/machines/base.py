@@ -44,8 +44,7 @@ class Host(ABC):
 
     @abstractmethod
     def state(self, running: list[str], patient: bool = False) -> Machine:
-        """What the machine has free now; `running`: the lab's runs with a session there.
-        `patient`: retry as long as a run's driver does, rather than answer a person fast."""
+        """What the machine has free now; `running`: the lab's runs with a session there."""
 
     def check(self, say: Callable[[str], None] = print) -> None:
         """Raises UserError when the machine cannot be used now; `say` hears what a long check does."""

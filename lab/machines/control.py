@@ -64,9 +64,7 @@ def cancel_requested(run_id: str) -> bool:
 
 
 class DriverLock:
-    """Held by the one process driving a run; the OS drops it when that process dies, so a
-    second `lab watch` knows at once whether to drive or only to follow."""
-
+    """Held by the one process driving a run; the OS drops it when that process dies."""
     def __init__(self, run_id: str):
         self.path = runs_dir() / run_id / ".driver.lock"
         self.file = None
@@ -103,8 +101,7 @@ def active_link(run: Run) -> Link | None:
 
 
 def active_runs() -> dict[str, list[str]]:
-    """Machine -> the runs with a session there now. A session that runs inside its driver's
-    process (this computer's) lives only as long as that driver."""
+    """Machine -> the runs with a session there now (one inside its driver's process lives as long as it)."""
     out: dict[str, list[str]] = {}
     for run in list_runs():
         link = active_link(run)
@@ -125,7 +122,6 @@ def active_runs_on(machine: str) -> list[str]:
 
 
 def logged(run_id: str, say: Callable[[str], None]) -> Callable[[str], None]:
-    """Says it, and keeps it in the run's `control.log` for `status()`."""
     log = runs_dir() / run_id / "control.log"
 
     def both(text: str) -> None:
@@ -148,6 +144,5 @@ def tail(path: Path, lines: int) -> str:
 
 
 def tail_text(text: str, lines: int) -> str:
-    """The last lines, with progress bars' carriage returns resolved."""
     out = [line.rsplit("\r", 1)[-1] for line in text.replace("\r\n", "\n").split("\n")]
     return "\n".join([line for line in out if line.strip()][-lines:])

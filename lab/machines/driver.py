@@ -1,12 +1,7 @@
-"""The driver: a run chained from links (lab.runs.Link), on whichever machines the Auto rule picks.
-
-A run is registered first (`lab.settle.register_run`), then driven here or by a background driver
-(`lab.machines.control.spawn_driver`). Each machine answers through one interface (lab.machines.base.Host,
-found by name in lab.machines.registry), and the driver decides from a link's typed outcome (lab.runs.End)
-alone: it never asks which machine it drives. A link that stops before `steps_until` is continued from its
-checkpoint where the rule says; with no machine free the driver waits for the earliest quota refresh,
-looking again every LAB_DRIVER_POLL_S. This computer runs one link per start (its limit is the person's
-time). Every step is in the run registry, so the driver may die anywhere: `lab watch RUN` resumes it.
+"""The driver: a run chained from links on whichever machines the Auto rule picks, deciding from each link's
+typed outcome (lab.runs.End) alone: it never asks which machine it drives. With no machine free it waits for
+the earliest quota refresh, looking again every LAB_DRIVER_POLL_S. Every step is in the run registry, so the
+driver may die anywhere: `lab watch RUN` resumes it.
 """
 from __future__ import annotations
 
@@ -46,8 +41,7 @@ class DriverBusy(UserError):
 
 
 def overview(patient: bool = False, only: str | None = None) -> list[Machine]:
-    """Every machine of the lab with its state, asked all at once. `patient`: retry as long as a run's
-    driver does, rather than answer a person fast; `only`: that one machine."""
+    """Every machine of the lab with its state, asked all at once (`only`: that one)."""
     active = active_runs()
     found = hosts(only)
     if not found:
@@ -111,7 +105,6 @@ class _Driving:
     last_wait: str | None = None
 
     def exclude(self, machine: str, why: Outcome, seconds: float | None = None) -> None:
-        """The machine is not considered for `seconds` (until a recheck by default)."""
         self.excluded[machine] = (time.monotonic() + (RECHECK_POLLS * self.poll_s if seconds is None else seconds), why)
 
 
@@ -119,7 +112,7 @@ def _drive(run_id: str, state: _Driving, say: Callable[[str], None]) -> Run:
     try:
         pin_data(run_id, say, state.progress)
     except UserError as e:
-        return _halt_on(run_id, e, say)
+        return _halt_on(run_id, str(e), e.ru, say)
     while True:
         run = load_run(run_id)
         link = active_link(run)
@@ -132,13 +125,12 @@ def _drive(run_id: str, state: _Driving, say: Callable[[str], None]) -> Run:
 
 
 def _go_on_with(run: Run, link: Link, state: _Driving, say: Callable[[str], None]) -> Run | None:
-    """Takes the run's unfinished link to its end; returns the halted run, or None to go on."""
     how = Follow(say, lambda: cancel_requested(run.id), fresh=link.n in state.started, progress=state.progress,
                  nproc=state.nproc)
     try:
         ended = host_of(link).follow(run, link, how)
     except UserError as e:  # the link could not be taken to an end now: `lab watch RUN` takes it up again
-        return _halt_on(run.id, e, say, _failed_or_cancelled(run.id))
+        return _halt_on(run.id, str(e), e.ru, say, _failed_or_cancelled(run.id))
     if ended.outcome is None:
         raise RuntimeError(f"machine '{ended.machine}' ended link {ended.n} without saying how (no outcome)")
     return _after(run.id, ended, state, say)
@@ -169,21 +161,18 @@ def _after(run_id: str, ended: Link, state: _Driving, say: Callable[[str], None]
     if out.kind is End.PUSH_AGAIN:
         if _in_a_row(load_run(run_id), End.PUSH_AGAIN) < MAX_INPUT_WAITS:
             return None  # the machine waited; the next link pushes again
-        return _halt(run_id, "failed", _then_watch(f"{out.reason}; {MAX_INPUT_WAITS} sessions in a row found "
-                                                   "their inputs not mounted: the lab stops here", run_id),
-                     _then_watch(f"{out.reason_ru or out.reason}; {MAX_INPUT_WAITS} сессии подряд не нашли своих "
-                                 "входных данных: лаба останавливается", run_id, ru=True), say=say)
+        return _halt_on(run_id, f"{out.reason}; {MAX_INPUT_WAITS} sessions in a row found their inputs not "
+                        "mounted: the lab stops here", f"{out.reason_ru or out.reason}; {MAX_INPUT_WAITS} сессии "
+                        "подряд не нашли своих входных данных: лаба останавливается", say)
     if out.kind is End.LOST:
         if _lost_in_a_row(load_run(run_id)) < MAX_LOST_IN_A_ROW:
             say(f"link {ended.n} on {ended.machine} failed; only that session is lost: the run goes on from step "
                 f"{load_run(run_id).step}. ({out.reason})")
             return None
-        return _halt(run_id, "failed", _then_watch(out.reason or "the link failed", run_id),
-                     _then_watch(out.reason_ru or (f"{MAX_LOST_IN_A_ROW} сессии подряд потеряны: "
-                                                   f"{out.reason or 'звено упало'}"), run_id, ru=True), say=say)
+        return _halt_on(run_id, out.reason or "the link failed", out.reason_ru or (
+            f"{MAX_LOST_IN_A_ROW} сессии подряд потеряны: {out.reason or 'звено упало'}"), say)
     if out.kind is End.FAILED:
-        return _halt(run_id, _failed_or_cancelled(run_id), _then_watch(out.reason, run_id),
-                     _then_watch(out.reason_ru, run_id, ru=True), say=say)
+        return _halt_on(run_id, out.reason, out.reason_ru, say, _failed_or_cancelled(run_id))
     if out.kind is End.CANCELLED:
         return _halt(run_id, "cancelled", *_cancelled_words(run_id, load_run(run_id).step), say=say)
     if out.kind is End.CONTINUE:
@@ -192,8 +181,6 @@ def _after(run_id: str, ended: Link, state: _Driving, say: Callable[[str], None]
 
 
 def _predicted_on_its_cards(run_id: str) -> None:
-    """The calculator's prediction for the cards the session ran on, where the run has none for them yet
-    (a box, a Kaggle session without its cards), so every run's speed stands beside a prediction."""
     run = load_run(run_id)
     info = run_info(str(run.folder))
     if info and info.get("gpu") and info["gpu"] not in read_predictions(run.folder):
@@ -201,8 +188,6 @@ def _predicted_on_its_cards(run_id: str) -> None:
 
 
 def _pass_over_if_slow(run_id: str, ended: Link, state: _Driving, say: Callable[[str], None]) -> None:
-    """A Kaggle session far slower than the run's others (lab.machines.pace) is said, and its machine
-    passed over for the next link while another can take it: no quota spent for little, unnoticed."""
     slow = next((s for s in slow_links(load_run(run_id)) if s.link == ended.n), None)
     if slow is None:
         return
@@ -215,8 +200,7 @@ def _failed_or_cancelled(run_id: str) -> str:
 
 
 def _lost_in_a_row(run: Run) -> int:
-    """How many sessions were lost one after another at the run's end; links of other endings between
-    them (refused, interrupted, waiting for inputs, without cards) are passed over."""
+    """How many sessions were lost one after another at the run's end (links of other endings between skipped)."""
     count = 0
     for link in reversed(run.links):
         kind = link.outcome.kind if link.outcome else None
@@ -228,7 +212,6 @@ def _lost_in_a_row(run: Run) -> int:
 
 
 def _in_a_row(run: Run, kind: End) -> int:
-    """How many links at the run's end ended with `kind`."""
     count = 0
     for link in reversed(run.links):
         if link.outcome is None or link.outcome.kind is not kind:
@@ -238,7 +221,6 @@ def _in_a_row(run: Run, kind: End) -> int:
 
 
 def _next_step(run: Run, state: _Driving, say: Callable[[str], None]) -> Run | None:
-    """With no link running: stop, wait, or start the next link where the rule says."""
     run_id = run.id
     if cancel_requested(run_id):
         return _halt(run_id, "cancelled", *_cancelled_words(run_id, run.step), say=say)
@@ -253,7 +235,7 @@ def _next_step(run: Run, state: _Driving, say: Callable[[str], None]) -> Run | N
     try:
         choice, considered = _next_choice(run, state)
     except UserError as e:
-        return _halt_on(run_id, e, say)
+        return _halt_on(run_id, str(e), e.ru, say)
     if choice.machine is None:
         if not worth_waiting(considered, run.cfg.machine or "auto"):
             return _halt(run_id, "failed", _then_watch(choice.reason_en, run_id), choice.reason_ru, say=say)
@@ -287,13 +269,11 @@ def _ru(n: int) -> str:
     return format_number(n, "ru")  # "1 500": the Russian view writes every number so
 
 
-def _halt_on(run_id: str, e: UserError, say: Callable[[str], None], status: str = "failed") -> Run:
-    """The run halts on an error the person can fix: its words in both languages where it has them."""
-    return _halt(run_id, status, _then_watch(str(e), run_id), _then_watch(e.ru, run_id, ru=True), say=say)
+def _halt_on(run_id: str, en: str, ru: str | None, say: Callable[[str], None], status: str = "failed") -> Run:
+    return _halt(run_id, status, _then_watch(en, run_id), _then_watch(ru, run_id, ru=True), say=say)
 
 
 def _then_watch(message: str | None, run_id: str, ru: bool = False) -> str | None:
-    """The message, saying how the run goes on: `lab watch RUN` with the run's id."""
     if message is None:
         return None
     message = message.replace("lab watch RUN", f"lab watch {run_id}")
@@ -313,8 +293,7 @@ def _halt(run_id: str, status: str, message: str, message_ru: str | None = None,
 
 
 def _next_choice(run: Run, state: _Driving) -> tuple[Choice, list[Machine]]:
-    """The machine for the run's next link, with the machines considered. A picked machine is asked
-    alone first; the others only when the rule may continue the run elsewhere."""
+    """The machine for the run's next link, with the machines considered (a picked one is asked alone first)."""
     pinned = run.cfg.machine or "auto"
     # Once a session of the run has run, the rule may continue it elsewhere (a picked account whose
     # quota the run spent); before that, the person's pick stands and the lab waits for it.
@@ -359,7 +338,6 @@ def _when(iso: str) -> str:
 
 
 def _wait(run_id: str, choice: Choice, poll_s: float) -> None:
-    """Waits until the earliest quota refresh, or a recheck, whichever is sooner; a cancel ends it."""
     # The message first: whoever sees the run waiting finds why, and what for.
     en, ru = choice.waits_for or (None, None)
     set_control(run_id, message=choice.reason_en, message_ru=choice.reason_ru, waiting_until=choice.wait_until,
@@ -374,8 +352,7 @@ def _wait(run_id: str, choice: Choice, poll_s: float) -> None:
 
 
 def holdings(machines: list[Machine], cfg: RunConfig, run: Run | None = None) -> dict[str, set[str]]:
-    """What each machine already holds of the next link (the Auto rule's second tier): the run's data and
-    its checkpoint. The form's preview asks it too, so it names the machine the driver picks. No call out."""
+    """What each machine already holds of the next link, from the lab's own records (the form asks it too)."""
     if not machines:
         return {}
     source = source_checkpoint(run) if run is not None else None

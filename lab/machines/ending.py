@@ -139,7 +139,6 @@ def _lost(f: Facts) -> tuple[str, str]:
 
 @dataclass(frozen=True)
 class Rule:
-    """One row of the table: when it applies, the link's status, the outcome's kind, its words."""
     name: str
     applies: Callable[[Facts], bool]
     status: Callable[[Facts], str] | str
@@ -170,7 +169,6 @@ RULES: tuple[Rule, ...] = (
 
 
 def ended(f: Facts) -> Ending:
-    """How the session ended: the first rule of RULES that applies."""
     rule = next(r for r in RULES if r.applies(f))
     en, ru = rule.words(f)
     status = rule.status if isinstance(rule.status, str) else rule.status(f)

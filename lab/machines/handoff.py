@@ -77,7 +77,6 @@ class SessionOutputs:
 
     @property
     def failure(self) -> str | None:
-        """The session's own error, as its result says it."""
         return str(self.result.get("reason")) if self.result and self.result.get("failed") else None
 
     def went_on(self, from_step: int) -> bool:
@@ -131,8 +130,7 @@ def wanted(listed: dict[str, int], named: str | None, cfg) -> dict[str, int]:
 
 
 def merge_checkpoint(ckpt: Path, run_folder: Path) -> Path:
-    """Puts a verified checkpoint into the run's `checkpoints/`, hard-linked where it can be, with the
-    session's others the run keeps (lab.kernel.saver.kept_steps), whole."""
+    """A verified checkpoint into the run's `checkpoints/` (hard-linked), with the session's others the run keeps."""
     sessions = [p for p in list_checkpoints(ckpt.parent) if checkpoint_step(p) < checkpoint_step(ckpt)]
     cfg = checkpoint_meta(ckpt).get("config")  # (a sidecar without it keeps only the newest)
     kept = kept_steps([checkpoint_step(p) for p in sessions], SimpleNamespace(**cfg) if cfg else None)
@@ -143,7 +141,6 @@ def merge_checkpoint(ckpt: Path, run_folder: Path) -> Path:
 
 
 def merge_metrics(run_folder: Path, link_metrics: Path, from_step: int) -> None:
-    """The run's rows up to the link's start (its own: what an earlier link wrote), then the link's after it."""
     if not link_metrics.is_file():
         return
     mine = run_folder / "metrics.jsonl"
@@ -155,8 +152,7 @@ KEPT = ("result.json", "config.json", "device.json")  # a link's files the run f
 
 
 def merge_link_outputs(run_folder: Path, run_id: str, folder: Path, from_step: int, ckpt: dict | None) -> None:
-    """A finished link's outputs in `folder` into the run folder: its checkpoint (`ckpt`), its metrics from
-    `from_step` on, its result, config and device files, and the run's loss plot drawn again."""
+    """A finished link's outputs in `folder` into the run folder, and the run's loss plot drawn again."""
     if ckpt and ckpt["step"] >= from_step:
         merge_checkpoint(folder / "checkpoints" / ckpt["name"], run_folder)
     merge_metrics(run_folder, folder / "metrics.jsonl", from_step)

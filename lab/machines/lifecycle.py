@@ -4,17 +4,15 @@ side may die anywhere and `lab watch RUN` picks up where it stopped:
 
     planned -> staged -> submitting -> submitted -> ended -> collected -> merged
 
-A kind supplies only its verbs (`Session`); the rest is here, once for every kind: the cancel, the waits,
-the progress lines, what came back (read once: lab.machines.handoff), how it ended (one table:
-lab.machines.ending) and the merge into the run folder.
+A kind supplies only its verbs (`Session`); the rest is here, once for every kind.
 
 Never trust a service to end a session. A session its service has lost stays RUNNING for hours past
 its timeout (unsloth's Kaggle CI, 2026-08-11: "sat in RUNNING for over two hours, past that ceiling
 ... and stopped only on a manual delete"), and a 12-hour limit may not be enforced at all
 (helmet-png/m45-imf-analysis measured a 17.4-hour session). So the watchdog deletes a session still
-running its own limit plus a margin after it began, or one whose signs of life (log lines, metrics rows)
-stopped far longer than any gap it had shown; deleting gives the machine's time back (unsloth: "the
-account's used-hours figure went DOWN"), and the run goes on from its newest checkpoint.
+running its own limit plus a margin after it began, or one whose signs of life stopped far longer than any
+gap it had shown; deleting gives the machine's time back (unsloth: "the account's used-hours figure went
+DOWN"), and the run goes on from its newest checkpoint.
 """
 from __future__ import annotations
 
@@ -93,17 +91,14 @@ class Away(LinkRecord):
 
 @dataclass(frozen=True)
 class Seen:
-    """One look at a session: `state` queued, running or ended (then `said`, how); its service's
-    own `words`; its newest live metrics row; `activity`, what it has shown so far (a log's events,
-    its metrics' bytes: a change is a sign of life); `alive` whether it shows signs of life while it
-    runs at all (a log Kaggle keeps until the end shows none); `note` for the monitor ((en, ru))."""
-    state: str
-    words: str = ""
+    """One look at a session."""
+    state: str  # queued, running or ended (then `said`, how)
+    words: str = ""  # its service's own
     said: Said | None = None
-    row: dict | None = None
-    activity: object = None
-    alive: bool = True
-    note: tuple[str, str] | None = None
+    row: dict | None = None  # its newest live metrics row
+    activity: object = None  # what it has shown so far (a log's events, its metrics' bytes): a change is life
+    alive: bool = True  # whether it shows signs of life while it runs at all (a log Kaggle keeps until the end)
+    note: tuple[str, str] | None = None  # for the monitor, (en, ru)
 
 
 @dataclass(frozen=True)
@@ -126,7 +121,6 @@ class LinkCtx:
     n: int
     say: Callable[[str], None]
     cancelled: Callable[[], bool]
-    progress: bool = True
 
     def link(self) -> tuple[Run, Link]:
         return get_link(self.run_id, self.n)
@@ -144,7 +138,6 @@ class LinkCtx:
 class Session(ABC):
     """A kind's verbs for one link of a run. Each may be called again after a crash: it records what
     it did in its kind's record and does nothing twice."""
-
     poll_s: float = 30.0  # between looks while the session runs
     end_margin_s: float = 600.0  # what the session needs past its limit to save and hand its outputs back
 
@@ -218,7 +211,6 @@ CANCELLED_BEFORE = Outcome(End.CANCELLED, "cancelled before its session started"
 
 
 def _start(session: Session) -> Link | None:
-    """Stages and submits (each verb does nothing twice); the ended link where it ended before its session."""
     ctx = session.ctx
     try:
         if ctx.record.phase == "planned":
@@ -252,7 +244,6 @@ def _end_before(ctx: LinkCtx, outcome: Outcome, status: str) -> Link:
 
 @dataclass
 class _Watching:
-    """What one watch remembers between looks."""
     running_since: float | None = None
     alive_at: float | None = None
     longest_gap: float = 0.0
@@ -263,8 +254,7 @@ class _Watching:
 
 
 def _watch(session: Session, dog: Watchdog) -> None:
-    """Looks at the session until it ends, asking it to stop on a cancel, and ending it where its
-    service has lost it; records how it ended (phase "ended")."""
+    """Looks at the session until it ends, asking it to stop on a cancel, ending it where its service lost it."""
     ctx, w = session.ctx, _Watching()
     try:
         while True:
@@ -304,7 +294,6 @@ def _out_of_reach(session: Session, w: _Watching, e: UserError) -> None:
 
 
 def _heard(ctx: LinkCtx, w: _Watching, seen: Seen) -> None:
-    """Keeps the signs of life, says the new progress and notes."""
     t = time.monotonic()
     if seen.state == "running" and w.running_since is None:
         w.running_since = t
@@ -331,7 +320,6 @@ def progress_line(ctx: LinkCtx, row: dict) -> str:
 
 
 def _lost_by_its_service(session: Session, w: _Watching, seen: Seen, dog: Watchdog) -> str | None:
-    """Why the watchdog ends the session now, or None."""
     if seen.state != "running" or w.running_since is None:
         return None
     t = time.monotonic()
@@ -376,7 +364,6 @@ def _cancel(session: Session) -> bool:
 
 
 def _collect(session: Session) -> None:
-    """The outputs into the link's folder, fetched again once when they came incomplete; read once."""
     ctx = session.ctx
     folder = ctx.folder
     folder.mkdir(parents=True, exist_ok=True)
@@ -391,7 +378,6 @@ def _collect(session: Session) -> None:
 
 
 def facts_of(session: Session) -> Facts:
-    """What the lab knows of the link's ended session: what came back, what its service said, its kind's own."""
     ctx = session.ctx
     _, link = ctx.link()
     rec = Away.of(link)
@@ -428,12 +414,6 @@ def _finish(session: Session) -> Link:
     return link
 
 
-def set_notebook(ctx: LinkCtx, rel: str) -> None:
-    """The link's notebook as sent (a Kaggle push's), relative to the run folder."""
-    with updating(ctx.run_id) as run:
-        run.links[ctx.n - 1].notebook = rel
-
-
 def set_state(ctx: LinkCtx, state: str) -> None:
     """Records where the session is now (`Link.state`), when that changed."""
     _, link = ctx.link()
@@ -450,7 +430,7 @@ def _put_state(link: Link, state: str) -> None:
 
 def live(run: Run, link: Link, note: tuple[str, str] | None = None, mode: str = "live") -> dict | None:
     """{"link", "mode", "rows", "last_step", "note_en", "note_ru"}: the running link's curve as its machine
-    shows it (`live-metrics.jsonl` in its folder), past the link's first step."""
+    shows it, past the link's first step."""
     rec = Away.of(link)
     if not rec.folder:
         return None

@@ -25,8 +25,6 @@ LIVE_MEAN = 5  # a live training point is the mean of this many single-step loss
 
 
 def curve_rows(run: Run, live: dict | None = None) -> list[dict]:
-    """The run's curve as far as the lab knows it now: its metrics.jsonl up to the running link's first
-    step, then that link's live rows, evened out (`even_live`)."""
     live = live_curve(run) if live is None else live
     rows = read_metrics(run.folder)
     if not live or not live["rows"]:

@@ -30,7 +30,6 @@ def local_cards() -> list[str]:
 
 
 def local_gpu() -> str:
-    """This computer's card as the sizing calculator names it."""
     cards = local_cards()
     return card_set(cards[0].split(",")[0], len(cards)) if cards else "cpu"
 
@@ -86,7 +85,6 @@ class LocalHost(Host):
 
 
 def _abandon(run: Run, link: Link, say) -> Link:
-    """A link whose driver died: its session died with it (papermill ran in the driver)."""
     found = list_checkpoints(run.folder / "checkpoints")
     step = checkpoint_step(found[-1]) if found else None
     with updating(run.id) as r:
@@ -138,7 +136,6 @@ def execute_link(run: Run, link: Link, data_dir: Path, resume: Path | None, *, p
 
 
 def facts_here(link: Link, out: SessionOutputs, error: str | None, cancel_asked: bool, notebook: Path) -> Facts:
-    """What the lab knows of a session here once papermill returned: what it left, and papermill's error."""
     return Facts(where="this computer", said=Said.EXITED, out=out, from_step=link.from_step, error=error,
                  cancel_asked=cancel_asked, hint=f"The executed notebook is {notebook}.")
 
@@ -149,9 +146,7 @@ QUIET_KERNEL = ["--IPKernelApp.log_level=ERROR"]
 
 
 class HumanLines:
-    """A stream for the session's output on this terminal: whole lines, without the machine's own
-    (the metrics lines echoed for a live curve, the kernel's start-up warnings); they stay in the files."""
-
+    """The session's output on this terminal, in whole lines, without the machine's own (kept in the files)."""
     MACHINE = (METRICS_MARK, "[IPKernelApp]", "Kernel is running over TCP")
 
     def __init__(self, stream):

@@ -43,7 +43,6 @@ def finish_hours(cfg: RunConfig, step: int, machines: list, measured: dict[str, 
 
 
 def _hours_on(cfg: RunConfig, step: int, gpu: str, machine: str) -> float | None:
-    """The calculator's whole-run hours on `machine`'s cards, with what its sessions spend besides."""
     ckpt = {"step": step, "config": cfg.to_dict()} if step else None
     try:
         est = sizing.estimate(replace(cfg, gpu=gpu, machine=machine), checkpoint=ckpt)
@@ -53,8 +52,6 @@ def _hours_on(cfg: RunConfig, step: int, gpu: str, machine: str) -> float | None
 
 
 def found_data(cfg: RunConfig) -> Path | None:
-    """The data folder the run trains on: its pinned `data_dir`, else the one prepared for its
-    constellations with their current text; None when none is prepared yet."""
     if cfg.data_dir:
         return Path(cfg.data_dir)
     return corpus.find_prepared(cfg.constellations)
@@ -62,7 +59,6 @@ def found_data(cfg: RunConfig) -> Path | None:
 
 def find_data(cfg: RunConfig, prepare: bool = False, say: Callable[[str], None] = print,
               progress: bool = False) -> Path:
-    """The run's data folder (`found_data`), prepared now where none is (`prepare`), else an error."""
     found = found_data(cfg)
     if found is not None:
         return found
@@ -102,7 +98,6 @@ def pin_data(run_id: str, say: Callable[[str], None], progress: bool = False) ->
 
 
 def data_id(cfg: RunConfig) -> str | None:
-    """The id of the data the run trains on (as `pin_data` will find it); None when there is none yet."""
     try:
         found = found_data(cfg)
         return data_id_of(found) if found is not None else None
@@ -114,8 +109,7 @@ _verified: dict[str, tuple[int, int, dict]] = {}  # path -> (mtime_ns, size, sou
 
 
 def source_checkpoint(run: Run) -> dict | None:
-    """The checkpoint the run's next link starts from, verified against its sidecar: the run folder's newest,
-    else the one a forked run started from."""
+    """The checkpoint the next link starts from (the run's newest, or a fork's start), verified against its sidecar."""
     found = list_checkpoints(run.folder / "checkpoints")
     if found:
         target = run.folder

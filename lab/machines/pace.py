@@ -31,7 +31,6 @@ def _speeds(run: Run) -> list[tuple[Link, float]]:
 
 
 def measured_on(run: Run) -> dict[str, float]:
-    """Each machine the run trained on, with the speed its latest session there measured."""
     return {link.machine: s for link, s in _speeds(run)}
 
 
@@ -52,7 +51,6 @@ def hours_on(run: Run, machine: str, tok_s: float, kaggle: bool) -> float | None
 
 @dataclass(frozen=True)
 class Slow:
-    """A link whose session trained far slower than the run's others on Kaggle."""
     link: int
     machine: str
     tok_s: float

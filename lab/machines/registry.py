@@ -45,7 +45,6 @@ def machine_names() -> list[str]:
 
 
 def kind_of(name: str) -> str:
-    """The kind of the machine called `name`; an unknown name says which machines there are."""
     named = dict(_named(listed=False))
     if name not in named:
         raise UserError(f"no machine '{name}' in the lab; its machines: {', '.join(named)} (`lab machines` shows "
@@ -59,13 +58,11 @@ def host_for(name: str) -> Host:
 
 
 def hosts(only: str | None = None) -> list[Host]:
-    """Every machine of the lab as its host (`only`: that one, if the lab has it)."""
     return [host_class(kind)(name) for name, kind in _named(listed=only is None) if only is None or name == only]
 
 
 def limits(cfg: RunConfig) -> list[Problem]:
-    """What the run's fields meet where it goes: its machine's own limits (Kaggle's 12 hours, a Slurm
-    partition's time limit, a box's none), or under Auto each kind's, said as notes."""
+    """What the run's fields meet where it goes: its machine's own limits, or under Auto each kind's, as notes."""
     machine = cfg.machine or "auto"
     if machine == "auto":
         return [p for kind in KINDS if host_class(kind).listed for p in host_class(kind).limits_under_auto(cfg)]
@@ -76,8 +73,6 @@ def limits(cfg: RunConfig) -> list[Problem]:
 
 
 def class_of(link: Link) -> type[Host]:
-    """The Host class of the machine that ran `link`, by its recorded kind (a machine since removed still
-    reads its link's files), else by its name."""
     return host_class(link.kind if link.kind in KINDS else kind_of(link.machine))
 
 

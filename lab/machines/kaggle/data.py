@@ -35,7 +35,6 @@ from lab.runs import list_runs, now
 
 @dataclass
 class LinkContext:
-    """What every step of one Kaggle link uses: the account's client, where to say what happens, the settings."""
     c: AccountClient
     say: Callable[[str], None]
     settings: "KaggleSettings"
@@ -74,7 +73,6 @@ def env_flag(var: str) -> bool:
     raise UserError(f"{var}={raw!r}: use 1 (yes) or 0 (no)")
 
 
-
 def _holdings_file() -> Path:
     return lab_home() / "kaggle" / "holdings.json"
 
@@ -92,7 +90,6 @@ def _locked(path: Path) -> Iterator[None]:
 
 @contextmanager
 def _holdings() -> Iterator[dict]:
-    """Read-modify-write of the holdings under a lock; written atomically."""
     path = _holdings_file()
     with _locked(path.with_name(".holdings.lock")):
         data = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
@@ -102,7 +99,6 @@ def _holdings() -> Iterator[dict]:
 
 
 def held(username: str, kind: str, key: str) -> dict | None:
-    """What the lab knows of the user's dataset for `key` (a data id or a checkpoint slug)."""
     path = _holdings_file()
     data = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
     return (data.get(username.lower(), {}).get(kind) or {}).get(key)
@@ -123,15 +119,11 @@ def holds(account: str, data_id: str | None, ckpt_sha256: str | None, run_id: st
         username = get_account(account).username
     except UserError:
         return set()
-    out = set()
-    data = held(username, "data", data_id) if data_id else None
-    if data and data.get("ready"):
-        out.add("data")
-    ckpt = held(username, "checkpoints", f"{username}/{ckpt_slug(run_id)}")
-    if ckpt_sha256 and ckpt and ckpt.get("ready") and ckpt.get("sha256") == ckpt_sha256:
-        out.add("checkpoint")
-    return out
-
+    data = (held(username, "data", data_id) if data_id else None) or {}
+    ckpt = held(username, "checkpoints", f"{username}/{ckpt_slug(run_id)}") or {}
+    ready = {"data": data.get("ready"),
+             "checkpoint": ckpt_sha256 and ckpt.get("ready") and ckpt.get("sha256") == ckpt_sha256}
+    return {what for what, yes in ready.items() if yes}
 
 
 def stage_data(data_dir: Path) -> Path:
@@ -167,8 +159,7 @@ def stage_data(data_dir: Path) -> Path:
 
 @dataclass(frozen=True)
 class Upload:
-    """One dataset the account must hold: `kind` ("data" or "checkpoints") and `key` name it in the holdings,
-    `match` is the content it must have (else a new version is due); `note(record, phase)` records each step."""
+    """One dataset the account must hold: `kind` and `key` name it in the holdings, `match` is its content."""
     kind: str
     key: str
     slug: str
@@ -181,7 +172,6 @@ class Upload:
 
 
 def ensure_data(run_id: str, n: int, ctx: LinkContext, data_dir: Path) -> dict:
-    """The run's data as the account's READY dataset, uploaded at most once."""
     record = KaggleLinkRecord.of(get_link(run_id, n)[1])
     if (record.data or {}).get("ready"):
         return record.data
@@ -195,7 +185,6 @@ def ensure_data(run_id: str, n: int, ctx: LinkContext, data_dir: Path) -> dict:
 
 
 def ensure_checkpoint(run_id: str, n: int, ctx: LinkContext) -> dict | None:
-    """The link's starting checkpoint as the account's READY dataset, uploaded at most once."""
     run, link = get_link(run_id, n)
     record, source = Away.of(link), Away.of(link).source
     if not source:
@@ -225,8 +214,6 @@ def ensure_checkpoint(run_id: str, n: int, ctx: LinkContext) -> dict | None:
 
 
 def _dataset_lock(username: str, kind: str, key: str):
-    """Held by the one process that uploads (or waits on) a user's dataset: a second process
-    (another run's driver on the same data) waits here, then finds what the first recorded."""
     name = hashlib.sha256(f"{username.lower()}\0{kind}\0{key}".encode()).hexdigest()[:32]
     return _locked(lab_home() / "kaggle" / "locks" / f"{name}.lock")
 
@@ -258,8 +245,7 @@ def _dataset_once(ctx: LinkContext, up: Upload) -> dict:
 
 
 def _known_upload(ctx: LinkContext, up: Upload) -> dict | None:
-    """What the holdings say of this content on the account, checked against Kaggle: None when
-    a (new) upload is due."""
+    """What the holdings say of this content, checked against Kaggle: None when a (new) upload is due."""
     c, say = ctx.c, ctx.say
     h = held(c.username, up.kind, up.key)
     if h and any(h.get(k) != v for k, v in up.match.items()):
@@ -362,10 +348,8 @@ def forget_dataset(username: str, slug: str) -> None:
                 del table[key]
 
 
-
 def checkpoint_datasets(c: AccountClient) -> list[dict]:
-    """The account's checkpoint datasets (`lab-ckpt-<run id>`) with their size, their run (None: not this
-    lab's) and whether it finished, so the dataset may go: a run still going on needs its hand-off."""
+    """The account's checkpoint datasets with their size, their run and whether it finished (so it may go)."""
     runs = {ckpt_slug(r.id): r for r in list_runs()}
     out = []
     for d in c.own_datasets(search="lab-ckpt-"):
@@ -380,7 +364,6 @@ def checkpoint_datasets(c: AccountClient) -> list[dict]:
 
 
 def remove_checkpoint_dataset(c: AccountClient, slug: str) -> None:
-    """Deletes a checkpoint dataset on Kaggle and forgets it was held there."""
     c.delete_dataset(slug)
     forget_dataset(c.username, slug if "/" in slug else f"{c.username}/{slug}")
 

@@ -41,7 +41,6 @@ def link_limit_min(run_limit_min: float, quota_left_s: float, margin_min: float 
 
 
 def plan_link(run_id: str, account: str, quota_left_s: float, source: dict | None, why: str = "") -> Link:
-    """Appends a link on `account` to the run, before anything is sent to Kaggle."""
     margin = push_margin_min(account)
     limit = link_limit_min(load_run(run_id).cfg.limit_min, quota_left_s, margin)
     record = KaggleLinkRecord(account=account, user=get_account(account).username, margin_min=margin,
@@ -75,8 +74,6 @@ class KaggleHost(Host):
         return m
 
     def _ask_kaggle(self, m: Machine, patient: bool) -> None:
-        """The account's quota, and the GPU sessions Kaggle lists there that this computer did not start
-        (another member's hold the same slots). A busy Kaggle is no error: the account waits out its pause."""
         try:
             c = client(self.name, self.settings) if patient else client_for(self.name, retry=_QUOTA_RETRY,
                                                                              timeout_s=20.0)
@@ -99,25 +96,20 @@ class KaggleHost(Host):
             m.free = len(m.running) < MAX_GPU_SESSIONS
 
     def _others(self, c: AccountClient, running: list[str]) -> list:
-        """The GPU sessions Kaggle lists on the account that are not this computer's runs' (none where the
-        listing fails, but for a busy Kaggle: Kaggle's own cap still answers a push)."""
-        try:
-            return c.gpu_sessions(skip=self._our_kernels(c.username, running))
-        except KaggleError as e:
-            if e.cause == "busy":
-                raise
-            return []
-
-    def _our_kernels(self, username: str, running: list[str]) -> list[str]:
-        out = []  # the kernels of this computer's runs' links on the account that may be running
+        ours = []
         for run_id in running:
             try:
                 run = load_run(run_id)
             except UserError:
                 continue
-            out += [KaggleLinkRecord.of(link).kernel.slug or f"{username}/{kernel_slug(run.id, link.n)}"
-                    for link in run.links if link.machine == self.name and link.status in ("starting", "running")]
-        return out
+            ours += [KaggleLinkRecord.of(link).kernel.slug or f"{c.username}/{kernel_slug(run.id, link.n)}"
+                     for link in run.links if link.machine == self.name and link.status in ("starting", "running")]
+        try:
+            return c.gpu_sessions(skip=ours)
+        except KaggleError as e:
+            if e.cause == "busy":
+                raise
+            return []  # the listing is a courtesy: Kaggle's own cap still answers a push
 
     def check(self, say: Callable[[str], None] = print) -> None:
         account = get_account(self.name)  # an unknown name: the error lists the lab's accounts
@@ -141,7 +133,7 @@ class KaggleHost(Host):
         return plan_link(run.id, self.name, (machine.quota_left_h or 0) * 3600, source_checkpoint(run), why)
 
     def follow(self, run: Run, link: Link, how: Follow) -> Link:
-        ctx = LinkCtx(run.id, link.n, how.say, how.cancelled, how.progress)
+        ctx = LinkCtx(run.id, link.n, how.say, how.cancelled)
         return follow(KaggleSession(ctx, client(self.name, self.settings), self.settings))
 
     def cancel(self, run: Run, link: Link, driver_pid: int | None) -> str:

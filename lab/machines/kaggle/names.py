@@ -32,8 +32,7 @@ def ckpt_slug(run_id: str) -> str:  # the hand-off checkpoint of a run
 
 
 def kernel_slug(run_id: str, n: int, attempt: int = 1) -> str:
-    """One kernel per link; a later push of the link, after one whose answer was not known and whose
-    kernel never showed, gets a name of its own (so the earlier one, should it show, is not it)."""
+    """One kernel per link; a push after one whose answer was not known gets a name of its own."""
     return _slug("lab", f"{run_id}-l{n}" + (f"-{attempt}" if attempt > 1 else ""))
 
 
@@ -55,21 +54,18 @@ LICENCE_PATTERNS = (
 
 
 def kaggle_licence(licences: list[str]) -> str:
-    """The one licence name Kaggle takes for a dataset of these constellations' texts: the documented name
-    every one maps to (the first term named wins), else "other"."""
+    """The documented licence name every one of these texts' terms maps to (the first named wins), else "other"."""
     names = {next((name for pattern, name in LICENCE_PATTERNS if re.search(pattern, text.lower())), "other")
              for text in licences}
     return names.pop() if len(names) == 1 else "other"
 
 
 def data_licences(data_dir: Path) -> list[str]:
-    """The `licence` of each constellation in a prepared data folder, from its manifest."""
     constellations = (read_manifest(Path(data_dir)).get("constellations") or {}).values()
     return [str(c.get("licence") or "") for c in constellations]
 
 
 def licence_note(licences: list[str], sent: str) -> str:
-    """What the upload says of its licence: the name sent, and the texts' own terms where Kaggle names none."""
     own = "; ".join(sorted({t.strip() for t in licences if t.strip()}))
     if sent != "other" or not own:
         return f"licence {sent}"

@@ -12,25 +12,20 @@ from lab.runs import Link
 
 @dataclass
 class KernelPush:
-    """The link's kernel (`lab-<run id>-l<n>`, `-<attempt>` after the first): what was sent (its sources,
-    the CPU setting, the NCCL settings, the notebook's size, the image it was pinned to), `pushing` while
-    a push's answer is not known (an error, an unreadable page or no reply leaves it so: before any new
-    push the lab reads the kernel back), `pushed_at` once Kaggle took it (`adopted`: found on Kaggle
-    rather than answered), or `refused` with Kaggle's words and their `cause`; `tried`: the kernels of
-    earlier pushes whose answer was not known and that never showed, deleted should they show later."""
+    """The link's kernel: what was sent, whether the push is under way or done, or why Kaggle refused it."""
     slug: str = ""
     attempt: int = 1
-    tried: list = field(default_factory=list)
+    tried: list = field(default_factory=list)  # earlier pushes' kernels that never showed (deleted if they do)
     image: str | None = None
     sources: list = field(default_factory=list)
     allow_cpu: bool = False
     nccl_env: dict = field(default_factory=dict)
     notebook_bytes: int = 0
-    pushing: bool = False
+    pushing: bool = False  # its answer not known: before any new push the lab reads the kernel back
     pushed_at: str | None = None
     version: int | None = None
     url: str = ""
-    adopted: bool = False
+    adopted: bool = False  # found on Kaggle rather than answered
     refused: str | None = None
     cause: str | None = None  # why it was refused (lab.kaggle.client.CAUSES)
     dropped_sources: list = field(default_factory=list)  # the sources Kaggle ran it without
@@ -50,20 +45,17 @@ class KernelPush:
 
     @property
     def name(self) -> str:
-        """The kernel's slug without its owner."""
         return self.slug.split("/")[-1]
 
     @property
     def page(self) -> str | None:
-        """Where a person sees (and stops) the session."""
         return self.url or (f"https://www.kaggle.com/code/{self.slug}" if self.slug else None)
 
 
 @dataclass
 class KaggleLinkRecord(LinkRecord):
-    """A Kaggle link: the account and its Kaggle user, its session timeout and the margin in it, the datasets
-    (`ckpt_upload` while it goes up), the kernel push, what the watch saw, the image the session ran
-    (Kaggle's docker image, read back from the kernel) and what it measured."""
+    """A Kaggle link: the account, its session timeout and margin, the datasets, the kernel push, what the watch
+    saw, the image the session ran (Kaggle's docker image, read back from the kernel) and what it measured."""
     account: str = ""
     user: str = ""
     session_timeout_s: int = 0

@@ -23,16 +23,13 @@ BUSY_PAUSE_S = 300.0  # a busy Kaggle that named no wait is asked again after th
 
 
 class Refused(UserError):
-    """Kaggle refused the link's session, or would have, and nothing started: `kind` BUSY, NO_QUOTA or
-    FAILED; `until` (ISO 8601 UTC) when Kaggle may be asked again, where it said."""
-
+    """Kaggle refused the link's session, or would have, and nothing started; `until`: when to ask again."""
     def __init__(self, message: str, kind: End, until: str | None = None, ru: str | None = None):
         self.kind, self.until = kind, until
         super().__init__(message, ru=ru)
 
 
 def until_of(wait_s: float | None) -> str:
-    """The time a wait of `wait_s` seconds (Kaggle's Retry-After; BUSY_PAUSE_S when it named none) ends."""
     wait = BUSY_PAUSE_S if wait_s is None else max(1.0, wait_s)
     return (datetime.now(timezone.utc) + timedelta(seconds=wait)).isoformat(timespec="milliseconds")
 
@@ -46,8 +43,7 @@ def busy(e: UserError) -> Refused | None:
 
 
 def refused(e: KaggleError, c: AccountClient) -> Refused:
-    """Why Kaggle refused a push, from the cause its answer names; for words no source explains, the
-    quota call decides (spent: NO_QUOTA; unknown, Kaggle busy: BUSY)."""
+    """Why Kaggle refused a push, from the cause its answer names; for words no source explains, the quota."""
     if e.cause == "busy":
         return Refused(str(e), End.BUSY, until_of(e.wait_s))
     if e.cause in ("session-cap", "shell"):
@@ -62,7 +58,6 @@ def refused(e: KaggleError, c: AccountClient) -> Refused:
 
 
 def out_of_quota(c: AccountClient) -> bool | None:
-    """Whether the account's quota is too small for a useful link; None when Kaggle could not be asked."""
     try:
         return c.quota().left_s < (STARTUP_MIN + MIN_LINK_MIN) * 60
     except UserError:
@@ -86,8 +81,7 @@ def check_seats(c: AccountClient, slug: str) -> None:
 
 
 def check_limits(notebook: dict, data_files: int, data: Path) -> None:
-    """Kaggle's limits, met before anything goes up (the run's own cause: FAILED): the pushed notebook under
-    1 MB, a dataset version of at most MAX_DATASET_FILES files."""
+    """Kaggle's limits on the notebook and a dataset version, met before anything goes up (the run's own cause)."""
     size = len(notebook_text(notebook).encode("utf-8"))
     if size > NOTEBOOK_LIMIT_BYTES:
         raise UserError(f"the training notebook for this run is {size / 1e6:.2f} MB; Kaggle takes at most 1 MB: "

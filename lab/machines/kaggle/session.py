@@ -1,19 +1,14 @@
 """One link's verbs on a Kaggle account, for the lifecycle every kind shares (lab.machines.lifecycle).
 
-    stage    Kaggle's limits met before anything goes up (the notebook under 1 MB, a dataset version's
-             file count), then the run's data and the link's checkpoint as the account's private
-             datasets, READY and holding what was sent (lab.machines.kaggle.data)
+    stage    Kaggle's limits met before anything goes up, then the run's data and the link's checkpoint as
+             the account's private datasets (lab.machines.kaggle.data)
     submit   the link's notebook pushed as a private kernel, 2×T4, internet off, once: a push whose
              answer is an error, a page the client cannot read, or no reply is *unsure* (Kaggle may
              have started its session: unsloth's CI names "a committed push answered with a 5xx", and a
              second push to the same kernel runs beside the first), so before any new push the lab reads
-             the kernel back and follows the session it finds; one that never shows after a wait is
-             pushed again under a new slug, and the earlier one is deleted should it show later
-    poll     its status (no more often than every LAB_KAGGLE_POLL_S), its log followed (lab.kaggle.logs) into
-             `live-metrics.jsonl` for the live curve, a preview until the outputs come back: "live", or
-             "at_end" where Kaggle keeps the log until the session ends; a kernel not started `start_wait_s`
-             after its push is given up
-    fetch    its outputs downloaded (a listing that keeps answering 403/404 after the end: none came back)
+             the kernel back; one that never shows after a wait is pushed again under a new slug
+    poll     its status, its log followed (lab.kaggle.logs) for the live curve, where Kaggle does not keep
+             it until the session ends; a kernel not started `start_wait_s` after its push is given up
     delete   the kernel deleted: the public API has no other way to end a session (its cancel needs a
              session id no reply carries), and deleting stops the billing (unsloth measured the account's
              used hours go down)
@@ -44,8 +39,8 @@ from lab.machines.kaggle.names import ckpt_slug, kernel_slug
 from lab.machines.kaggle.record import KaggleLinkRecord, KernelPush
 from lab.machines.kaggle.refusals import Refused, busy, check_limits, check_seats, kernel_exists, out_of_quota, \
     refused
-from lab.machines.lifecycle import Away, LinkCtx, Seen, Session, Unreachable, age_s, set_notebook
-from lab.runs import End, Link, Outcome, now
+from lab.machines.lifecycle import Away, LinkCtx, Seen, Session, Unreachable, age_s
+from lab.runs import End, Link, Outcome, now, updating
 from lab.spec import LinkSpec
 
 T = TypeVar("T")
@@ -62,7 +57,6 @@ MAX_PUSHES = 3  # pushes of one link whose answers were not known and whose kern
 
 class KaggleSession(Session):
     """One link's verbs on one account."""
-
     def __init__(self, ctx: LinkCtx, c: AccountClient, settings: KaggleSettings):
         super().__init__(ctx, f"Kaggle account '{c.account.name}'")
         self.c, self.settings = c, settings
@@ -99,8 +93,6 @@ class KaggleSession(Session):
         return link_notebook(spec)
 
     def refusal(self, e: UserError) -> Outcome | None:
-        """Kaggle's refusals before a session ran: BUSY or NO_QUOTA (a busy spell met at an upload too,
-        `until` when Kaggle said), a dataset the account does not keep ELSEWHERE; else the run's own."""
         found = e if isinstance(e, Refused) else busy(e)
         if found is not None:
             return Outcome(found.kind, str(found), found.ru, session=False, until=found.until)
@@ -144,7 +136,8 @@ class KaggleSession(Session):
                                       nccl_env=nccl_setting(read_probe(self.c.account.name)), pushing=True,
                                       notebook_bytes=len(text.encode("utf-8")), image=image)
         Away.update(run.id, link.n, spec=spec.to_dict())
-        set_notebook(self.ctx, f"{Away.of(link).folder}/pushed.ipynb")
+        with updating(run.id) as r:
+            r.links[link.n - 1].notebook = f"{Away.of(link).folder}/pushed.ipynb"
         try:
             pushed = self.c.push_kernel(slug, kernel.name, nb, dataset_sources=sources, image=image,
                                         timeout_s=record.session_timeout_s, gpu=True, internet=False, private=True)
@@ -155,8 +148,7 @@ class KaggleSession(Session):
         self._pushed(version=pushed.version, url=pushed.url)
 
     def image(self) -> str | None:
-        """The image a later link is pinned to: the run's first Kaggle link's, unless the person asked
-        for the newest (`lab watch RUN --newest-image`)."""
+        """The image a later link is pinned to: the run's first's, unless `lab watch RUN --newest-image`."""
         return None if read_control(self.ctx.run_id).get("kaggle_image") == "newest" else self._first_image()
 
     def _first_image(self) -> str | None:
@@ -181,8 +173,6 @@ class KaggleSession(Session):
         raise refused(e, self.c) from None
 
     def _read_back(self, kernel: KernelPush) -> bool:
-        """Whether the kernel of a push with no known answer is on Kaggle (asked a poll apart, for
-        `unsure_wait_s`): then it is the link's session, adopted."""
         deadline = time.monotonic() + self.settings.unsure_wait_s
         while True:
             if patiently(self, f"link {self.ctx.n}: reading {kernel.slug} back", lambda: kernel_exists(self.c,
@@ -256,7 +246,6 @@ class KaggleSession(Session):
                                                                                       else ""))
 
     def _not_started(self, status: str, kernel: KernelPush) -> None:
-        """A kernel not started long after its push is given up (the link stays: `lab watch RUN`)."""
         waited = age_s(kernel.pushed_at)
         if status in NOT_STARTED and waited > self.settings.start_wait_s:
             raise KaggleError(self.c.account.name, f"{kernel.slug} still reads {status} {waited / 60:.0f} min after "
@@ -266,8 +255,6 @@ class KaggleSession(Session):
                               "from the run's checkpoint.", retryable=False)
 
     def _strays(self, kernel: KernelPush) -> None:
-        """Kernels of earlier pushes of this link whose answers were not known and which never showed:
-        one that shows now is not the link's session, and is deleted before it spends the quota."""
         for slug in kernel.tried:
             try:
                 if kernel_exists(self.c, slug):
@@ -352,7 +339,6 @@ class KaggleSession(Session):
             time.sleep(self.settings.input_wait_s)  # Kaggle mounts what it made READY a little later
 
     def _image_of(self) -> None:
-        """The image the session runs, as Kaggle keeps it on the kernel; said when it is not the run's first."""
         kernel = self.rec().kernel
         try:
             image = self.c.kernel_image(kernel.slug)
@@ -385,9 +371,8 @@ def _span(start: float | None, end: float | None) -> float | None:
 
 
 def measure(link: Link, folder: Path, out: SessionOutputs) -> dict:
-    """What the link's session measured, kept per account by lab.kaggle.sessions (which gives the margin the
-    next push asks): the notebook's timeline and result (its first cell, the checks, the compile, the first
-    step, the final save) and what the watch saw (the push, the first RUNNING, the end)."""
+    """What the link's session measured from its timeline, its result and what the watch saw, kept per account
+    by lab.kaggle.sessions (which gives the margin the next push asks)."""
     d, marks, result = KaggleLinkRecord.of(link), out.timeline or {}, out.result or {}
     first, ended = marks.get("first_cell"), marks.get("ended")
     pushed, ended_seen = _epoch(d.kernel.pushed_at), _epoch(d.status_at)
@@ -423,9 +408,8 @@ def save_log(c: AccountClient, slug: str, path: Path) -> None:
 
 
 def patiently(session: KaggleSession, what: str, fn: Callable[[], T]) -> T:
-    """`fn()` until Kaggle answers: a busy or unreachable Kaggle is waited out, as long as it asks (its
-    Retry-After) or a poll, each wait said with its time, for PATIENCE_POLLS polls at most; then the
-    last error is raised (`lab watch RUN` takes the link up again)."""
+    """`fn()` until Kaggle answers: a busy or unreachable Kaggle is waited out (its Retry-After, else a poll),
+    for PATIENCE_POLLS polls at most; then the last error is raised."""
     deadline = time.monotonic() + PATIENCE_POLLS * session.settings.poll_s
     for tries in itertools.count(1):
         try:

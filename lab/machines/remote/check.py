@@ -1,9 +1,6 @@
-"""What the lab's own machine has, and a measured speed: the check a box and a Slurm cluster both run on
-their hosts (`lab machines check NAME`). Each host runs the check's half (lab.trial.box_session) with its
-own Python: the Python, torch, CUDA, the cards, free disk, and what the training notebook needs that is
-missing, with the line that installs it; the first host then runs the probe's worker (lab.trial.worker, as
-on Kaggle) for a short burst under torchrun. The verdict says whether the machine can run the lab's
-sessions and why not; the burst is kept as a measured speed (lab.machines.remote.store).
+"""What the lab's own machine has, and a measured speed: the check a box and a Slurm cluster both run on their
+hosts with their own Python (lab.trial.box_session), then the probe's short burst under torchrun. The verdict
+says whether the machine can run the lab's sessions, and why not with the line that fixes it.
 """
 from __future__ import annotations
 
@@ -13,7 +10,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from lab.config import card_set
-from lab.machines.remote.shell import NOT_FOUND, Shell
+from lab.machines.remote.client import NOT_FOUND, Shell
 from lab.machines.remote.store import ROOM_GB
 from lab.trial.sources import CPU_SIZE, GPU_SIZE, HERE, session_source, worker_source
 
@@ -30,15 +27,13 @@ class BoxPlan:
 
 
 def check_script() -> str:
-    """The box's half: the probe session's functions, the worker's source, then the check."""
     box_half = (HERE / "box_session.py").read_text(encoding="utf-8")
     box_half = box_half.replace("from __future__ import annotations\n", "")
     return "\n\n".join([session_source(), f"WORKER_SOURCE = {worker_source()!r}\n", box_half])
 
 
 def check_host(shell: Shell, workdir: str, plan: BoxPlan, burst: bool) -> dict:
-    """One host's facts (an error the check met there among them), with the burst where `burst`. A host that
-    cannot be reached, or has no Python at the given path, raises."""
+    """One host's facts (an error the check met there among them); an unreachable host, or no Python, raises."""
     args = json.dumps({"workdir": workdir, "gpu_size": plan.gpu_size, "cpu_size": plan.cpu_size,
                        "steps": plan.steps, "timeout_s": plan.timeout_s, "burst": burst, "min_free_gb": ROOM_GB})
     proc = shell.run([shell.python, "-", args], stdin=check_script(), timeout_s=plan.timeout_s + 120)
@@ -81,7 +76,6 @@ def _counted(cards: list[dict]) -> list[dict]:
 
 
 def _problems(python: str, h: dict) -> list[tuple[str, str]]:
-    """What keeps one host from running the lab's sessions, each with what to do (EN, RU)."""
     host = h["host"]
     if h.get("error"):
         return [(f"{h['error']}.", f"{h['error']}.")]

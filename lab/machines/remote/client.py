@@ -1,11 +1,11 @@
-"""The person's own OpenSSH client, as the lab's own machines use it: `ssh` (and `rsync -e ssh` or `sftp`)
-with their keys, agent, `ProxyJump` and `~/.ssh/config` aliases (`LAB_SSH_CONFIG=FILE`: that config
-instead). If `ssh HOST` works, the kit works. The kit adds only `BatchMode=yes` (no password is ever asked
-for, and a host whose key is unknown or changed is refused) and `ConnectTimeout` and `ServerAlive*`, so a
-dead connection is found out in seconds. A failed connection is an `SshError` that says what to do.
+"""The person's own OpenSSH client (`ssh`, `rsync -e ssh`, `sftp` with their keys, agent and `~/.ssh/config`;
+`LAB_SSH_CONFIG=FILE`: that config instead), and a host of the lab's own machines reached through it (`Shell`:
+a box, a Slurm login node, or this computer itself). The kit adds only `BatchMode=yes` (no password is ever
+asked for, and an unknown or changed host key is refused) and timeouts that find a dead connection in seconds.
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -15,11 +15,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lab.config import UserError
+from lab.machines.remote import half
 
 CONFIG_ENV = "LAB_SSH_CONFIG"
 CONNECT_TIMEOUT_S = 10
 ALIVE_S, ALIVE_COUNT = 10, 3  # a connection that answers nothing for 30 s is dead
 SSH_FAILED = 255  # ssh's own exit status when the connection (not the remote command) failed
+NOT_FOUND = 127  # the shell's status for a command it did not find
+HALF = Path(half.__file__).read_text(encoding="utf-8")
 
 
 @dataclass(frozen=True)
@@ -56,14 +59,12 @@ def parse_hosts(ssh: str | None, hosts: str | None, port: int | None) -> list[Ad
 
 class SshError(UserError):
     """A connection to a box failed. `kind`: unreachable, host-key, auth, lost or other."""
-
     def __init__(self, address: Address, kind: str, message: str):
         self.address, self.kind = address, kind
         super().__init__(message)
 
 
 def config_file() -> Path | None:
-    """The ssh config `LAB_SSH_CONFIG` names, or None: the person's own (a lab-wide file, or a test's)."""
     raw = os.environ.get(CONFIG_ENV, "").strip()
     if not raw:
         return None
@@ -81,7 +82,6 @@ def options() -> list[str]:
 
 
 def client(name: str) -> str:
-    """The OpenSSH client's program `name` (ssh, sftp) or rsync, found on PATH."""
     found = shutil.which(name)
     if found is None:
         raise UserError(f"the OpenSSH client's `{name}` is not installed here: install it (Debian/Ubuntu: "
@@ -90,7 +90,6 @@ def client(name: str) -> str:
 
 
 def ssh_argv(address: Address, command: str) -> list[str]:
-    """ssh to `address` running `command` (one shell command line, quoted by the caller)."""
     port = ["-p", str(address.port)] if address.port else []
     return [client("ssh"), *options(), *port, address.host, command]
 
@@ -103,7 +102,6 @@ def python_word(python: str) -> str:
 
 
 def connection_error(address: Address, stderr: str) -> SshError:
-    """What ssh's own failure means, from the lines OpenSSH prints for it."""
     text = stderr.strip()
     last = text.splitlines()[-1] if text else "ssh failed without a message"
     host = address.host
@@ -153,8 +151,7 @@ def copy_up(address: Address, local: Path, remote: str, rsync: bool, there: dict
 
 def copy_down(address: Address, remote: str, files: dict[str, int | None], local: Path, rsync: bool,
               timeout_s: float = 3600.0) -> None:
-    """Copies `files` (relative to the box's folder `remote`, with their sizes; None: whole) into `local`,
-    resumable the same way."""
+    """Copies `files` (relative to `remote`, with their sizes; None: whole) into `local`, resumable the same way."""
     if not files:
         return
     local.mkdir(parents=True, exist_ok=True)
@@ -205,3 +202,103 @@ def _copy(address: Address, cmd: list[str], stdin: str | None, timeout_s: float)
     if proc.returncode == SSH_FAILED or "Connection closed" in text or "connection unexpectedly closed" in text:
         raise connection_error(address, text)
     raise UserError(f"{address}: copying failed ({text.splitlines()[-1] if text else f'exit {proc.returncode}'})")
+
+
+@dataclass(frozen=True)
+class Shell:
+    """A host as the kit reaches it (`address` None: this computer); `owner` names the machine in messages."""
+    address: Address | None
+    python: str
+    owner: str = "the machine"
+    name: str = "NAME"
+
+    @property
+    def label(self) -> str:
+        return "this computer" if self.address is None else self.address.host
+
+    def run(self, argv: list[str], stdin: str | None = None, timeout_s: float = 60.0) -> subprocess.CompletedProcess:
+        """`argv` on the host; the connection's own failure raises SshError, a command not found there is 127."""
+        if self.address is None:
+            return _here(argv, stdin, timeout_s)
+        command = " ".join(python_word(argv[0]) if i == 0 else shlex.quote(a) for i, a in enumerate(argv))
+        try:
+            proc = subprocess.run(ssh_argv(self.address, command), input=stdin, capture_output=True, text=True,
+                                  timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            raise SshError(self.address, "lost", f"{self.address}: no answer within {timeout_s:.0f} s; check that "
+                                                 f"`ssh {self.address.host}` works, then try again") from None
+        if proc.returncode == SSH_FAILED:
+            raise connection_error(self.address, proc.stderr)
+        return proc
+
+    def helper(self, verb: str, *args: str, timeout_s: float = 120.0) -> dict:
+        return self.answer(self.run([self.python, "-", verb, *args], stdin=HALF, timeout_s=timeout_s), verb)
+
+    def answer(self, proc: subprocess.CompletedProcess, verb: str) -> dict:
+        """The JSON answer of the half's `verb`, or what went wrong, said with what to do."""
+        if proc.returncode in (126, NOT_FOUND):
+            raise UserError(f"{self.owner}: there is no Python at {self.python} on {self.label} "
+                            f"({_last(proc.stderr) or 'not found'}): give the machine's Python (`"
+                            + (f"ssh {self.address.host} " if self.address else "") + "which python3` finds one; on a "
+                            f"cluster, a path on its shared file system) with `lab machines remove {self.name}` and "
+                            f"`lab machines add {self.name} ... --python PATH`")
+        lines = proc.stdout.strip().splitlines()
+        if proc.returncode != 0 or not lines:
+            why = _last(proc.stderr) or f"exit {proc.returncode}"
+            if "No space left on device" in proc.stderr or "Disk quota exceeded" in proc.stderr:
+                raise UserError(f"{self.owner}: the disk of {self.label} is full ({why}): free some space in the "
+                                "kit's workdir there, or give the machine another --workdir")
+            raise UserError(f"{self.owner}: `{verb}` failed on {self.label}: {why}")
+        return json.loads(lines[-1])
+
+    def copy_up(self, local: Path, remote: str, rsync: bool, there: dict[str, int]) -> None:
+        if self.address is not None:
+            copy_up(self.address, local, remote, rsync, there)
+            return
+        for path in sorted(local.rglob("*")):
+            rel = path.relative_to(local).as_posix()
+            dest = Path(remote) / rel
+            if path.is_dir():
+                dest.mkdir(parents=True, exist_ok=True)
+            elif there.get(rel) != path.stat().st_size:
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(path, dest)
+
+    def copy_down(self, remote: str, files: dict[str, int | None], local: Path, rsync: bool) -> None:
+        if self.address is not None:
+            copy_down(self.address, remote, files, local, rsync)
+            return
+        for rel, size in sorted(files.items()):
+            src, dest = Path(remote) / rel, local / rel
+            if not src.is_file() or dest.is_file() and size is not None and dest.stat().st_size == size:
+                continue
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(src, dest)
+
+    def read(self, path: str, max_bytes: int = 256 * 1024) -> str:
+        proc = self.run(["tail", "-c", str(max_bytes), path], timeout_s=60)
+        return proc.stdout if proc.returncode == 0 else ""
+
+    def remove(self, path: str, under: str) -> None:
+        """Removes the folder `path` on the host, inside the kit's `under`, and its parent once empty."""
+        if not path.startswith(under.rstrip("/") + "/") or "/../" in path or path.endswith("/.."):
+            raise ValueError(f"{path} is not inside {under}")
+        self.run(["sh", "-c", 'rm -rf -- "$1" && rmdir -- "$2" 2>/dev/null; true', "sh", path,
+                  path.rstrip("/").rsplit("/", 1)[0]], timeout_s=300)
+
+
+def _here(argv: list[str], stdin: str | None, timeout_s: float) -> subprocess.CompletedProcess:
+    program = os.path.expanduser(argv[0])
+    try:
+        return subprocess.run([program, *argv[1:]], input=stdin, capture_output=True, text=True, timeout=timeout_s)
+    except FileNotFoundError:
+        return subprocess.CompletedProcess(argv, NOT_FOUND, "", f"{argv[0]}: command not found")
+    except PermissionError as e:
+        return subprocess.CompletedProcess(argv, 126, "", f"{argv[0]}: {e}")
+    except subprocess.TimeoutExpired:
+        raise UserError(f"`{argv[0]}` gave no answer on this computer within {timeout_s:.0f} s") from None
+
+
+def _last(text: str) -> str:
+    lines = text.strip().splitlines()
+    return lines[-1] if lines else ""

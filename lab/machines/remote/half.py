@@ -6,23 +6,14 @@ on a box, detached: a session of its own, so a closed connection does not end it
 
     hello WORKDIR              the workdir (made), the Python, free disk, whether rsync is there
     state WORKDIR              the runs of ours alive there, and whether the GPUs run anyone's work
-    stage WORKDIR KEY LINK     the link's folder made; whether the data KEY is there whole; the
-                               files of a half-copied data folder with their sizes
+    stage WORKDIR KEY LINK     the link's folder made; whether the data KEY is there whole, or what of it is
     seal WORKDIR KEY SIZES     a copied data folder checked against the sizes sent, then put in place
     launch LINK PARAMS         the session started detached (once: a second call finds the first)
-    peek LINK OFFSET [JOB]     one look: the metrics bytes after OFFSET, the log's tail, the session's
-                               phase and markers; with a Slurm JOB, `scontrol show job` too (one connection)
-    stop LINK REASON           asks the session to save a checkpoint and stop
-    kill LINK REASON           ends the session now, and every process it started
+    peek LINK OFFSET [JOB]     the metrics after OFFSET, the log's tail, the phase and markers (and scontrol's)
+    stop / kill LINK REASON    asks the session to save and stop / ends it now, and every process it started
     outputs LINK               the session's output files with their sizes
     port                       a TCP port free now (torchrun's rendezvous on a group's first host)
-    run LINK                   the session itself: papermill executes the training notebook
-    job LINK                   a Slurm job's task on one node: its place in the group, then `run`;
-                               a job Slurm starts again after its session began leaves `requeued.json`
-
-In the machine's workdir: `data/<key>/` (a prepared data folder, once per host), `runs/<run>/<link>/`
-(train.ipynb, params.json, resume/, out/ = the notebook's out_dir, executed.ipynb, session.log, runner.json,
-exit.json).
+    run LINK / job LINK        the session itself (papermill), or a Slurm job's task on one node
 """
 from __future__ import annotations
 
@@ -80,7 +71,6 @@ def hello(workdir: str) -> dict:
 
 
 def _alive(link: Path) -> bool:
-    """Whether the link's session process lives (its pid, checked to be our runner)."""
     runner = _read_json(link / "runner.json")
     if not runner:
         return False
@@ -179,7 +169,6 @@ def _tail(path: Path, lines: int) -> str:
 
 
 def _new_metrics(path: Path, offset: int) -> tuple[str, int]:
-    """Whole lines of `path` after byte `offset` (at most CHUNK bytes), and the new offset."""
     try:
         with open(path, "rb") as f:
             f.seek(offset)
@@ -191,8 +180,6 @@ def _new_metrics(path: Path, offset: int) -> tuple[str, int]:
 
 
 def peek(link: str, offset: str, job_id: str = "") -> dict:
-    """One look at the session: its new metrics, the log's tail, its phase and markers; with a Slurm
-    job, what `scontrol show job` says of it as well, in the same connection."""
     here, pos = Path(link), int(offset)
     text, new = _new_metrics(here / "out" / "metrics.jsonl", pos)
     ended = _read_json(here / "exit.json")
@@ -248,8 +235,6 @@ def kill(link: str, reason: str) -> dict:
 
 
 def outputs(link: str) -> dict:
-    """The session's output files with their sizes, the checkpoint the run goes on from (the one its
-    result names, else its newest committed one) and how it ended."""
     here = Path(link)
     out = here / "out"
     files = _sizes(out) if out.is_dir() else {}
@@ -298,7 +283,6 @@ def _children(pid: int) -> list[int]:
 
 
 def _stop_when_asked(here: Path, done: threading.Event) -> None:
-    """A stop request becomes the notebook's stop button: SIGINT to the kernel, whose saver stops at a step."""
     while not done.wait(1.0):
         request = _read_json(here / "stop.json")
         if request is not None:
@@ -332,7 +316,6 @@ def run(link: str) -> None:
 
 
 def first_host(nodelist: str) -> str:
-    """The first node of the job, as the other nodes reach it (`scontrol show hostnames`)."""
     try:
         out = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True,
                              timeout=60).stdout.split()
@@ -342,7 +325,6 @@ def first_host(nodelist: str) -> str:
 
 
 def node_params(here: Path, folder: Path, rank: int, nodes: int, job_id: str) -> dict:
-    """The notebook's parameters on this node: the link's spec, with this node's place in the group."""
     params = json.loads((here / "params.json").read_text(encoding="utf-8"))
     session = params["session"]
     if nodes > 1:

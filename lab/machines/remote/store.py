@@ -22,8 +22,7 @@ CHECK_FILE, HOLDS_FILE, BURST_FOLDER = "check.json", "holds.json", "check"
 
 
 class Stored:
-    """One of the lab's own machines as stored here (a dataclass with `name`, `to_dict`, `from_dict`), its
-    record `FILE` in its folder; `NOUN` and `HOW` name it, and how to add one, in errors."""
+    """One of the lab's own machines as stored here, its record `FILE` in its folder (a dataclass)."""
     FILE = NOUN = HOW = ""
 
     @property
@@ -31,7 +30,6 @@ class Stored:
         return machines_dir() / self.name
 
     def store(self, taken: list[str]) -> "Stored":
-        """Stored as a new machine; `taken`: the names the lab's other machines have."""
         if not NAME.fullmatch(self.name):
             raise UserError(f"{self.name!r} is not a machine name: use a-z, 0-9, '-' and '_' (at most 40), "
                             "starting with a letter or digit")
@@ -59,7 +57,6 @@ class Stored:
 
 
 def records(file: str) -> list[dict]:
-    """The stored machines with a record `file` (a box's machine.json, a cluster's cluster.json)."""
     root = machines_dir()
     found = [read(folder / file) for folder in sorted(root.iterdir())] if root.is_dir() else []
     return [r for r in found if r is not None]
@@ -82,7 +79,6 @@ def check_problem(name: str) -> str | None:
 
 
 def store_burst(name: str, host: dict) -> None:
-    """A host's check burst as a run folder the calculator reads, on the machine's cards."""
     if not host.get("metrics") or not (host.get("worker") or {}).get("burst"):
         return
     with tempfile.TemporaryDirectory(prefix="lab-check-") as tmp:

@@ -15,8 +15,7 @@ from typing import Callable
 from lab.config import UserError
 from lab.machines.base import env_seconds
 from lab.machines.remote.check import BoxPlan, check_script, verdict
-from lab.machines.remote.client import python_word
-from lab.machines.remote.shell import Shell
+from lab.machines.remote.client import Shell, python_word
 from lab.machines.remote.store import ROOM_GB, store_burst, write_check
 from lab.machines.slurm.cluster import Cluster
 from lab.machines.slurm.job import cancel_job, shape_options, submit
@@ -28,8 +27,7 @@ CHECK_MINUTES = 10  # the check job's time limit (less where the partition gives
 
 
 def quick_check(cluster: Cluster) -> tuple[Shell, dict, dict]:
-    """The login node answers with the cluster's Python (the workdir made), and the partition is there:
-    (how to reach it, the Python's answer, the partition's facts)."""
+    """The login node answers with the cluster's Python, and the partition is there: (login, hello, facts)."""
     login = cluster.shell
     slurm(login, ["sbatch", "--version"])  # Slurm's commands are there (else: where to find them)
     hello = login.helper("hello", cluster.workdir, timeout_s=60)
@@ -38,7 +36,6 @@ def quick_check(cluster: Cluster) -> tuple[Shell, dict, dict]:
 
 
 def check_cluster(name: str, say: Callable[[str], None] = print, plan: BoxPlan | None = None) -> dict:
-    """Checks the cluster and stores the verdict; returns it."""
     plan, cluster = plan or BoxPlan(), Cluster.get(name)
     started = datetime.now(timezone.utc)
     say(f"{cluster.where}: reading the partition")
@@ -68,7 +65,6 @@ def partition_line(facts: dict) -> str:
 
 def _measured_job(cluster: Cluster, login: Shell, workdir: str, plan: BoxPlan,
                   say: Callable[[str], None]) -> tuple[dict, str, float]:
-    """The box's check and burst as one job on one node: (its facts, the job's id, its wait)."""
     folder = f"{workdir}/check/{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%S')}"
     args = json.dumps({"workdir": folder, "gpu_size": plan.gpu_size, "cpu_size": plan.cpu_size, "steps": plan.steps,
                        "timeout_s": plan.timeout_s, "burst": True, "min_free_gb": ROOM_GB})
@@ -123,7 +119,6 @@ def _wait(cluster: Cluster, login: Shell, job: str, say: Callable[[str], None]) 
 
 
 def _verdict(cluster: Cluster, host: dict, facts: dict, started: datetime) -> dict:
-    """A box's verdict on the node's facts, with the cluster's own words for what is missing."""
     record = verdict(cluster.name, cluster.python, [host], started)
     record.update(kind="slurm", partition=facts)
     if host.get("missing") and not host.get("error"):

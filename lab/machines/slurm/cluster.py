@@ -11,8 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
 from lab.config import UserError
-from lab.machines.remote.client import Address, parse_hosts
-from lab.machines.remote.shell import Shell
+from lab.machines.remote.client import Address, Shell, parse_hosts
 from lab.machines.remote.store import Stored
 
 LOCAL = "local"  # `--slurm local`: Slurm's commands run on this computer (it is the login node)
@@ -62,7 +61,6 @@ class Cluster(Stored):
 
 
 def parse_login(slurm: str, port: int | None) -> Address | None:
-    """`--slurm [USER@]LOGIN_HOST` (with `--port`), or `--slurm local`: None."""
     if slurm.strip() == LOCAL:
         if port is not None:
             raise UserError("--port is for a login node reached over ssh; `--slurm local` runs Slurm's commands here")
@@ -92,7 +90,6 @@ def parse_time(text: str) -> int:
 
 def checked_shape(partition: str | None, account: str | None, gres: str | None, nodes: int | None,
                   time: str | None) -> dict:
-    """The job's shape from the flags, each checked as sbatch would take it."""
     for flag, value in (("--partition", partition), ("--account", account)):
         if value is not None and not SLURM_WORD.fullmatch(value):
             raise UserError(f"{flag} {value!r}: a Slurm name is letters, digits and . _ + -")
@@ -111,7 +108,6 @@ def checked_shape(partition: str | None, account: str | None, gres: str | None, 
 
 def add_cluster(name: str, login: Address | None, shape: dict, python: str | None = None,
                 workdir: str | None = None, taken: list[str] = ()) -> Cluster:
-    """Stores a new cluster; `taken`: the names the lab's other machines have."""
     if workdir and re.search(r"\s", workdir):
         raise UserError(f"--workdir {workdir!r}: give a folder without spaces (a job script's #SBATCH lines name it)")
     return Cluster(name, login, python=python or DEFAULT_PYTHON, workdir=workdir or DEFAULT_WORKDIR,
@@ -133,8 +129,7 @@ def margin_s(job_s: int) -> int:
 
 
 def job_time(cluster_min: int | None, partition_default_s: int, partition_max_s: int, run_limit_min: float) -> JobTime:
-    """The job's time: the run's own limit and the margin, within what the cluster gives (a shorter job
-    starts sooner)."""
+    """The job's time: the run's own limit and the margin, within what the cluster gives."""
     allowed = cluster_min * 60 if cluster_min else partition_default_s or partition_max_s  # 0: no limit
     if allowed and partition_max_s:
         allowed = min(allowed, partition_max_s)

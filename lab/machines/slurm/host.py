@@ -1,14 +1,8 @@
 """A Slurm cluster as the driver sees it: one of the lab's machines, with no quota, whose links are jobs.
 It covers a whole run, as a box does; the queue decides when a job runs, so its state carries when Slurm
-would start the run's next job (`sbatch --test-only`), and Auto counts that wait.
-
-A cluster's verbs for the shared lifecycle: stage the data once and the link's folder on its shared file
-system, sbatch once (a submission whose answer was lost is found by its job name), look at the job (Slurm's
-word and the session's files, in one connection), ask it to save and stop, scancel it, fetch its outputs.
-While it waits in the queue the lab says why and when Slurm expects it to start; a reason that never clears
-ends the link. A job Slurm requeues after its session started ends the link: the session saved at Slurm's
-SIGTERM, the requeued job is scancelled so the run never trains twice, and the next link goes on from that
-checkpoint. A cancel asks the session to save and stop; a job still running CANCEL_GRACE_S after is scancelled.
+would start the run's next job (`sbatch --test-only`), and Auto counts that wait. While a job waits the lab
+says why; a reason that never clears ends the link. A job Slurm requeues after its session started ends the
+link (the session saved at Slurm's SIGTERM; the requeued job is scancelled so the run never trains twice).
 """
 from __future__ import annotations
 
@@ -27,8 +21,7 @@ from lab.machines.handoff import SessionOutputs
 from lab.machines.lifecycle import LIVE, Away, LinkCtx, Seen, Session, Unreachable, age_s, follow, plan
 from lab.machines.needs import source_checkpoint
 from lab.machines.remote.client import SshError
-from lab.machines.remote.host import OwnHost
-from lab.machines.remote.stage import data_key, fetch_from, params_of, peek, spec_there, stage_on, up_folder
+from lab.machines.remote.host import OwnHost, data_key, fetch_from, params_of, peek, spec_there, stage_on, up_folder
 from lab.machines.remote.store import check_problem, note_data, read_check
 from lab.machines.slurm.check import quick_check
 from lab.machines.slurm.cluster import Cluster, job_time
@@ -47,7 +40,6 @@ ENDINGS = {"COMPLETED": Said.EXITED, "FAILED": Said.EXITED, "OUT_OF_MEMORY": Sai
 
 class SlurmSession(Session):
     """One link's verbs on a cluster: one `sbatch` job."""
-
     def __init__(self, ctx: LinkCtx, cluster: Cluster):
         super().__init__(ctx, cluster.where)
         self.cluster, self.login = cluster, cluster.shell
@@ -142,7 +134,6 @@ class SlurmSession(Session):
         return self._note(preempted=now(), pending=None, restarts=state.restarts if state else rec.restarts)
 
     def _waiting(self, rec: SlurmLink, state: JobState) -> SlurmLink:
-        """Why the job waits, when that changed; a reason that never clears scancels it."""
         en, ru, never = reason_words(state.reason)
         start = state.start if state.start and state.start > now() else None
         if rec.pending and rec.pending.get("reason") == state.reason and rec.pending.get("start") == start:
@@ -204,8 +195,7 @@ class SlurmSession(Session):
 
 
 def said_of(rec: SlurmLink, stop_asked: bool) -> tuple[Said, str]:
-    """How Slurm says the link's job ended (its final state, or the lab's requeue or never-start), in
-    the lab's words (lab.machines.ending)."""
+    """How Slurm says the link's job ended (its final state, the lab's requeue or never-start), in the lab's."""
     job = f"job {rec.job}"
     if rec.pending and rec.pending.get("never"):
         return Said.NEVER, rec.pending["en"]
@@ -224,8 +214,6 @@ def said_of(rec: SlurmLink, stop_asked: bool) -> tuple[Said, str]:
 
 
 def job_facts(rec: SlurmLink, out: SessionOutputs, log: str) -> dict:
-    """What a cluster adds to how its job ended: the session's own error, Slurm's word that the run
-    itself ended it (out of memory), what to do, and who sends a SIGTERM the lab did not."""
     error = ((rec.last or {}).get("exit") or {}).get("error")
     hint = ""
     if error and "ModuleNotFoundError" in error:
@@ -239,8 +227,6 @@ def job_facts(rec: SlurmLink, out: SessionOutputs, log: str) -> dict:
 
 
 def _requeued(rec: SlurmLink, state: JobState | None, markers: dict) -> bool:
-    """Slurm put the job back into the queue after its session had started (a restart that found
-    the session's marker ended at once, saying so)."""
     if markers.get("requeued"):
         return True
     if state is None or not markers.get("runner"):
@@ -250,7 +236,6 @@ def _requeued(rec: SlurmLink, state: JobState | None, markers: dict) -> bool:
 
 class SlurmHost(OwnHost):
     """One of the lab's Slurm clusters (lab.machines.slurm.cluster), by its name in the lab."""
-
     kind, stored = "slurm", Cluster
 
     @property
@@ -275,16 +260,12 @@ class SlurmHost(OwnHost):
         return m
 
     def check(self, say: Callable[[str], None] = print) -> None:
-        """The login node answers, the partition is there, and the cluster's last check (if any)
-        says it can run the lab's sessions."""
         problem = check_problem(self.name)
         if problem:
             raise UserError(f"{self.cluster.where}: {problem}")
         quick_check(self.cluster)
 
     def limits(self, cfg: RunConfig) -> list[Problem]:
-        """The run's limit against the job time the cluster gives (its --time, else the partition's
-        default, else its maximum, as its check read them with scontrol), less the job's margin."""
         cluster, facts = self.cluster, (read_check(self.name) or {}).get("partition") or {}
         time = job_time(cluster.time_min, facts.get("default_time_s", 0), facts.get("max_time_s", 0), cfg.limit_min)
         if cfg.limit_min <= 0 or time.limit_min >= cfg.limit_min:
@@ -306,7 +287,7 @@ class SlurmHost(OwnHost):
 
     def follow(self, run: Run, link: Link, how: Follow) -> Link:
         # The job lives on the cluster: a driver that died left it there (`how.fresh` matters not).
-        return follow(SlurmSession(LinkCtx(run.id, link.n, how.say, how.cancelled, how.progress), self.cluster))
+        return follow(SlurmSession(LinkCtx(run.id, link.n, how.say, how.cancelled), self.cluster))
 
     def waiting(self, link: Link) -> tuple[str, str] | None:
         pending = SlurmLink.of(link).pending

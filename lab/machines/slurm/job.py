@@ -10,8 +10,7 @@ from dataclasses import dataclass
 
 from lab.config import UserError
 from lab.machines.lifecycle import LinkRecord
-from lab.machines.remote.client import python_word
-from lab.machines.remote.shell import Shell
+from lab.machines.remote.client import Shell, python_word
 from lab.machines.slurm.cluster import Cluster
 from lab.machines.slurm.query import slurm
 
@@ -45,7 +44,6 @@ def shape_options(cluster: Cluster) -> list[str]:
 
 
 def job_script(cluster: Cluster, rec: SlurmLink, title: str) -> str:
-    """The batch script of the link's job: the kit's half (`job`) as one task per node under `srun`."""
     remote = rec.remote
     lines = ["#!/bin/bash", f"#SBATCH --job-name={rec.job_name}", f"#SBATCH --output={remote}/session.log",
              "#SBATCH --open-mode=append", f"#SBATCH --chdir={remote}", f"#SBATCH --time={rec.minutes}",
@@ -79,7 +77,6 @@ def submit(login: Shell, script_path: str, where: str, then: str = "then `lab wa
 
 
 def find_submitted(login: Shell, job_name: str) -> str | None:
-    """The job of that name Slurm holds (a submission whose answer was not recorded), if any."""
     proc = slurm(login, ["squeue", "-h", "-t", "all", "-n", job_name, "-o", "%i"])
     ids = [line.strip() for line in proc.stdout.splitlines() if line.strip().isdigit()]
     return ids[-1] if proc.returncode == 0 and ids else None

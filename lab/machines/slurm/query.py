@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta, timezone
 
 from lab.config import UserError
-from lab.machines.remote.shell import NOT_FOUND, Shell
+from lab.machines.remote.client import NOT_FOUND, Shell
 from lab.machines.slurm.cluster import parse_time
 
 POLL_ENV = "LAB_SLURM_POLL_S"  # how often the lab asks Slurm about a job (the person's setting)
@@ -49,7 +49,6 @@ class JobState:
 
 
 def slurm(login: Shell, argv: list[str], timeout_s: float = 60.0):
-    """One of Slurm's commands on the login node; its absence is an error that says where it is missing."""
     proc = login.run(argv, timeout_s=timeout_s)
     if proc.returncode == NOT_FOUND and ("not found" in proc.stderr or not proc.stderr.strip()):
         where = "this computer" if login.address is None else f"the login node {login.address.host}"
@@ -69,7 +68,6 @@ def scontrol_fields(line: str) -> dict[str, str]:
 
 
 def _utc(text: str | None, offset: timedelta) -> str | None:
-    """A Slurm time (the cluster's local time, ISO without a zone) in UTC; None when it is none."""
     if not text or text in ("Unknown", "None", "N/A"):
         return None
     try:
@@ -84,7 +82,6 @@ OFFSET_TTL_S = 3600.0
 
 
 def cluster_offset(login: Shell) -> timedelta:
-    """The login node's UTC offset: Slurm writes its times in the cluster's local time."""
     known = _OFFSETS.get(login.label)
     if known and time.monotonic() - known[0] < OFFSET_TTL_S:
         return known[1]
@@ -126,7 +123,6 @@ _NO_ACCOUNTING: dict[str, float] = {}  # login -> when its sacct said the cluste
 
 
 def _from_sacct(login: Shell, job: str, offset: timedelta) -> JobState | None:
-    """The job's accounting record; None where the cluster keeps none (asked again after an hour) or has none."""
     if time.monotonic() - _NO_ACCOUNTING.get(login.label, -OFFSET_TTL_S) < OFFSET_TTL_S:
         return None
     proc = slurm(login, ["sacct", "-j", job, "-X", "-n", "-P", "-o", "JobID,State,ExitCode,Reason,Start,End,NodeList"])
@@ -145,8 +141,7 @@ def _from_sacct(login: Shell, job: str, offset: timedelta) -> JobState | None:
 
 def job_state(login: Shell, job: str, offset: timedelta | None = None,
               scontrol: dict | None = None) -> JobState | None:
-    """The job now, as the controller holds it, else its accounting record; `scontrol`: its `scontrol show
-    job` answer read already. A controller that does not answer raises SlurmUnreachable."""
+    """The job now, as the controller holds it, else its accounting record; `scontrol`: its answer read already."""
     offset = cluster_offset(login) if offset is None else offset
     live = _from_scontrol(login, job, offset) if scontrol is None else from_scontrol(job, scontrol, offset)
     return live or _from_sacct(login, job, offset)
@@ -154,8 +149,7 @@ def job_state(login: Shell, job: str, offset: timedelta | None = None,
 
 def final_state(login: Shell, job: str, offset: timedelta | None = None,
                 live: JobState | None = None) -> JobState | None:
-    """How the job ended: its accounting record where the cluster keeps one, else the controller's (`live`:
-    its word read already, whose restarts the record lacks)."""
+    """How the job ended: its accounting record, else the controller's (`live`: its word read already)."""
     offset = cluster_offset(login) if offset is None else offset
     kept = _from_sacct(login, job, offset)
     if kept is not None and kept.state in ENDED:

@@ -7,8 +7,7 @@ from datetime import datetime, timezone
 from typing import Callable
 
 from lab.machines.remote.check import BoxPlan, check_host, verdict
-from lab.machines.remote.client import Address
-from lab.machines.remote.shell import Shell
+from lab.machines.remote.client import Address, Shell
 from lab.machines.remote.store import Stored, store_burst, write_check
 
 DEFAULT_PYTHON = "python3"
@@ -50,7 +49,6 @@ def shells(box: Box) -> list[Shell]:
 
 
 def check_machine(name: str, say: Callable[[str], None] = print, plan: BoxPlan | None = None) -> dict:
-    """Checks every host of the machine, stores and returns the verdict; an unreachable host raises."""
     plan, box = plan or BoxPlan(), Box.get(name)
     started = datetime.now(timezone.utc)
     hosts = []

@@ -1,9 +1,6 @@
-"""The lab's own machines over SSH: a member's GPU box, or a group of boxes that trains one run across its
-hosts with torchrun (meeting on the first host). A box's verbs for the shared lifecycle: stage the data and
-the link's folder on every host, launch the session there detached (a dropped connection or a crashed
-control side is no failed run), look at it (the first host's rank 0 writes the run's files), ask it to save
-and stop, kill it, bring its outputs back. A box has no quota and no session limit: it covers a whole run,
-and is free when no run of ours is on it and no one's work runs on its GPUs.
+"""The lab's boxes over SSH: a member's GPU box, or a group of boxes that trains one run across its hosts
+with torchrun. The session lives on the box, detached: a dropped connection or a crashed control side is no
+failed run. A box has no quota: it covers a whole run, and is free when no one's work runs on its GPUs.
 """
 from __future__ import annotations
 
@@ -25,8 +22,7 @@ from lab.machines.handoff import SessionOutputs, read_marker
 from lab.machines.lifecycle import LIVE, Away, LinkCtx, LinkRecord, Seen, Session, Unreachable, follow, plan
 from lab.machines.needs import source_checkpoint
 from lab.machines.remote.client import Address, SshError, client, options
-from lab.machines.remote.host import OwnHost
-from lab.machines.remote.stage import fetch_from, params_of, peek, spec_there, stage_on, up_folder
+from lab.machines.remote.host import OwnHost, fetch_from, params_of, peek, spec_there, stage_on, up_folder
 from lab.machines.remote.store import check_problem, note_data, read_check
 from lab.machines.ssh.boxes import Box, check_machine, shells
 from lab.runs import Link, Run
@@ -37,14 +33,12 @@ POLL_S = 5.0
 
 @dataclass
 class BoxRecord(LinkRecord):
-    """A box's own record of a link: each host's paths there, the group's rendezvous."""
     hosts: list = field(default_factory=list)
     endpoint: str | None = None
 
 
 class BoxSession(Session):
     """One link's verbs on a box or a group of boxes."""
-
     def __init__(self, ctx: LinkCtx, box: Box):
         super().__init__(ctx, box.where)
         self.box, self.shells = box, shells(box)
@@ -131,7 +125,6 @@ class BoxSession(Session):
 
 
 def fit_to_run(box: Box, say: Callable[[str], None]) -> None:
-    """Raises UserError unless the box's check (run now on its first use) says it can run the lab's sessions."""
     if read_check(box.name) is None:  # its first use: the check runs first, as `lab machines check`
         check_machine(box.name, say=say)
     problem = check_problem(box.name)
@@ -153,8 +146,7 @@ def seen_of(got: dict, live_file: Path) -> Seen:
 
 
 def rendezvous_host(address: Address) -> str:
-    """The first host's address as its ssh config resolves it (`ssh -G`): where the group's
-    other hosts reach its rendezvous."""
+    """The first host's address as its ssh config resolves it (`ssh -G`): where the group's others meet it."""
     port = ["-p", str(address.port)] if address.port else []
     try:
         out = subprocess.run([client("ssh"), "-G", *options(), *port, address.host], capture_output=True,
@@ -170,7 +162,6 @@ def rendezvous_host(address: Address) -> str:
 
 class SshHost(OwnHost):
     """One of the lab's SSH machines (lab.machines.ssh.boxes), by its name in the lab."""
-
     kind, stored = "ssh", Box
 
     @property
@@ -198,7 +189,6 @@ class SshHost(OwnHost):
         return m
 
     def check(self, say: Callable[[str], None] = print) -> None:
-        """Its check says it can run the lab's sessions, and each host answers."""
         fit_to_run(self.box, say)
         for shell in shells(self.box):
             shell.helper("hello", self.box.workdir, timeout_s=60)
@@ -208,4 +198,4 @@ class SshHost(OwnHost):
 
     def follow(self, run: Run, link: Link, how: Follow) -> Link:
         # The session lives on the box: a driver that died left it running (`how.fresh` matters not).
-        return follow(BoxSession(LinkCtx(run.id, link.n, how.say, how.cancelled, how.progress), self.box))
+        return follow(BoxSession(LinkCtx(run.id, link.n, how.say, how.cancelled), self.box))
