@@ -65,10 +65,6 @@ def _what(f: Facts) -> str:
     return f.words or f"the session ended ({f.said.value})"
 
 
-def _never(f: Facts) -> tuple[str, str]:
-    return f"{f.where}: {_what(f)}", f"{f.where}: {_what(f)}"
-
-
 def _unfit(f: Facts) -> tuple[str, str]:
     return f.unfit or (f"{f.where}: the session came without the cards it was sent for", f"{f.where}: сессия пришла "
                        "без карт, для которых её отправили")
@@ -101,11 +97,6 @@ def _saved(f: Facts) -> tuple[str, str]:
     return reason, reason
 
 
-def _cut_saved(f: Facts) -> tuple[str, str]:
-    en, ru = _goes_on(f)
-    return f"{f.where}: {_what(f)}{en}", f"{f.where}: {_what(f)}{ru}"
-
-
 def _others(f: Facts) -> tuple[str, str]:
     en, ru = _goes_on(f) if f.out.went_on(f.from_step) else ("", "")
     return (f"{f.where}: {_what(f)}: it was cancelled outside the lab (scancel by hand, or the cluster's admins)"
@@ -128,11 +119,8 @@ def _failed(f: Facts) -> tuple[str, str]:
 def _lost(f: Facts) -> tuple[str, str]:
     why = f.error or f.out.problem
     said = _what(f) + (f": {why}" if why and why not in _what(f) else "")
-    hint = f" {f.hint}" if f.hint else ""
+    hint = f" {f.hint}" if f.hint and f.said is not Said.DELETED else ""
     log = f" Its log is in {f.folder}/." if f.folder and not f.hint else ""
-    if f.said is Said.DELETED:
-        return (f"{f.where}: {said}; no checkpoint of it came back: only that session is lost.{log}",
-                f"{f.where}: {said}; её чекпоинт не вернулся: потеряна только эта сессия.")
     return (f"{f.where}: {said}; no checkpoint of it came back: only that session is lost.{hint}{log}",
             f"{f.where}: {said}; её чекпоинт не вернулся: потеряна только эта сессия.")
 
@@ -148,8 +136,8 @@ class Rule:
 
 
 RULES: tuple[Rule, ...] = (
-    Rule("never started", lambda f: f.said is Said.NEVER, "failed", lambda f: f.refused or End.FAILED, _never,
-         session=False),
+    Rule("never started", lambda f: f.said is Said.NEVER, "failed", lambda f: f.refused or End.FAILED,
+         lambda f: (f"{f.where}: {_what(f)}",) * 2, session=False),
     Rule("without its cards", lambda f: bool(f.out.no_gpu), "failed", End.UNFIT, _unfit),
     Rule("inputs not in place", lambda f: bool(f.out.input_not_ready), "failed", End.PUSH_AGAIN, _inputs),
     Rule("cancelled", lambda f: f.cancel_asked and not (f.out.result or {}).get("done")
@@ -163,7 +151,8 @@ RULES: tuple[Rule, ...] = (
     # Its machine's Python lacks what the notebook needs: no session there will do better until it is installed.
     Rule("its machine lacks a module", lambda f: "ModuleNotFoundError" in (f.error or ""), "failed", End.FAILED,
          _failed),
-    Rule("cut after a save", lambda f: f.out.went_on(f.from_step), "stopped", End.CONTINUE, _cut_saved),
+    Rule("cut after a save", lambda f: f.out.went_on(f.from_step), "stopped", End.CONTINUE,
+         lambda f: tuple(f"{f.where}: {_what(f)}{clause}" for clause in _goes_on(f))),
     Rule("lost", lambda f: True, "failed", End.LOST, _lost),
 )
 

@@ -23,6 +23,7 @@ from lab.procs import descendants, forwarding_stop_signals, signal_quietly
 from lab.runs import End, Link, Outcome, Run, now, updating
 from lab.spec import LinkSpec
 
+
 @functools.cache
 def local_cards() -> list[str]:
     """nvidia-smi's "name, memory" line for each card of this computer, asked once (without torch)."""

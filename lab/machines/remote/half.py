@@ -157,34 +157,25 @@ def launch(link: str, params: str) -> dict:
     return {"started": True, "pid": proc.pid}
 
 
-def _tail(path: Path, lines: int) -> str:
+def _read(path: Path, start: int, size: int) -> bytes:
+    """`size` bytes of `path` from byte `start` (from its end where negative); none where it cannot be read."""
     try:
         with open(path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            f.seek(max(0, f.tell() - 32 * 1024))
-            text = f.read().decode("utf-8", "replace")
+            f.seek(start if start >= 0 else max(0, f.seek(0, os.SEEK_END) + start))
+            return f.read(size)
     except OSError:
-        return ""
-    return "\n".join(line.rsplit("\r", 1)[-1] for line in text.splitlines()[-lines:])
-
-
-def _new_metrics(path: Path, offset: int) -> tuple[str, int]:
-    try:
-        with open(path, "rb") as f:
-            f.seek(offset)
-            block = f.read(CHUNK)
-    except OSError:
-        return "", offset
-    whole = block[:block.rfind(b"\n") + 1]
-    return whole.decode("utf-8", "replace"), offset + len(whole)
+        return b""
 
 
 def peek(link: str, offset: str, job_id: str = "") -> dict:
     here, pos = Path(link), int(offset)
-    text, new = _new_metrics(here / "out" / "metrics.jsonl", pos)
-    ended = _read_json(here / "exit.json")
-    answer = {"metrics": text, "from": pos, "offset": new, "phase": _phase(here, ended, _alive(here)),
-              "log": _tail(here / "session.log", LOG_LINES), **{m: _read_json(here / f"{m}.json") for m in MARKERS}}
+    block = _read(here / "out" / "metrics.jsonl", pos, CHUNK)
+    whole = block[:block.rfind(b"\n") + 1]  # whole lines only
+    log = _read(here / "session.log", -32 * 1024, 32 * 1024).decode("utf-8", "replace").splitlines()[-LOG_LINES:]
+    answer = {"metrics": whole.decode("utf-8", "replace"), "from": pos, "offset": pos + len(whole),
+              "phase": _phase(here, _read_json(here / "exit.json"), _alive(here)),
+              "log": "\n".join(line.rsplit("\r", 1)[-1] for line in log),
+              **{m: _read_json(here / f"{m}.json") for m in MARKERS}}
     if job_id:
         try:
             proc = subprocess.run(["scontrol", "show", "job", "-o", job_id], capture_output=True, text=True,
