@@ -318,12 +318,26 @@ def test_context_above_the_datas_shortest_split_is_an_error():
     assert "context" not in fields_of(est(manifest=manifest(shortest_val=1025), context=1024).problems)
 
 
+def kaggle_account(name: str = "alice") -> None:
+    from lab.kaggle.accounts import add_account
+    add_account(name, token="KGAT_0123456789abcdef0123456789abcdef", username=name)
+
+
+def limit_problems(limit_min: float, machine: str = "alice") -> list:
+    """The run as `lab size` and the form size it (lab.api.runs.preview): its machine's own limits."""
+    return [p for p in preview({"limit_min": limit_min, "machine": machine}, manifest={}).problems
+            if p.field == "limit_min"]
+
+
 def test_limit_above_kaggles_session_warns_above_690_and_refuses_above_720():
-    assert "limit_min" not in fields_of(est(limit_min=630).problems)
-    [warn] = [p for p in est(limit_min=700).problems if p.field == "limit_min"]
+    kaggle_account()
+    assert not limit_problems(630)
+    [warn] = limit_problems(700)
     assert warn.severity == "warning" and "630" in warn.en
-    [err] = [p for p in est(limit_min=721).problems if p.field == "limit_min"]
+    [err] = limit_problems(721)
     assert err.severity == "error" and "12-hour" in err.en and "12-часовой" in err.ru
+    [note] = limit_problems(800, machine="auto")  # Auto caps its links on an account instead
+    assert note.severity == "note"
 
 
 def test_unknown_gpu_is_an_error():
@@ -609,7 +623,8 @@ def test_lab_size_speaks_russian(capsys):
 def test_lab_size_bad_fields_exit_2_with_the_message(capsys):
     assert lab_main(["size", "--width", "500", "--heads", "8"]) == 2
     assert "does not divide by heads" in capsys.readouterr().err
-    assert lab_main(["size", "--limit-min", "800", "--json"]) == 2
+    kaggle_account()
+    assert lab_main(["size", "--limit-min", "800", "--machine", "alice", "--json"]) == 2
     captured = capsys.readouterr()
     assert "12-hour" in captured.err
     assert json.loads(captured.out)["errors"][0]["field"] == "limit_min"
