@@ -105,16 +105,13 @@ def active_runs() -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
     for run in list_runs():
         link = active_link(run)
-        if link is not None and (not _in_driver(link) or driver_alive(run.id)):
+        try:
+            in_driver = link is not None and class_of(link).session_in_driver
+        except UserError:  # a machine no longer in the lab: its session, if any, is not the lab's to count
+            in_driver = False
+        if link is not None and (not in_driver or driver_alive(run.id)):
             out.setdefault(link.machine, []).append(run.id)
     return out
-
-
-def _in_driver(link: Link) -> bool:
-    try:
-        return class_of(link).session_in_driver
-    except UserError:  # a machine no longer in the lab: its session, if any, is not the lab's to count
-        return False
 
 
 def active_runs_on(machine: str) -> list[str]:

@@ -11,6 +11,7 @@ import traceback
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
+from itertools import takewhile
 from typing import Callable
 
 from lab.config import RunConfig, UserError
@@ -116,10 +117,7 @@ def _drive(run_id: str, state: _Driving, say: Callable[[str], None]) -> Run:
     while True:
         run = load_run(run_id)
         link = active_link(run)
-        if link is not None:
-            halted = _go_on_with(run, link, state, say)
-        else:
-            halted = _next_step(run, state, say)
+        halted = _go_on_with(run, link, state, say) if link is not None else _next_step(run, state, say)
         if halted is not None:
             return halted
 
@@ -139,8 +137,11 @@ def _go_on_with(run: Run, link: Link, state: _Driving, say: Callable[[str], None
 def _after(run_id: str, ended: Link, state: _Driving, say: Callable[[str], None]) -> Run | None:
     """What the link's outcome means for the run: the halted run, or None to go on."""
     out = ended.outcome
-    if out.session:
-        _predicted_on_its_cards(run_id)
+    if out.session:  # the calculator's prediction for the cards the session ran on, where the run has none yet
+        run = load_run(run_id)
+        info = run_info(str(run.folder))
+        if info and info.get("gpu") and info["gpu"] not in read_predictions(run.folder):
+            record_prediction(run.folder, run.cfg, gpu=info["gpu"])
     if out.pass_over:  # its service lost the session: another machine takes the next link where one can
         state.exclude(ended.machine, out)
     if out.kind in REFUSED:  # a picked machine too: the lab waits for it and asks again
@@ -159,7 +160,8 @@ def _after(run_id: str, ended: Link, state: _Driving, say: Callable[[str], None]
         say(f"{out.reason} The lab continues the run on another machine where one can take it.")
         return None
     if out.kind is End.PUSH_AGAIN:
-        if _in_a_row(load_run(run_id), End.PUSH_AGAIN) < MAX_INPUT_WAITS:
+        kinds = (link.outcome.kind if link.outcome else None for link in reversed(load_run(run_id).links))
+        if len(list(takewhile(lambda kind: kind is End.PUSH_AGAIN, kinds))) < MAX_INPUT_WAITS:
             return None  # the machine waited; the next link pushes again
         return _halt_on(run_id, f"{out.reason}; {MAX_INPUT_WAITS} sessions in a row found their inputs not "
                         "mounted: the lab stops here", f"{out.reason_ru or out.reason}; {MAX_INPUT_WAITS} сессии "
@@ -178,13 +180,6 @@ def _after(run_id: str, ended: Link, state: _Driving, say: Callable[[str], None]
     if out.kind is End.CONTINUE:
         _pass_over_if_slow(run_id, ended, state, say)
     return None  # CONTINUE, INTERRUPTED: the next link goes on from the run's step
-
-
-def _predicted_on_its_cards(run_id: str) -> None:
-    run = load_run(run_id)
-    info = run_info(str(run.folder))
-    if info and info.get("gpu") and info["gpu"] not in read_predictions(run.folder):
-        record_prediction(run.folder, run.cfg, gpu=info["gpu"])
 
 
 def _pass_over_if_slow(run_id: str, ended: Link, state: _Driving, say: Callable[[str], None]) -> None:
@@ -208,15 +203,6 @@ def _lost_in_a_row(run: Run) -> int:
             count += 1
         elif kind in (End.CONTINUE, End.CANCELLED):
             break
-    return count
-
-
-def _in_a_row(run: Run, kind: End) -> int:
-    count = 0
-    for link in reversed(run.links):
-        if link.outcome is None or link.outcome.kind is not kind:
-            break
-        count += 1
     return count
 
 

@@ -65,11 +65,6 @@ def _what(f: Facts) -> str:
     return f.words or f"the session ended ({f.said.value})"
 
 
-def _unfit(f: Facts) -> tuple[str, str]:
-    return f.unfit or (f"{f.where}: the session came without the cards it was sent for", f"{f.where}: сессия пришла "
-                       "без карт, для которых её отправили")
-
-
 def _inputs(f: Facts) -> tuple[str, str]:
     wrong = ", ".join((f.out.input_not_ready or {}).get("expected") or {}) or "its inputs"
     return (f"{f.where}: the session did not find {wrong} as sent (not yet in place there); it trained nothing, and "
@@ -138,7 +133,9 @@ class Rule:
 RULES: tuple[Rule, ...] = (
     Rule("never started", lambda f: f.said is Said.NEVER, "failed", lambda f: f.refused or End.FAILED,
          lambda f: (f"{f.where}: {_what(f)}",) * 2, session=False),
-    Rule("without its cards", lambda f: bool(f.out.no_gpu), "failed", End.UNFIT, _unfit),
+    Rule("without its cards", lambda f: bool(f.out.no_gpu), "failed", End.UNFIT, lambda f: f.unfit or (
+        f"{f.where}: the session came without the cards it was sent for",
+        f"{f.where}: сессия пришла без карт, для которых её отправили")),
     Rule("inputs not in place", lambda f: bool(f.out.input_not_ready), "failed", End.PUSH_AGAIN, _inputs),
     Rule("cancelled", lambda f: f.cancel_asked and not (f.out.result or {}).get("done")
          and (f.said is Said.CANCELLED or f.out.saved or f.said is Said.DELETED), "cancelled", End.CANCELLED,

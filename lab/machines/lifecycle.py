@@ -273,8 +273,11 @@ def _watch(session: Session, dog: Watchdog) -> None:
                                                                     "words": seen.words})
                 return
             why = _lost_by_its_service(session, w, seen, dog)
-            if why is not None:
-                _delete(session, why, w)
+            if why is not None:  # the lab ends it, and says what it had shown
+                said, lost = session.delete(), f" (it had shown step {w.last_step:,})" if w.last_step else ""
+                ctx.say(f"link {ctx.n}: the lab ended the session on {session.where}: {why}{lost}; {said}")
+                Away.update(ctx.run_id, ctx.n, phase="ended", seen={"said": Said.DELETED.value, "words": "the lab "
+                            f"ended the session: {why}"}, deleted={"why": why, "at": now(), "last_step": w.last_step})
                 return
             time.sleep(session.poll_s)
     finally:
@@ -337,15 +340,6 @@ def _lost_by_its_service(session: Session, w: _Watching, seen: Seen, dog: Watchd
 
 def _span(seconds: float) -> str:
     return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min"
-
-
-def _delete(session: Session, why: str, w: _Watching) -> None:
-    ctx = session.ctx
-    said = session.delete()
-    lost = f" (it had shown step {w.last_step:,})" if w.last_step else ""
-    ctx.say(f"link {ctx.n}: the lab ended the session on {session.where}: {why}{lost}; {said}")
-    Away.update(ctx.run_id, ctx.n, phase="ended", deleted={"why": why, "at": now(), "last_step": w.last_step},
-                seen={"said": Said.DELETED.value, "words": f"the lab ended the session: {why}"})
 
 
 def _cancel(session: Session) -> bool:

@@ -213,16 +213,13 @@ def ensure_checkpoint(run_id: str, n: int, ctx: LinkContext) -> dict | None:
     return held_now
 
 
-def _dataset_lock(username: str, kind: str, key: str):
-    name = hashlib.sha256(f"{username.lower()}\0{kind}\0{key}".encode()).hexdigest()[:32]
-    return _locked(lab_home() / "kaggle" / "locks" / f"{name}.lock")
-
-
 def _dataset_once(ctx: LinkContext, up: Upload) -> dict:
     """Makes sure the account's dataset `up.slug` holds this content (`up.match`), READY and holding the
     files sent, uploading it only if no earlier process did (its intent recorded first, with the version
-    then current). One process at a time per dataset: an "uploading" record found here is a dead one's."""
-    with _dataset_lock(ctx.c.username, up.kind, up.key):
+    then current). One process at a time per dataset (another run's driver on the same data waits, then reads
+    what the first recorded): an "uploading" record found here is a dead process's."""
+    name = hashlib.sha256(f"{ctx.c.username.lower()}\0{up.kind}\0{up.key}".encode()).hexdigest()[:32]
+    with _locked(lab_home() / "kaggle" / "locks" / f"{name}.lock"):
         for attempt in (1, 2):
             h = _known_upload(ctx, up)
             if not h:

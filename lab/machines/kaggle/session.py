@@ -218,7 +218,7 @@ class KaggleSession(Session):
         mode = self.curve.seen_status(status, asked)
         self._note(record, status, failure)
         if self.polls % LOG_EVERY_POLLS == 1:
-            save_log(self.c, kernel.slug, self.ctx.folder / "live.log")
+            self._save_log(kernel.slug)
         if status in TERMINAL:
             return self._ended(status, failure)
         self._not_started(status, kernel)
@@ -267,6 +267,15 @@ class KaggleSession(Session):
     def close(self) -> None:
         if self.curve is not None:
             self.curve.stop()
+
+    def _save_log(self, slug: str) -> None:
+        try:
+            text = self.c.kernel_log(slug)
+        except UserError:
+            return  # the log is a courtesy: the status decides
+        if text:
+            self.ctx.folder.mkdir(parents=True, exist_ok=True)
+            atomic_write(self.ctx.folder / "live.log", lambda f: f.write(text.encode("utf-8")))
 
     def fetch(self, folder: Path) -> str | None:
         kernel = self.rec().kernel
@@ -395,16 +404,6 @@ def measure(link: Link, folder: Path, out: SessionOutputs) -> dict:
                   and d.kaggle_status != "COMPLETE" and not Away.of(link).stop_sent,
                   "ran_s": _span(started, ended_seen), "timeout_s": d.session_timeout_s},
     }
-
-
-def save_log(c: AccountClient, slug: str, path: Path) -> None:
-    try:
-        text = c.kernel_log(slug)
-    except UserError:
-        return  # the log is a courtesy: the status decides
-    if text:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(path, lambda f: f.write(text.encode("utf-8")))
 
 
 def patiently(session: KaggleSession, what: str, fn: Callable[[], T]) -> T:

@@ -53,7 +53,10 @@ def verdict(name: str, python: str, hosts: list[dict], started: datetime) -> dic
               "why": None, "why_ru": None, "hosts": [{k: v for k, v in h.items() if k != "metrics"} for h in hosts]}
     cards = [{"host": h["host"], "name": g["name"], "memory_gb": g["memory_gb"], "capability": g["capability"]}
              for h in hosts for g in h.get("gpus") or []]
-    record["cards"] = _counted(cards)
+    counted: dict[tuple, dict] = {}  # each host's cards of one kind as one entry with its count
+    for c in cards:
+        counted.setdefault((c["host"], c["name"], c["memory_gb"], c["capability"]), {**c, "count": 0})["count"] += 1
+    record["cards"] = list(counted.values())
     record["gpu"] = card_set(cards[0]["name"], len(cards)) if cards else "cpu"
     burst = ((hosts[0].get("worker") or {}).get("burst")) or {}
     record["tok_s"] = burst.get("tok_s")
@@ -65,14 +68,6 @@ def verdict(name: str, python: str, hosts: list[dict], started: datetime) -> dic
         record.update(warning=f"little free disk in the workdir on {', '.join(low)} (under {MIN_FREE_GB:g} GB)",
                       warning_ru=f"мало места в рабочей папке на {', '.join(low)} (меньше {MIN_FREE_GB:g} ГБ)")
     return record
-
-
-def _counted(cards: list[dict]) -> list[dict]:
-    out: dict[tuple, dict] = {}  # each host's cards of one kind as one entry with its count
-    for c in cards:
-        key = (c["host"], c["name"], c["memory_gb"], c["capability"])
-        out.setdefault(key, {**c, "count": 0})["count"] += 1
-    return list(out.values())
 
 
 def _problems(python: str, h: dict) -> list[tuple[str, str]]:

@@ -64,19 +64,11 @@ class SshError(UserError):
         super().__init__(message)
 
 
-def config_file() -> Path | None:
-    raw = os.environ.get(CONFIG_ENV, "").strip()
-    if not raw:
-        return None
-    path = Path(raw).expanduser()
-    if not path.is_file():
-        raise UserError(f"{CONFIG_ENV}={raw}: no such file; point it at an ssh config, or unset it to use your own")
-    return path
-
-
 def options() -> list[str]:
-    config = config_file()
-    return ([] if config is None else ["-F", str(config)]) + [
+    config = os.environ.get(CONFIG_ENV, "").strip()  # the person's own where unset (a lab-wide file, a test's)
+    if config and not Path(config).expanduser().is_file():
+        raise UserError(f"{CONFIG_ENV}={config}: no such file; point it at an ssh config, or unset it to use your own")
+    return (["-F", str(Path(config).expanduser())] if config else []) + [
         "-o", "BatchMode=yes", "-o", f"ConnectTimeout={CONNECT_TIMEOUT_S}",
         "-o", f"ServerAliveInterval={ALIVE_S}", "-o", f"ServerAliveCountMax={ALIVE_COUNT}"]
 
@@ -87,11 +79,6 @@ def client(name: str) -> str:
         raise UserError(f"the OpenSSH client's `{name}` is not installed here: install it (Debian/Ubuntu: "
                         "apt install openssh-client) and check that `ssh HOST` works")
     return found
-
-
-def ssh_argv(address: Address, command: str) -> list[str]:
-    port = ["-p", str(address.port)] if address.port else []
-    return [client("ssh"), *options(), *port, address.host, command]
 
 
 def python_word(python: str) -> str:
@@ -131,7 +118,7 @@ def copy_up(address: Address, local: Path, remote: str, rsync: bool, there: dict
     """Copies the folder `local` into `remote` (absolute, on the box), resumable: rsync where both sides have
     it, else sftp; `there` (relative path -> size, already there): a whole one is skipped, a shorter continued."""
     if rsync and shutil.which("rsync"):
-        cmd = [client("rsync"), "-a", "--partial", "--protect-args", "-e", shlex.join(_rsh(address)),
+        cmd = [client("rsync"), "-a", "--partial", "--protect-args", "-e", shlex.join(ssh_command(address)),
                f"{local}/", f"{address.host}:{remote}/"]
         _copy(address, cmd, None, timeout_s)
         return
@@ -157,7 +144,7 @@ def copy_down(address: Address, remote: str, files: dict[str, int | None], local
     local.mkdir(parents=True, exist_ok=True)
     if rsync and shutil.which("rsync"):
         cmd = [client("rsync"), "-a", "--partial", "--protect-args", "--files-from=-", "-e",
-               shlex.join(_rsh(address)), f"{address.host}:{remote}/", f"{local}/"]
+               shlex.join(ssh_command(address)), f"{address.host}:{remote}/", f"{local}/"]
         _copy(address, cmd, "".join(f"{rel}\n" for rel in sorted(files)), timeout_s)
         return
     lines = []
@@ -172,7 +159,8 @@ def copy_down(address: Address, remote: str, files: dict[str, int | None], local
         _copy(address, _sftp_argv(address), "\n".join(lines) + "\n", timeout_s)
 
 
-def _rsh(address: Address) -> list[str]:
+def ssh_command(address: Address) -> list[str]:
+    """ssh with the kit's options and the address's port, before the host."""
     return [client("ssh"), *options(), *(["-p", str(address.port)] if address.port else [])]
 
 
@@ -222,8 +210,8 @@ class Shell:
             return _here(argv, stdin, timeout_s)
         command = " ".join(python_word(argv[0]) if i == 0 else shlex.quote(a) for i, a in enumerate(argv))
         try:
-            proc = subprocess.run(ssh_argv(self.address, command), input=stdin, capture_output=True, text=True,
-                                  timeout=timeout_s)
+            proc = subprocess.run([*ssh_command(self.address), self.address.host, command], input=stdin,
+                                  capture_output=True, text=True, timeout=timeout_s)
         except subprocess.TimeoutExpired:
             raise SshError(self.address, "lost", f"{self.address}: no answer within {timeout_s:.0f} s; check that "
                                                  f"`ssh {self.address.host}` works, then try again") from None

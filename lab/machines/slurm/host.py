@@ -106,7 +106,9 @@ class SlurmSession(Session):
                 and not rec.scancelled and age_s(Away.of(self.ctx.link()[1]).stop_sent) > CANCEL_GRACE_S:
             cancel_job(self.login, rec.job)  # given its time to save: Slurm ends what is left of it
             rec = self._note(scancelled=now())
-        if not rec.preempted and _requeued(rec, state, markers):
+        requeued = markers.get("requeued") or state is not None and markers.get("runner") and (  # after it started
+            state.state in REQUEUED or state.pending and state.restarts > rec.restarts)
+        if not rec.preempted and requeued:
             rec = self._end_requeued(rec, state)
         elif state is not None and state.pending and state.reason and not rec.preempted:
             rec = self._waiting(rec, state)  # (no reason yet: the scheduler has not looked at it)
@@ -224,14 +226,6 @@ def job_facts(rec: SlurmLink, out: SessionOutputs, log: str) -> dict:
     own = (rec.state or {}).get("state") == "OUT_OF_MEMORY" and not rec.preempted
     return {"error": error, "own_cause": own, "hint": hint,
             "signalled_by": f"Slurm (job {rec.job}, before its time limit of {rec.minutes} min, or a preemption)"}
-
-
-def _requeued(rec: SlurmLink, state: JobState | None, markers: dict) -> bool:
-    if markers.get("requeued"):
-        return True
-    if state is None or not markers.get("runner"):
-        return False
-    return state.state in REQUEUED or state.pending and state.restarts > rec.restarts
 
 
 class SlurmHost(OwnHost):

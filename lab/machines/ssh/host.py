@@ -21,7 +21,7 @@ from lab.machines.ending import Said
 from lab.machines.handoff import SessionOutputs, read_marker
 from lab.machines.lifecycle import LIVE, Away, LinkCtx, LinkRecord, Seen, Session, Unreachable, follow, plan
 from lab.machines.needs import source_checkpoint
-from lab.machines.remote.client import Address, SshError, client, options
+from lab.machines.remote.client import Address, SshError, ssh_command
 from lab.machines.remote.host import OwnHost, fetch_from, params_of, peek, spec_there, stage_on, up_folder
 from lab.machines.remote.store import check_problem, note_data, read_check
 from lab.machines.ssh.boxes import Box, check_machine, shells
@@ -87,7 +87,13 @@ class BoxSession(Session):
                 raise UserError(f"{e}. The session there goes on, detached; once that is fixed, `lab watch RUN` "
                                 "follows it and collects its outputs") from None
             raise Unreachable(f"lost the connection to {e.address.host}") from None
-        return seen_of(got, self.ctx.folder / LIVE)
+        rows = read_metrics(self.ctx.folder / LIVE)
+        row, phase = rows[-1] if rows else None, got.get("phase")  # running, ended, died (gone without a word), never
+        if phase == "running":
+            return Seen("running", row=row, activity=(got.get("offset"), got.get("log")))
+        words = {"died": "the session's process is gone without a word (the box rebooted, or it was killed)",
+                 "never": "the session never started there"}.get(phase, "")
+        return Seen("ended", words=words, said=Said.EXITED if phase == "ended" else Said.GONE, row=row)
 
     def fetch(self, folder: Path) -> str | None:
         run, link = self.ctx.link()
@@ -132,25 +138,11 @@ def fit_to_run(box: Box, say: Callable[[str], None]) -> None:
         raise UserError(f"{box.where}: {problem}")
 
 
-def seen_of(got: dict, live_file: Path) -> Seen:
-    """A look at a box's session: its phase there (running, ended, died: gone without a word, never)."""
-    rows = read_metrics(live_file)
-    row = rows[-1] if rows else None
-    phase = got.get("phase")
-    if phase == "running":
-        return Seen("running", row=row, activity=(got.get("offset"), got.get("log")))
-    said = {"ended": Said.EXITED, "died": Said.GONE, "never": Said.GONE}.get(phase, Said.GONE)
-    words = {"died": "the session's process is gone without a word (the box rebooted, or it was killed)",
-             "never": "the session never started there"}.get(phase, "")
-    return Seen("ended", words=words, said=said, row=row)
-
-
 def rendezvous_host(address: Address) -> str:
     """The first host's address as its ssh config resolves it (`ssh -G`): where the group's others meet it."""
-    port = ["-p", str(address.port)] if address.port else []
     try:
-        out = subprocess.run([client("ssh"), "-G", *options(), *port, address.host], capture_output=True,
-                             text=True, timeout=30).stdout
+        out = subprocess.run([*ssh_command(address), "-G", address.host], capture_output=True, text=True,
+                             timeout=30).stdout
     except (OSError, subprocess.SubprocessError):
         out = ""
     for line in out.splitlines():
