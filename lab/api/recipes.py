@@ -19,11 +19,12 @@ from lab.config import UserError
 from lab.home import lab_home
 from lab.kernel.plots import figure_png
 from lab.recipes import plots
-from lab.recipes.fit import Fit, fit_law, load_fit, save_fit
+from lab.recipes.fit import Fit, fit_law, save_fit
 from lab.recipes.plots import write_plots
 from lab.recipes.points import Point, groups as point_groups, in_bits_per_byte, lab_points, read_points_file, run_point
 from lab.runs import Run, list_runs
 from lab.sizing import TOKENS_PER_WEIGHT
+from lab.sizing.law import load_fit
 
 
 @dataclass(frozen=True)

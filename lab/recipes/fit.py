@@ -29,7 +29,7 @@ from typing import Sequence
 from lab.config import UserError
 from lab.kernel.checkpoint import atomic_write
 from lab.recipes.points import Point, group_key, sizes_with_enough_tokens
-from lab.sizing.law import PARAMS, Fit, fit_file, fits_dir, law, load_fit, load_fit_cached  # noqa: F401 (the recipe lab's names)
+from lab.sizing.law import PARAMS, Fit, fit_file, law  # noqa: F401 (law: the recipe lab's name for it too)
 
 MIN_SIZES, MIN_D_PER_SIZE = 3, 3
 MAX_EXPONENT = 10.0  # tiny early-training studies fit steep exponents (3 and more); beyond this it is degenerate
