@@ -1,6 +1,6 @@
 """What each Kaggle session of an account measured, kept per account, and the margin the next push
 asks from it: read by the Kaggle machine (the push's margin), `lab accounts`, the machines panel and
-the calculator (a session's costs), written when a link ends (`lab.machines.kaggle.sessions`).
+the calculator (a session's costs), written when a link ends (`lab.machines.kaggle.session.measure`).
 
 `$LAB_HOME/accounts/<name>/sessions.jsonl` holds one row per link:
 
