@@ -20,7 +20,7 @@ SAMPLE_TOKENS = 48  # the text sample at each evaluation (lab.kernel.train.Train
 # training loop's own first guess before it has timed one).
 SAVE_FIXED_S, SAVE_BYTES_PER_WEIGHT, SAVE_BYTES_PER_S = 0.5, 16, 200e6
 # Compiling the training and evaluation graphs, once per session. CPU: about 16 s cold on two
-# cores (README, Speed). GPU: unmeasured, a guess.
+# cores (docs/speed.md). GPU: unmeasured, a guess.
 COMPILE_S = {"cpu": 16.0, "gpu": 60.0}
 # Mirrors lab.kernel.speed.COMPILE_MIN_FLOPS_CPU (the kernel side imports torch; a test keeps
 # the two equal): auto compiles on CPU only for a run of at least this many training FLOPs.

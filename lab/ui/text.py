@@ -118,9 +118,11 @@ SIZE_HELP = {
         "это {weights} — ровно столько печатает лог обучения."),
     "data": (
         "About 20 tokens of data per weight. {weights_short} weights want ≈ {wanted} tokens; a bigger model on the "
-        "same data will be undertrained.",
+        "same data gets fewer tokens than it wants, or reads the data over and over "
+        "and overfits.",
         "Ориентир — около 20 токенов данных на один вес. {weights_short} весов хотят ≈ {wanted} токенов; модель "
-        "больше этого на тех же данных недообучится."),
+        "больше этого на тех же данных получит меньше, чем хочет, или прочтёт данные много раз "
+        "и переобучится."),
     "time": (
         "A bigger model makes each step slower: {deeper} layers are about {ratio}× slower than {layers}. The form "
         "recomputes the speed for a new size from {source} — {kind}.",

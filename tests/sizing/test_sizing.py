@@ -216,11 +216,11 @@ def test_rtx3050_has_8_gb_and_room_for_half_the_batch():
 # scripts/bench_prior.py's grid on the Xeon VM since, so that figure no longer describes it.)
 @pytest.mark.parametrize("precision, layers, width, context, batch, measured", [
     ("bf16", 2, 64, 64, 4, 18_154),  # issue 25: the form guessed 240,984 here
-    ("bf16", 4, 128, 128, 8, 18_602),  # README, Speed: lab train at the demo's size
+    ("bf16", 4, 128, 128, 8, 18_602),  # docs/speed.md, Figures: lab train at the demo's size
     ("bf16", 4, 256, 256, 4, 11_481),
     ("fp32", 4, 128, 128, 8, 15_750),
     ("fp32", 4, 256, 256, 4, 5_952),
-    ("fp32", 8, 512, 1024, 6, 850)])  # README: model and AdamW alone at the reference size
+    ("fp32", 8, 512, 1024, 6, 850)])  # docs/speed.md: model and AdamW alone at the reference size
 def test_an_unmeasured_cpu_guess_is_of_the_right_order(monkeypatch, precision, layers, width, context, batch, measured):
     """What 2-core runs here measured, against the guess before any run: within 3× either way,
     and inside the interval the calculator gives."""
