@@ -47,9 +47,10 @@ def machine_names() -> list[str]:
 def kind_of(name: str) -> str:
     named = dict(_named(listed=False))
     if name not in named:
-        raise UserError(f"no machine '{name}' in the lab; its machines: {', '.join(named)} (`lab machines` shows "
-                        "them; `lab accounts add NAME --kaggle-json PATH` adds a Kaggle account, `lab machines add "
-                        "NAME --ssh HOST` a box, `lab machines add NAME --slurm LOGIN_HOST` a Slurm cluster)")
+        raise UserError(f"no machine '{name}' in the lab; its machines: {', '.join(machine_names())} (`lab "
+                        "machines` shows them; `lab accounts add NAME --kaggle-json PATH` adds a Kaggle account, "
+                        "`lab machines add NAME --ssh HOST` a box, `lab machines add NAME --slurm LOGIN_HOST` a "
+                        "Slurm cluster)")
     return named[name]
 
 

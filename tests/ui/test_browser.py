@@ -18,6 +18,7 @@ Needs `scripts/install-browser-test-deps` (Chromium, JupyterLab, Playwright); sk
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import shutil
@@ -369,11 +370,16 @@ def branch_differs_from_its_parent(person: Person, home, child: str) -> None:
 def not_cut(person: Person, *words: str) -> None:
     """At 1,400 px wide, no button or label of the lab's cells is cut to "П…": each shows its whole
     words (`words`: some that must be among them)."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
     page = person.page
     size = page.viewport_size
     page.set_viewport_size({"width": 1400, "height": size["height"]})
     try:
         page.wait_for_timeout(300)  # the notebook lays its cells out anew
+        # A panel redrawn in the other language (the runs panel's on its next refresh) comes a little later.
+        with contextlib.suppress(PlaywrightTimeout):  # the assertion below names the words not seen
+            page.wait_for_function("words => words.every(w => document.body.innerText.includes(w))",
+                                   arg=list(words), timeout=15_000)
         cut = page.evaluate("""() => [...document.querySelectorAll('.jp-Notebook .widget-button, '
             + '.jp-Notebook .widget-toggle-button, .jp-Notebook .widget-label, .jp-Notebook .widget-label-basic')]
             .filter(e => e.offsetParent !== null && e.textContent.trim() && e.scrollWidth > e.clientWidth + 1)
