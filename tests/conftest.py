@@ -32,7 +32,8 @@ FP32 = ["--precision", "fp32"]
 # --durations=20`): xdist hands out tests in their collection order, and a long one collected last
 # would be the whole suite's tail. The order within each stays as collected.
 LONG_FIRST = ("tests/ui/test_browser.py", "tests/machines/test_ssh_group.py", "tests/machines/test_kaggle_quirk_runs.py",
-              "tests/probe/test_probe.py", "tests/machines/test_kaggle_runs.py", "tests/kernel/test_resume.py")
+              "tests/machines/test_kaggle_overnight.py", "tests/probe/test_probe.py",
+              "tests/machines/test_kaggle_runs.py", "tests/kernel/test_resume.py")
 
 
 def pytest_collection_modifyitems(items: list) -> None:
