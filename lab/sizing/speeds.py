@@ -154,8 +154,9 @@ _run_infos: dict[str, tuple[tuple, dict | None]] = {}
 
 
 def _run_gpu(cfg: dict, device: dict) -> str | None:
-    """Which card the calculator knows (`card_for`) a run ran on: device.json (`lab.kernel.runtime.describe_runtime`: device, name,
-    cards, world) when there is one, else the config's gpu unless it was "auto"."""
+    """Which card the calculator knows (`card_for`) a run ran on: device.json
+    (`lab.kernel.runtime.describe_runtime`: device, name, cards, world) when there is one, else the
+    config's gpu unless it was "auto"."""
     if card_for(device.get("gpu")) is not None:
         return device["gpu"]
     if device.get("device") == "cpu":
