@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from lab.config import UserError
+from lab.corpus.folders import atomic_folder
 from lab.corpus.manifests import data_id_of, read_manifest
 from lab.faults import reached
 from lab.home import lab_home
@@ -37,7 +38,7 @@ from lab.runs import list_runs, now
 class LinkContext:
     c: AccountClient
     say: Callable[[str], None]
-    settings: "KaggleSettings"
+    settings: KaggleSettings
 
 
 @dataclass(frozen=True)
@@ -50,27 +51,19 @@ class KaggleSettings:
     start_wait_s: float = 3 * 3600.0  # a GPU session normally starts within minutes: three hours unstarted is lost
     input_wait_s: float = 60.0  # before pushing again a session that found its inputs not mounted yet
     log_grace_s: float = 300.0  # running this long with no line in its log: Kaggle keeps the log until the end
-    # A session without the cards it was pushed for trains on its CPU rather than stopping
-    # (LAB_KAGGLE_ALLOW_CPU=1; the emulator has no GPU).
-    allow_cpu: bool = False
+    allow_cpu: bool = False  # no cards: train on the CPU, not stop (LAB_KAGGLE_ALLOW_CPU=1; the emulator has no GPU)
 
     @classmethod
     def from_env(cls) -> "KaggleSettings":
-        return cls(poll_s=env_seconds(POLL_ENV, cls.poll_s), allow_cpu=env_flag(ALLOW_CPU_ENV))
-
-
-POLL_ENV = "LAB_KAGGLE_POLL_S"
-ALLOW_CPU_ENV = "LAB_KAGGLE_ALLOW_CPU"
+        return cls(poll_s=env_seconds("LAB_KAGGLE_POLL_S", cls.poll_s), allow_cpu=env_flag("LAB_KAGGLE_ALLOW_CPU"))
 
 
 def env_flag(var: str) -> bool:
     """A yes/no setting of the person's: 1, true, yes or on is yes; unset or 0 is no."""
     raw = os.environ.get(var, "").strip().lower()
-    if raw in ("", "0", "false", "no", "off"):
-        return False
-    if raw in ("1", "true", "yes", "on"):
-        return True
-    raise UserError(f"{var}={raw!r}: use 1 (yes) or 0 (no)")
+    if raw not in ("", "0", "false", "no", "off", "1", "true", "yes", "on"):
+        raise UserError(f"{var}={raw!r}: use 1 (yes) or 0 (no)")
+    return raw in ("1", "true", "yes", "on")
 
 
 def _holdings_file() -> Path:
@@ -135,25 +128,16 @@ def stage_data(data_dir: Path) -> Path:
     stage = lab_home() / "kaggle" / "stage" / re.sub(r"[^A-Za-z0-9._+-]", "_", data_id)
     if (stage / "manifest.json").is_file():
         return stage
-    tmp = stage.with_name(f".{stage.name}.{os.getpid()}.tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    flat_manifest = json.loads(json.dumps(manifest))
-    for entry in flat_manifest.get("train", []) + flat_manifest.get("val", []):
-        flat = entry["path"].replace("/", "__")
-        put(data_dir / entry["path"], tmp / flat)
-        entry["path"] = flat
-    tok = flat_manifest.get("tokenizer") or {}
-    if tok.get("file"):
-        flat = tok["file"].replace("/", "__")
-        put(data_dir / tok["file"], tmp / flat)
-        tok["file"] = flat
-    (tmp / "manifest.json").write_text(json.dumps(flat_manifest, indent=2, ensure_ascii=False) + "\n",
-                                       encoding="utf-8")
-    try:
-        os.rename(tmp, stage)
-    except OSError:  # another process staged it first: the same content
-        shutil.rmtree(tmp, ignore_errors=True)
+    with atomic_folder(stage.parent, stage.name) as tmp:  # another process's, staged first, is the same
+        flat_manifest = json.loads(json.dumps(manifest))
+        tok = flat_manifest.get("tokenizer") or {}
+        files = [(entry, "path") for entry in flat_manifest.get("train", []) + flat_manifest.get("val", [])]
+        for entry, key in files + ([(tok, "file")] if tok.get("file") else []):
+            flat = entry[key].replace("/", "__")
+            put(data_dir / entry[key], tmp / flat)
+            entry[key] = flat
+        (tmp / "manifest.json").write_text(json.dumps(flat_manifest, indent=2, ensure_ascii=False) + "\n",
+                                           encoding="utf-8")
     return stage
 
 
@@ -166,9 +150,7 @@ class Upload:
     match: dict
     make_folder: Callable[[], Path]
     notes: str
-    licence: str
-    licence_said: str
-    note: Callable[[dict, str], None]
+    licences: list[str]  # the terms of the data's texts (lab.machines.kaggle.names.kaggle_licence)
 
 
 def ensure_data(run_id: str, n: int, ctx: LinkContext, data_dir: Path) -> dict:
@@ -177,39 +159,35 @@ def ensure_data(run_id: str, n: int, ctx: LinkContext, data_dir: Path) -> dict:
         return record.data
     data_id = data_id_of(data_dir)
     slug = f"{ctx.c.username}/{data_slug(data_id)}"
-    texts = data_licences(data_dir)
-    licence = kaggle_licence(texts)
-    return _dataset_once(ctx, Upload("data", data_id, slug, {"data_id": data_id}, lambda: stage_data(data_dir),
-                                     f"lab data {data_id}", licence, licence_note(texts, licence),
-                                     lambda h, phase: KaggleLinkRecord.update(run_id, n, data=h)))
+    data = _dataset_once(ctx, Upload("data", data_id, slug, {"data_id": data_id}, lambda: stage_data(data_dir),
+                                     f"lab data {data_id}", data_licences(data_dir)))
+    KaggleLinkRecord.update(run_id, n, data=data)
+    return data
 
 
 def ensure_checkpoint(run_id: str, n: int, ctx: LinkContext) -> dict | None:
     run, link = get_link(run_id, n)
-    record, source = Away.of(link), Away.of(link).source
+    source, done = Away.of(link).source, KaggleLinkRecord.of(link).ckpt
     if not source:
         return None
-    if (KaggleLinkRecord.of(link).ckpt or {}).get("ready"):
-        return KaggleLinkRecord.of(link).ckpt
+    if (done or {}).get("ready"):
+        return done
     slug = f"{ctx.c.username}/{ckpt_slug(run_id)}"
+    folder = run.folder / Away.of(link).folder / ".handoff"
     staged: dict = {}
 
     def make_folder() -> Path:
-        folder = run.folder / record.folder / ".handoff"
         staged["sha256"] = stage_checkpoint(source, run.folder, folder)
         return folder
 
     match = {"sha256": source["sha256"], "name": source["name"], "step": source["step"]}
     texts = data_licences(Path(run.cfg.data_dir)) if run.cfg.data_dir else []  # weights of that text
-    licence = kaggle_licence(texts) if texts else "other"
     held_now = _dataset_once(ctx, Upload("checkpoints", slug, slug, match, make_folder,
-                                       f"run {run_id} link {n}: {source['name']} sha256 {source['sha256']}",
-                                       licence, licence_note(texts, licence),
-                                       lambda h, phase: KaggleLinkRecord.update(run_id, n, ckpt_upload=h)))
-    shutil.rmtree(run.folder / record.folder / ".handoff", ignore_errors=True)
+                                       f"run {run_id} link {n}: {source['name']} sha256 {source['sha256']}", texts))
+    shutil.rmtree(folder, ignore_errors=True)
     held_now = {**held_now, "sha256_source": source["sha256"],
                 "sha256_staged": staged.get("sha256", held_now.get("sha256"))}
-    KaggleLinkRecord.update(run_id, n, ckpt=held_now, ckpt_upload=None)
+    KaggleLinkRecord.update(run_id, n, ckpt=held_now)
     return held_now
 
 
@@ -221,9 +199,7 @@ def _dataset_once(ctx: LinkContext, up: Upload) -> dict:
     name = hashlib.sha256(f"{ctx.c.username.lower()}\0{up.kind}\0{up.key}".encode()).hexdigest()[:32]
     with _locked(lab_home() / "kaggle" / "locks" / f"{name}.lock"):
         for attempt in (1, 2):
-            h = _known_upload(ctx, up)
-            if not h:
-                h = _upload(ctx, up)
+            h = _known_upload(ctx, up) or _upload(ctx, up)
             if not h.get("ready"):
                 h = _wait_ready(ctx, up, h)
             if h.get("verified"):
@@ -236,9 +212,7 @@ def _dataset_once(ctx: LinkContext, up: Upload) -> dict:
                     raise NotKept(e.account, e.what, f"It was uploaded twice and listed again after waits; "
                                                      f"{STORAGE_HINT} The run goes on on another account.") from None
                 ctx.say(f"{e}; uploading it once more")
-    record = {k: v for k, v in h.items() if k not in ("uploading", "before", "files")}
-    up.note(record, "ready")
-    return record
+    return {k: v for k, v in h.items() if k not in ("uploading", "before", "files")}
 
 
 def _known_upload(ctx: LinkContext, up: Upload) -> dict | None:
@@ -247,7 +221,7 @@ def _known_upload(ctx: LinkContext, up: Upload) -> dict | None:
     h = held(c.username, up.kind, up.key)
     if h and any(h.get(k) != v for k, v in up.match.items()):
         return None  # another content (an older checkpoint): a new version is due
-    if h and h.get("version") and not _dataset_present(c, up.slug):
+    if h and h.get("version") and c.dataset_version(up.slug) is None:  # on one's own, 403 and 404 read None
         say(f"{c.account.name}: dataset {up.slug} is gone from Kaggle; uploading it again")
         _set_held(c.username, up.kind, up.key, None)
         return None
@@ -267,15 +241,14 @@ def _upload(ctx: LinkContext, up: Upload) -> dict:
     before = c.dataset_version(up.slug) or 0
     intent = {"slug": up.slug, **up.match, "uploading": True, "before": before, "files": files}
     _set_held(c.username, up.kind, up.key, intent)
-    up.note(intent, "uploading")
-    ctx.say(f"{c.account.name}: uploading {up.slug} ({up.licence_said})")
-    version = c.upload_dataset(up.slug, folder, title_of(up.slug), up.notes, up.licence,
+    licence = kaggle_licence(up.licences)
+    ctx.say(f"{c.account.name}: uploading {up.slug} ({licence_note(up.licences, licence)})")
+    version = c.upload_dataset(up.slug, folder, title_of(up.slug), up.notes, licence,
                                ready_wait_s=ctx.settings.dataset_wait_s)
     reached(f"after-{up.kind}-upload")
     h = {"slug": up.slug, **up.match, "uploading": False, "before": before, "version": version,
-         "uploaded_at": now(), "licence": up.licence, "files": files}
+         "uploaded_at": now(), "licence": licence, "files": files}
     _set_held(c.username, up.kind, up.key, h)
-    up.note(h, "uploaded")
     return h
 
 
@@ -327,15 +300,6 @@ def _verify(ctx: LinkContext, up: Upload, h: dict) -> dict:
     h = {**h, "verified": True}
     _set_held(c.username, up.kind, up.key, h)
     return h
-
-
-def _dataset_present(c: AccountClient, slug: str) -> bool:
-    try:
-        return c.dataset_version(slug) is not None
-    except KaggleError as e:
-        if e.status in (403, 404):
-            return False
-        raise
 
 
 def forget_dataset(username: str, slug: str) -> None:

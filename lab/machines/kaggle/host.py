@@ -43,8 +43,8 @@ def link_limit_min(run_limit_min: float, quota_left_s: float, margin_min: float 
 def plan_link(run_id: str, account: str, quota_left_s: float, source: dict | None, why: str = "") -> Link:
     margin = push_margin_min(account)
     limit = link_limit_min(load_run(run_id).cfg.limit_min, quota_left_s, margin)
-    record = KaggleLinkRecord(account=account, user=get_account(account).username, margin_min=margin,
-                              session_timeout_s=int(min(KAGGLE_TIMEOUT_MAX_S, (limit + margin) * 60)))
+    timeout_s = int(min(KAGGLE_TIMEOUT_MAX_S, (limit + margin) * 60))
+    record = KaggleLinkRecord(account=account, margin_min=margin, session_timeout_s=timeout_s)
     return plan(run_id, account, KaggleHost.kind, source, why, limit, **record.as_detail())
 
 
@@ -61,7 +61,7 @@ class KaggleHost(Host):
         return [a.name for a in list_accounts()]
 
     def state(self, running: list[str], patient: bool = False) -> Machine:
-        m = Machine(self.name, "kaggle", "2xT4", running=running, free=len(running) < MAX_GPU_SESSIONS)
+        m = Machine(self.name, "kaggle", KAGGLE_CARDS, running=running)
         try:
             get_account(self.name)
         except UserError:
@@ -70,7 +70,7 @@ class KaggleHost(Host):
             self._ask_kaggle(m, patient)
         if m.error is None:  # the Auto rule skips an account its probe found unable to run (`lab probe NAME`)
             m.error = cannot_run(read_probe(self.name))
-        m.free = m.free and m.error is None and m.busy_until is None
+        m.free = len(m.running) < MAX_GPU_SESSIONS and m.error is None and m.busy_until is None
         return m
 
     def _ask_kaggle(self, m: Machine, patient: bool) -> None:
@@ -93,7 +93,6 @@ class KaggleHost(Host):
             m.refresh = q.refresh_time.isoformat() if q.refresh_time else None
             m.has_ever_run = q.has_ever_run
             m.running = m.running + [FOREIGN] * len(others)
-            m.free = len(m.running) < MAX_GPU_SESSIONS
 
     def _others(self, c: AccountClient, running: list[str]) -> list:
         ours = []

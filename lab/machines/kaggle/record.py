@@ -16,27 +16,15 @@ class KernelPush:
     slug: str = ""
     attempt: int = 1
     tried: list = field(default_factory=list)  # earlier pushes' kernels that never showed (deleted if they do)
-    image: str | None = None
     sources: list = field(default_factory=list)
-    allow_cpu: bool = False
     nccl_env: dict = field(default_factory=dict)
-    notebook_bytes: int = 0
     pushing: bool = False  # its answer not known: before any new push the lab reads the kernel back
     pushed_at: str | None = None
     version: int | None = None
     url: str = ""
     adopted: bool = False  # found on Kaggle rather than answered
     refused: str | None = None
-    cause: str | None = None  # why it was refused (lab.kaggle.client.CAUSES)
     dropped_sources: list = field(default_factory=list)  # the sources Kaggle ran it without
-    error: str | None = None
-
-    @classmethod
-    def of(cls, value: "dict | KernelPush | None") -> "KernelPush":
-        if isinstance(value, KernelPush):
-            return value
-        names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in (value or {}).items() if k in names})
 
     @property
     def sent(self) -> bool:
@@ -57,12 +45,10 @@ class KaggleLinkRecord(LinkRecord):
     """A Kaggle link: the account, its session timeout and margin, the datasets, the kernel push, what the watch
     saw, the image the session ran (Kaggle's docker image, read back from the kernel) and what it measured."""
     account: str = ""
-    user: str = ""
     session_timeout_s: int = 0
     margin_min: float = 0.0
     data: dict | None = None
     ckpt: dict | None = None
-    ckpt_upload: dict | None = None
     kernel: KernelPush = field(default_factory=KernelPush)
     kaggle_status: str | None = None
     failure: str = ""
@@ -75,16 +61,12 @@ class KaggleLinkRecord(LinkRecord):
     @classmethod
     def of(cls, link: Link) -> "KaggleLinkRecord":
         record = super().of(link)
-        record.kernel = KernelPush.of(record.kernel)
+        names = {f.name for f in dataclasses.fields(KernelPush)}
+        record.kernel = KernelPush(**{k: v for k, v in (link.detail.get("kernel") or {}).items() if k in names})
         return record
-
-    @classmethod
-    def _known(cls, changes: dict) -> dict:
-        known = super()._known(changes)  # the kernel push is kept as the plain JSON the registry holds
-        return {k: dataclasses.asdict(v) if isinstance(v, KernelPush) else v for k, v in known.items()}
 
     def update_kernel(self, run_id: str, n: int, **changes: Any) -> KernelPush:
         kernel = dataclasses.replace(self.kernel, **changes)
-        type(self).update(run_id, n, kernel=kernel)
+        type(self).update(run_id, n, kernel=dataclasses.asdict(kernel))  # kept as the plain JSON the registry holds
         self.kernel = kernel
         return kernel

@@ -46,10 +46,8 @@ def refused(e: KaggleError, c: AccountClient) -> Refused:
     """Why Kaggle refused a push, from the cause its answer names; for words no source explains, the quota."""
     if e.cause == "busy":
         return Refused(str(e), End.BUSY, until_of(e.wait_s))
-    if e.cause in ("session-cap", "shell"):
-        return Refused(str(e), End.BUSY)
-    if e.cause == "quota":
-        return Refused(str(e), End.NO_QUOTA)
+    if e.cause in ("session-cap", "shell", "quota"):
+        return Refused(str(e), End.NO_QUOTA if e.cause == "quota" else End.BUSY)
     spent = out_of_quota(c)
     if spent is None:
         return Refused(f"{e} The quota could not be asked (Kaggle busy): the lab asks again later.", End.BUSY,

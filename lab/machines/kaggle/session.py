@@ -71,8 +71,7 @@ class KaggleSession(Session):
 
     def stage(self) -> None:
         run, link = self.ctx.link()
-        source = Away.of(link).source
-        ckpt = {"slug": f"{self.c.username}/{ckpt_slug(run.id)}", "sha256": "0" * 64} if source else None
+        ckpt = {"slug": f"{self.c.username}/{ckpt_slug(run.id)}", "sha256": "0" * 64} if Away.of(link).source else None
         files = sum(1 for p in stage_data(Path(run.cfg.data_dir)).iterdir() if p.is_file())
         check_limits(self.notebook(self.spec(ckpt)), files, Path(run.cfg.data_dir))  # as it will be pushed
         ensure_data(run.id, link.n, self.data, Path(run.cfg.data_dir))
@@ -83,10 +82,10 @@ class KaggleSession(Session):
         the session must find, the cards (else it stops before training), the NCCL settings the probe found."""
         run, link = self.ctx.link()
         manifest = stage_data(Path(run.cfg.data_dir)) / "manifest.json"  # as uploaded: made once per data id
-        return LinkSpec.of(run.cfg, limit_min=link.limit_min or 0.0, resume_from=ckpt["slug"].split("/")[1] if ckpt
-                           else "", expect_data_sha256=sha256_file(manifest), expect_ckpt_sha256=ckpt["sha256"] if ckpt
-                           else "", expect_cards=KAGGLE_CARDS, allow_cpu=self.settings.allow_cpu,
-                           nccl_env=nccl_setting(read_probe(self.c.account.name)))
+        mount, ckpt_sha256 = (ckpt["slug"].split("/")[1], ckpt["sha256"]) if ckpt else ("", "")
+        return LinkSpec.of(run.cfg, limit_min=link.limit_min or 0.0, resume_from=mount, expect_ckpt_sha256=ckpt_sha256,
+                           expect_data_sha256=sha256_file(manifest), expect_cards=KAGGLE_CARDS,
+                           allow_cpu=self.settings.allow_cpu, nccl_env=nccl_setting(read_probe(self.c.account.name)))
 
     def notebook(self, spec: LinkSpec) -> dict:
         from lab.notebooks import link_notebook  # nbformat and papermill: only where a link is pushed
@@ -131,10 +130,10 @@ class KaggleSession(Session):
         self.ctx.folder.mkdir(parents=True, exist_ok=True)
         text = json.dumps(nb, ensure_ascii=False)
         (self.ctx.folder / "pushed.ipynb").write_text(text, encoding="utf-8")  # the push as sent
-        image = self.image()
-        kernel = record.update_kernel(run.id, link.n, slug=slug, sources=sources, allow_cpu=self.settings.allow_cpu,
-                                      nccl_env=nccl_setting(read_probe(self.c.account.name)), pushing=True,
-                                      notebook_bytes=len(text.encode("utf-8")), image=image)
+        # A later link is pinned to the run's first link's image, unless `lab watch RUN --newest-image`.
+        image = None if read_control(run.id).get("kaggle_image") == "newest" else self._first_image()
+        kernel = record.update_kernel(run.id, link.n, slug=slug, sources=sources, nccl_env=spec.session.nccl_env,
+                                      pushing=True)
         Away.update(run.id, link.n, spec=spec.to_dict())
         with updating(run.id) as r:
             r.links[link.n - 1].notebook = f"{Away.of(link).folder}/pushed.ipynb"
@@ -146,10 +145,6 @@ class KaggleSession(Session):
             return
         reached("after-push")
         self._pushed(version=pushed.version, url=pushed.url)
-
-    def image(self) -> str | None:
-        """The image a later link is pinned to: the run's first's, unless `lab watch RUN --newest-image`."""
-        return None if read_control(self.ctx.run_id).get("kaggle_image") == "newest" else self._first_image()
 
     def _first_image(self) -> str | None:
         run, link = self.ctx.link()
@@ -164,12 +159,12 @@ class KaggleSession(Session):
             for source in dropped:  # what the lab remembered is wrong: forget it, upload again next time
                 forget_dataset(self.c.username, source)
             self.ctx.say(f"warning: {e}")
-            self._pushed(version=e.push.version, url=e.push.url, dropped_sources=dropped, error=str(e))
+            self._pushed(version=e.push.version, url=e.push.url, dropped_sources=dropped)
             return
         if e.unsure:
             self.ctx.say(f"link {self.ctx.n}: {e.what}; the lab reads the kernel back before any new push")
             return  # still `pushing`: `submit` reads it back
-        self.rec().update_kernel(self.ctx.run_id, self.ctx.n, pushing=False, refused=e.what, cause=e.cause)
+        self.rec().update_kernel(self.ctx.run_id, self.ctx.n, pushing=False, refused=e.what)
         raise refused(e, self.c) from None
 
     def _read_back(self, kernel: KernelPush) -> bool:
@@ -186,11 +181,10 @@ class KaggleSession(Session):
                 return False
             time.sleep(min(self.settings.poll_s, max(0.0, deadline - time.monotonic())))
 
-    def _pushed(self, **changes) -> KernelPush:
+    def _pushed(self, **changes) -> None:
         kernel = self.rec().update_kernel(self.ctx.run_id, self.ctx.n, pushing=False, pushed_at=now(), **changes)
-        self.ctx.say(f"link {self.ctx.n}: pushed {kernel.slug}" + (f" version {kernel.version}" if kernel.version
-                                                                   else "") + (f" ({kernel.url})" if kernel.url else ""))
-        return kernel
+        version = f" version {kernel.version}" if kernel.version else ""
+        self.ctx.say(f"link {self.ctx.n}: pushed {kernel.slug}{version}" + (f" ({kernel.url})" if kernel.url else ""))
 
     def poll(self) -> Seen:
         record, kernel = self.rec(), self.rec().kernel
