@@ -27,8 +27,7 @@ class BoxPlan:
 
 
 def check_script() -> str:
-    box_half = (HERE / "box_session.py").read_text(encoding="utf-8")
-    box_half = box_half.replace("from __future__ import annotations\n", "")
+    box_half = (HERE / "box_session.py").read_text(encoding="utf-8").replace("from __future__ import annotations\n", "")
     return "\n\n".join([session_source(), f"WORKER_SOURCE = {worker_source()!r}\n", box_half])
 
 
@@ -49,17 +48,15 @@ def check_host(shell: Shell, workdir: str, plan: BoxPlan, burst: bool) -> dict:
 
 def verdict(name: str, python: str, hosts: list[dict], started: datetime) -> dict:
     """Whether the machine can run the lab's sessions, and why not (with what to do)."""
-    record = {"format": 1, "machine": name, "at": started.isoformat(timespec="seconds"), "can_run": True,
-              "why": None, "why_ru": None, "hosts": [{k: v for k, v in h.items() if k != "metrics"} for h in hosts]}
     cards = [{"host": h["host"], "name": g["name"], "memory_gb": g["memory_gb"], "capability": g["capability"]}
              for h in hosts for g in h.get("gpus") or []]
     counted: dict[tuple, dict] = {}  # each host's cards of one kind as one entry with its count
     for c in cards:
         counted.setdefault((c["host"], c["name"], c["memory_gb"], c["capability"]), {**c, "count": 0})["count"] += 1
-    record["cards"] = list(counted.values())
-    record["gpu"] = card_set(cards[0]["name"], len(cards)) if cards else "cpu"
-    burst = ((hosts[0].get("worker") or {}).get("burst")) or {}
-    record["tok_s"] = burst.get("tok_s")
+    record = {"format": 1, "machine": name, "at": started.isoformat(timespec="seconds"), "can_run": True,
+              "why": None, "why_ru": None, "hosts": [{k: v for k, v in h.items() if k != "metrics"} for h in hosts],
+              "cards": list(counted.values()), "gpu": card_set(cards[0]["name"], len(cards)) if cards else "cpu",
+              "tok_s": ((hosts[0].get("worker") or {}).get("burst") or {}).get("tok_s")}
     problems = [p for h in hosts for p in _problems(python, h)]
     if problems:
         record.update(can_run=False, why=" ".join(en for en, _ in problems), why_ru=" ".join(ru for _, ru in problems))

@@ -22,6 +22,7 @@ CONNECT_TIMEOUT_S = 10
 ALIVE_S, ALIVE_COUNT = 10, 3  # a connection that answers nothing for 30 s is dead
 SSH_FAILED = 255  # ssh's own exit status when the connection (not the remote command) failed
 NOT_FOUND = 127  # the shell's status for a command it did not find
+COPY_TIMEOUT_S = 3600.0  # one copy at most; a copy stopped by it resumes where it stopped
 HALF = Path(half.__file__).read_text(encoding="utf-8")
 
 
@@ -58,7 +59,7 @@ def parse_hosts(ssh: str | None, hosts: str | None, port: int | None) -> list[Ad
 
 
 class SshError(UserError):
-    """A connection to a box failed. `kind`: unreachable, host-key, auth, lost or other."""
+    """A connection to a box failed. `kind`: unreachable, host-key, auth or lost."""
     def __init__(self, address: Address, kind: str, message: str):
         self.address, self.kind = address, kind
         super().__init__(message)
@@ -83,15 +84,12 @@ def client(name: str) -> str:
 
 def python_word(python: str) -> str:
     """The box's Python as a word of the remote shell: `~/` still means the remote home."""
-    if python.startswith("~/"):
-        return '"$HOME"/' + shlex.quote(python[2:])
-    return shlex.quote(python)
+    return '"$HOME"/' + shlex.quote(python[2:]) if python.startswith("~/") else shlex.quote(python)
 
 
 def connection_error(address: Address, stderr: str) -> SshError:
-    text = stderr.strip()
-    last = text.splitlines()[-1] if text else "ssh failed without a message"
-    host = address.host
+    text, host = stderr.strip(), address.host
+    last = _last(text) or "ssh failed without a message"
     if "IDENTIFICATION HAS CHANGED" in text or "Host key for" in text and "has changed" in text:
         return SshError(address, "host-key", (
             f"{address}: its host key is not the one your known_hosts holds: the box was reinstalled, or "
@@ -113,74 +111,29 @@ def connection_error(address: Address, stderr: str) -> SshError:
     return SshError(address, "lost", f"{address}: the connection failed ({last}); check that `ssh {host}` works")
 
 
-def copy_up(address: Address, local: Path, remote: str, rsync: bool, there: dict[str, int],
-            timeout_s: float = 3600.0) -> None:
-    """Copies the folder `local` into `remote` (absolute, on the box), resumable: rsync where both sides have
-    it, else sftp; `there` (relative path -> size, already there): a whole one is skipped, a shorter continued."""
-    if rsync and shutil.which("rsync"):
-        cmd = [client("rsync"), "-a", "--partial", "--protect-args", "-e", shlex.join(ssh_command(address)),
-               f"{local}/", f"{address.host}:{remote}/"]
-        _copy(address, cmd, None, timeout_s)
-        return
-    lines = []
-    for path in sorted(local.rglob("*")):
-        rel = path.relative_to(local).as_posix()
-        dest = _sftp_quote(f"{remote}/{rel}")
-        if path.is_dir():
-            lines.append(f"-mkdir {dest}")
-        elif rel not in there:
-            lines.append(f"put {_sftp_quote(str(path))} {dest}")
-        elif there[rel] < path.stat().st_size:
-            lines.append(f"reput {_sftp_quote(str(path))} {dest}")
-    if lines:
-        _copy(address, _sftp_argv(address), "\n".join(lines) + "\n", timeout_s)
-
-
-def copy_down(address: Address, remote: str, files: dict[str, int | None], local: Path, rsync: bool,
-              timeout_s: float = 3600.0) -> None:
-    """Copies `files` (relative to `remote`, with their sizes; None: whole) into `local`, resumable the same way."""
-    if not files:
-        return
-    local.mkdir(parents=True, exist_ok=True)
-    if rsync and shutil.which("rsync"):
-        cmd = [client("rsync"), "-a", "--partial", "--protect-args", "--files-from=-", "-e",
-               shlex.join(ssh_command(address)), f"{address.host}:{remote}/", f"{local}/"]
-        _copy(address, cmd, "".join(f"{rel}\n" for rel in sorted(files)), timeout_s)
-        return
-    lines = []
-    for rel, size in sorted(files.items()):
-        here = local / rel
-        here.parent.mkdir(parents=True, exist_ok=True)
-        have = here.stat().st_size if here.is_file() else None
-        if size is None or have != size:
-            verb = "reget" if size is not None and have is not None and have < size else "get"
-            lines.append(f"{verb} {_sftp_quote(f'{remote}/{rel}')} {_sftp_quote(str(here))}")
-    if lines:
-        _copy(address, _sftp_argv(address), "\n".join(lines) + "\n", timeout_s)
-
-
 def ssh_command(address: Address) -> list[str]:
     """ssh with the kit's options and the address's port, before the host."""
     return [client("ssh"), *options(), *(["-p", str(address.port)] if address.port else [])]
 
 
-def _sftp_argv(address: Address) -> list[str]:
+def _sftp(address: Address, lines: list[str]) -> None:
     # sftp takes ssh's -o options; its port flag is -P, and "-b -" reads the batch from stdin
     # (a failing command ends the batch with a non-zero status).
-    return [client("sftp"), *options(), *(["-P", str(address.port)] if address.port else []), "-q", "-b", "-",
-            address.host]
+    if lines:
+        _copy(address, [client("sftp"), *options(), *(["-P", str(address.port)] if address.port else []), "-q", "-b",
+                        "-", address.host], "\n".join(lines) + "\n")
 
 
 def _sftp_quote(path: str) -> str:
     return '"' + path.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def _copy(address: Address, cmd: list[str], stdin: str | None, timeout_s: float) -> None:
+def _copy(address: Address, cmd: list[str], stdin: str | None = None) -> None:
     try:
-        proc = subprocess.run(cmd, input=stdin, capture_output=True, text=True, timeout=timeout_s)
+        proc = subprocess.run(cmd, input=stdin, capture_output=True, text=True, timeout=COPY_TIMEOUT_S)
     except subprocess.TimeoutExpired:
-        raise SshError(address, "lost", f"{address}: a copy took longer than {timeout_s / 60:.0f} min; it resumes "
-                                        "where it stopped when tried again") from None
+        raise SshError(address, "lost", f"{address}: a copy took longer than {COPY_TIMEOUT_S / 60:.0f} min; it "
+                                        "resumes where it stopped when tried again") from None
     if proc.returncode == 0:
         return
     text = (proc.stderr or proc.stdout).strip()
@@ -189,7 +142,7 @@ def _copy(address: Address, cmd: list[str], stdin: str | None, timeout_s: float)
                         "free some space there, or give the machine another --workdir")
     if proc.returncode == SSH_FAILED or "Connection closed" in text or "connection unexpectedly closed" in text:
         raise connection_error(address, text)
-    raise UserError(f"{address}: copying failed ({text.splitlines()[-1] if text else f'exit {proc.returncode}'})")
+    raise UserError(f"{address}: copying failed ({_last(text) or f'exit {proc.returncode}'})")
 
 
 @dataclass(frozen=True)
@@ -240,28 +193,63 @@ class Shell:
         return json.loads(lines[-1])
 
     def copy_up(self, local: Path, remote: str, rsync: bool, there: dict[str, int]) -> None:
-        if self.address is not None:
-            copy_up(self.address, local, remote, rsync, there)
+        """Copies the folder `local` into `remote` (absolute, on the host), resumable: rsync where both sides have
+        it, else sftp; `there` (relative path -> size, already there): a whole one is skipped, a shorter continued."""
+        address = self.address
+        if address is None:
+            for path in sorted(local.rglob("*")):
+                rel = path.relative_to(local).as_posix()
+                dest = Path(remote) / rel
+                if path.is_dir():
+                    dest.mkdir(parents=True, exist_ok=True)
+                elif there.get(rel) != path.stat().st_size:
+                    dest.parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copyfile(path, dest)
             return
+        if rsync and shutil.which("rsync"):
+            _copy(address, [client("rsync"), "-a", "--partial", "--protect-args", "-e",
+                            shlex.join(ssh_command(address)), f"{local}/", f"{address.host}:{remote}/"])
+            return
+        lines = []
         for path in sorted(local.rglob("*")):
             rel = path.relative_to(local).as_posix()
-            dest = Path(remote) / rel
+            dest = _sftp_quote(f"{remote}/{rel}")
             if path.is_dir():
-                dest.mkdir(parents=True, exist_ok=True)
-            elif there.get(rel) != path.stat().st_size:
-                dest.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(path, dest)
+                lines.append(f"-mkdir {dest}")
+            elif rel not in there:
+                lines.append(f"put {_sftp_quote(str(path))} {dest}")
+            elif there[rel] < path.stat().st_size:
+                lines.append(f"reput {_sftp_quote(str(path))} {dest}")
+        _sftp(address, lines)
 
     def copy_down(self, remote: str, files: dict[str, int | None], local: Path, rsync: bool) -> None:
-        if self.address is not None:
-            copy_down(self.address, remote, files, local, rsync)
+        """Copies `files` (relative to `remote`, with their sizes; None: whole) into `local`, resumable the same way."""
+        address = self.address
+        if address is None:
+            for rel, size in sorted(files.items()):
+                src, dest = Path(remote) / rel, local / rel
+                if not src.is_file() or dest.is_file() and size is not None and dest.stat().st_size == size:
+                    continue
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(src, dest)
             return
+        if not files:
+            return
+        local.mkdir(parents=True, exist_ok=True)
+        if rsync and shutil.which("rsync"):
+            _copy(address, [client("rsync"), "-a", "--partial", "--protect-args", "--files-from=-", "-e",
+                            shlex.join(ssh_command(address)), f"{address.host}:{remote}/", f"{local}/"],
+                  "".join(f"{rel}\n" for rel in sorted(files)))
+            return
+        lines = []
         for rel, size in sorted(files.items()):
-            src, dest = Path(remote) / rel, local / rel
-            if not src.is_file() or dest.is_file() and size is not None and dest.stat().st_size == size:
-                continue
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(src, dest)
+            here = local / rel
+            here.parent.mkdir(parents=True, exist_ok=True)
+            have = here.stat().st_size if here.is_file() else None
+            if size is None or have != size:
+                verb = "reget" if size is not None and have is not None and have < size else "get"
+                lines.append(f"{verb} {_sftp_quote(f'{remote}/{rel}')} {_sftp_quote(str(here))}")
+        _sftp(address, lines)
 
     def read(self, path: str, max_bytes: int = 256 * 1024) -> str:
         proc = self.run(["tail", "-c", str(max_bytes), path], timeout_s=60)
@@ -288,5 +276,4 @@ def _here(argv: list[str], stdin: str | None, timeout_s: float) -> subprocess.Co
 
 
 def _last(text: str) -> str:
-    lines = text.strip().splitlines()
-    return lines[-1] if lines else ""
+    return (text.strip().splitlines() or [""])[-1]

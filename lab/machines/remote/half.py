@@ -4,7 +4,7 @@ Stdlib only, nothing of the lab imported: the control side sends this file's tex
 stdin (`PYTHON - VERB ARGS`) and reads one JSON answer; a link's copy of it there runs the session (`run`
 on a box, detached: a session of its own, so a closed connection does not end it; `job` in a Slurm job):
 
-    hello WORKDIR              the workdir (made), the Python, free disk, whether rsync is there
+    hello WORKDIR              the workdir (made): the Python there answers
     state WORKDIR              the runs of ours alive there, and whether the GPUs run anyone's work
     stage WORKDIR KEY LINK     the link's folder made; whether the data KEY is there whole, or what of it is
     seal WORKDIR KEY SIZES     a copied data folder checked against the sizes sent, then put in place
@@ -28,6 +28,7 @@ import subprocess
 import sys
 import threading
 import time
+from contextlib import suppress
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -39,10 +40,6 @@ RDZV_PORT_BASE, RDZV_PORTS = 15000, 20000  # a Slurm group's rendezvous port, fr
 
 def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
-
-
-def _free_gb(path: Path) -> float:
-    return round(shutil.disk_usage(path).free / 1e9, 3)
 
 
 def _write_json(path: Path, value: dict) -> None:
@@ -66,8 +63,7 @@ def _workdir(raw: str) -> Path:
 def hello(workdir: str) -> dict:
     w = _workdir(workdir)
     w.mkdir(parents=True, exist_ok=True)
-    return {"workdir": str(w), "python": sys.executable, "version": sys.version.split()[0],
-            "hostname": socket.gethostname(), "free_gb": _free_gb(w), "rsync": bool(shutil.which("rsync"))}
+    return {"workdir": str(w)}
 
 
 def _alive(link: Path) -> bool:
@@ -86,24 +82,22 @@ def _alive(link: Path) -> bool:
 
 
 def state(workdir: str) -> dict:
-    w = _workdir(workdir)
-    ours = sorted({link.parent.name for link in (w / "runs").glob("*/*") if _alive(link)}) if (w / "runs").is_dir() \
-        else []
-    # The processes computing on the box's GPUs now (anyone's).
-    return {"ours": ours, "gpu_apps": smi("--query-compute-apps=pid,process_name"),
-            "free_gb": _free_gb(w) if w.is_dir() else None}
+    runs = _workdir(workdir) / "runs"
+    return {"ours": sorted({link.parent.name for link in runs.glob("*/*") if _alive(link)}),
+            "gpu_apps": smi("--query-compute-apps=pid,process_name")}
+
+
+def _run(argv: list[str], timeout_s: float = 60) -> subprocess.CompletedProcess:
+    """`argv`'s answer; where it gave none (not installed, no answer in time): exit -1, and why as its stderr."""
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s)
+    except (OSError, subprocess.SubprocessError) as e:
+        return subprocess.CompletedProcess(argv, -1, "", f"{type(e).__name__}: {e}")
 
 
 def smi(query: str, timeout_s: float = 20) -> list[str]:
     """nvidia-smi's lines for `query` (none without it); lab.machines.local asks it too."""
-    program = shutil.which("nvidia-smi")
-    if not program:
-        return []
-    try:
-        out = subprocess.run([program, query, "--format=csv,noheader"], capture_output=True, text=True,
-                             timeout=timeout_s).stdout
-    except (OSError, subprocess.SubprocessError):
-        return []
+    out = _run(["nvidia-smi", query, "--format=csv,noheader"], timeout_s).stdout
     return [line.strip() for line in out.splitlines() if line.strip()]
 
 
@@ -120,8 +114,8 @@ def stage(workdir: str, key: str, link: str) -> dict:
     if not whole:
         partial.mkdir(parents=True, exist_ok=True)
     return {"workdir": str(w), "data": str(data), "partial": str(partial), "whole": whole,
-            "there": {} if whole else _sizes(partial), "link": str(here), "free_gb": _free_gb(w),
-            "rsync": bool(shutil.which("rsync"))}
+            "there": {} if whole else _sizes(partial), "link": str(here), "rsync": bool(shutil.which("rsync")),
+            "free_gb": round(shutil.disk_usage(w).free / 1e9, 3)}
 
 
 def seal(workdir: str, key: str, sizes: str) -> dict:
@@ -150,10 +144,9 @@ def launch(link: str, params: str) -> dict:
         return {"started": False, **(_read_json(here / "runner.json") or {})}
     (here / "params.json").write_text(base64.b64decode(params).decode("utf-8"), encoding="utf-8")
     _write_json(here / "launched.json", {"at": _now()})
-    log = open(here / "session.log", "ab")
     proc = subprocess.Popen([sys.executable, str(here / "box.py"), "run", str(here)], stdin=subprocess.DEVNULL,
-                            stdout=log, stderr=subprocess.STDOUT, cwd=str(here), start_new_session=True,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                            stdout=open(here / "session.log", "ab"), stderr=subprocess.STDOUT, cwd=str(here),
+                            start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     return {"started": True, "pid": proc.pid}
 
 
@@ -177,12 +170,8 @@ def peek(link: str, offset: str, job_id: str = "") -> dict:
               "log": "\n".join(line.rsplit("\r", 1)[-1] for line in log),
               **{m: _read_json(here / f"{m}.json") for m in MARKERS}}
     if job_id:
-        try:
-            proc = subprocess.run(["scontrol", "show", "job", "-o", job_id], capture_output=True, text=True,
-                                  timeout=60)
-            answer["scontrol"] = {"rc": proc.returncode, "out": proc.stdout, "err": proc.stderr}
-        except (OSError, subprocess.SubprocessError) as e:
-            answer["scontrol"] = {"rc": -1, "out": "", "err": f"{type(e).__name__}: {e}"}
+        proc = _run(["scontrol", "show", "job", "-o", job_id])
+        answer["scontrol"] = {"rc": proc.returncode, "out": proc.stdout, "err": proc.stderr}
     return answer
 
 
@@ -209,17 +198,12 @@ def stop(link: str, reason: str) -> dict:
 def kill(link: str, reason: str) -> dict:
     """Ends the session now: its runner and every process under it killed; its exit says why."""
     here = Path(link)
-    runner = _read_json(here / "runner.json") or {}
-    pids = []
-    if _alive(here):
-        pids = [int(runner["pid"])]
-        for pid in pids:  # grows as it goes: every descendant
-            pids += [child for child in _children(pid) if child not in pids]
-        for pid in reversed(pids):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
+    pids = [int(_read_json(here / "runner.json")["pid"])] if _alive(here) else []
+    for pid in pids:  # grows as it goes: every descendant
+        pids += [child for child in _children(pid) if child not in pids]
+    for pid in reversed(pids):
+        with suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
     if not (here / "exit.json").is_file():
         _write_json(here / "exit.json", {"ok": False, "error": f"killed: {reason}", "ended": _now()})
     return {"killed": len(pids)}
@@ -227,13 +211,12 @@ def kill(link: str, reason: str) -> dict:
 
 def outputs(link: str) -> dict:
     here = Path(link)
-    out = here / "out"
-    files = _sizes(out) if out.is_dir() else {}
+    files = _sizes(here / "out")
     extra = {name: (here / name).stat().st_size for name in ("executed.ipynb", "session.log", "exit.json")
              if (here / name).is_file()}
     committed = sorted(name[len("checkpoints/"):] for name in files if name.startswith("checkpoints/ckpt_")
                        and name.endswith(".pt") and name[:-3] + ".json" in files)
-    named = Path(str((_read_json(out / "result.json") or {}).get("checkpoint") or "")).name
+    named = Path(str((_read_json(here / "out" / "result.json") or {}).get("checkpoint") or "")).name
     pick = named if named in committed else (committed[-1] if committed else None)
     return {"out": files, "link": extra, "exit": _read_json(here / "exit.json"), "checkpoint": pick}
 
@@ -246,9 +229,8 @@ def port() -> dict:
         low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
     except (OSError, ValueError, IndexError):
         low = 32768  # Linux's default start
-    rng = random.Random()
     for _ in range(64):
-        candidate = rng.randrange(20000, max(low, 20001))
+        candidate = random.randrange(20000, max(low, 20001))
         with socket.socket() as s:
             try:
                 s.bind(("", candidate))
@@ -279,10 +261,8 @@ def _stop_when_asked(here: Path, done: threading.Event) -> None:
         if request is not None:
             print(f"box: stop requested ({request.get('reason')}): the run saves a checkpoint and stops", flush=True)
             for pid in _children(os.getpid()):
-                try:
+                with suppress(OSError):
                     os.kill(pid, signal.SIGINT)
-                except OSError:
-                    pass
             return
 
 
@@ -307,24 +287,8 @@ def run(link: str) -> None:
 
 
 def first_host(nodelist: str) -> str:
-    try:
-        out = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True,
-                             timeout=60).stdout.split()
-    except (OSError, subprocess.SubprocessError):
-        out = []
+    out = _run(["scontrol", "show", "hostnames", nodelist]).stdout.split()
     return out[0] if out else nodelist.split(",")[0].split("[")[0]
-
-
-def node_params(here: Path, folder: Path, rank: int, nodes: int, job_id: str) -> dict:
-    params = json.loads((here / "params.json").read_text(encoding="utf-8"))
-    session = params["session"]
-    if nodes > 1:
-        port = RDZV_PORT_BASE + int(job_id) % RDZV_PORTS if job_id.isdigit() else RDZV_PORT_BASE
-        session.update(nnodes=nodes, node_rank=rank,
-                       rdzv_endpoint=f"{first_host(os.environ.get('SLURM_JOB_NODELIST', ''))}:{port}")
-    if folder != here:
-        session["out_dir"] = str(folder / "out")
-    return params
 
 
 def job(link: str) -> None:
@@ -342,9 +306,15 @@ def job(link: str) -> None:
         print(f"slurm: job {job_id} started again (restart {restart}) after its session had started here: the run "
               "is not started twice; the lab goes on from its checkpoint in a new job", flush=True)
         return
+    params = json.loads((here / "params.json").read_text(encoding="utf-8"))
+    if nodes > 1:
+        port = RDZV_PORT_BASE + int(job_id) % RDZV_PORTS if job_id.isdigit() else RDZV_PORT_BASE
+        params["session"].update(nnodes=nodes, node_rank=rank,
+                                 rdzv_endpoint=f"{first_host(os.environ.get('SLURM_JOB_NODELIST', ''))}:{port}")
     if folder != here:
         shutil.copyfile(here / "train.ipynb", folder / "train.ipynb")
-    (folder / "params.json").write_text(json.dumps(node_params(here, folder, rank, nodes, job_id)), encoding="utf-8")
+        params["session"]["out_dir"] = str(folder / "out")
+    (folder / "params.json").write_text(json.dumps(params), encoding="utf-8")
     # Ignored here, and so by the kernel papermill starts (an ignored signal stays ignored across
     # exec): it neither ends this task before the notebook is written nor kills a kernel still
     # starting up, whose limit inside the job's then stops it.

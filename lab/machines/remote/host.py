@@ -131,10 +131,9 @@ class OwnHost(Host):
 
     def checked(self, running: list[str], hosts: int) -> Machine:
         record = read_check(self.name) or {}
-        m = Machine(self.name, self.kind, record.get("gpu") or "unchecked", running=list(running),
-                    cards=list(record.get("cards") or []), checked=record.get("at"), hosts=hosts)
-        m.error = check_problem(self.name)
-        return m
+        return Machine(self.name, self.kind, record.get("gpu") or "unchecked", running=list(running),
+                       cards=list(record.get("cards") or []), checked=record.get("at"), hosts=hosts,
+                       error=check_problem(self.name))
 
     def cards(self) -> str | None:
         return (read_check(self.name) or {}).get("gpu")

@@ -45,7 +45,9 @@ class Stored:
 
     @classmethod
     def all(cls) -> list:
-        return [cls.from_dict(r) for r in records(cls.FILE)]
+        root = machines_dir()
+        found = [read(folder / cls.FILE) for folder in sorted(root.iterdir())] if root.is_dir() else []
+        return [cls.from_dict(r) for r in found if r is not None]
 
     @classmethod
     def get(cls, name: str):
@@ -54,12 +56,6 @@ class Stored:
             known = ", ".join(m.name for m in cls.all()) or "none yet"
             raise UserError(f"no {cls.NOUN} '{name}' in the lab (its {cls.NOUN}s: {known}); add one with `{cls.HOW}`")
         return found[0]
-
-
-def records(file: str) -> list[dict]:
-    root = machines_dir()
-    found = [read(folder / file) for folder in sorted(root.iterdir())] if root.is_dir() else []
-    return [r for r in found if r is not None]
 
 
 def read_check(name: str) -> dict | None:
