@@ -18,7 +18,7 @@ from lab.kernel.checkpoint import (INPUT_NOT_READY, checkpoint_meta, checkpoint_
 from lab.kernel.metrics import metrics_lines, write_metrics_lines
 from lab.kernel.saver import kept_steps
 from lab.kernel.plots import save_loss_plot
-from lab.kernel.preflight import NO_GPU, PREFLIGHT, TIMELINE
+from lab.kernel.preflight import NO_GPU, TIMELINE
 
 
 def put(src: Path, dst: Path) -> None:
@@ -66,7 +66,6 @@ class SessionOutputs:
     checkpoint: dict | None = None  # the newest whole one: {"name", "step", "sha256"} (sha256 recomputed here)
     input_not_ready: dict | None = None  # markers of a session that stopped before training
     no_gpu: dict | None = None
-    preflight: dict | None = None  # its start's checks, and timeline
     timeline: dict | None = None
     problem: str | None = None  # what is wrong with what came back
 
@@ -95,7 +94,7 @@ class SessionOutputs:
 def read_outputs(folder: Path) -> SessionOutputs:
     """What the session left in `folder`, checked: its result, its newest whole checkpoint, its markers."""
     found: dict = {key: read_marker(folder / name) for key, name in (
-        ("input_not_ready", INPUT_NOT_READY), ("no_gpu", NO_GPU), ("preflight", PREFLIGHT), ("timeline", TIMELINE))}
+        ("input_not_ready", INPUT_NOT_READY), ("no_gpu", NO_GPU), ("timeline", TIMELINE))}
     result_path = folder / "result.json"
     if result_path.is_file():
         try:
@@ -104,12 +103,11 @@ def read_outputs(folder: Path) -> SessionOutputs:
             found["problem"] = "result.json is unreadable"
     for path in reversed(list_checkpoints(folder / "checkpoints")):
         problem = verify_checkpoint(path)
-        if problem is not None:
-            found["problem"] = f"checkpoint {path.name}: {problem}"
-            continue
-        meta = checkpoint_meta(path)
-        found["checkpoint"] = {"name": path.name, "step": int(meta["step"]), "sha256": meta["sha256"]}
-        break
+        if problem is None:
+            meta = checkpoint_meta(path)
+            found["checkpoint"] = {"name": path.name, "step": int(meta["step"]), "sha256": meta["sha256"]}
+            break
+        found["problem"] = f"checkpoint {path.name}: {problem}"
     named = (found.get("result") or {}).get("checkpoint")
     if named and (found.get("checkpoint") or {}).get("name") != Path(named).name:
         found["problem"] = f"the session's checkpoint {Path(named).name} is missing or corrupt in its output"
@@ -148,15 +146,12 @@ def merge_metrics(run_folder: Path, link_metrics: Path, from_step: int) -> None:
     write_metrics_lines(mine, early + metrics_lines(link_metrics, after=from_step))
 
 
-KEPT = ("result.json", "config.json", "device.json")  # a link's files the run folder takes as they are
-
-
 def merge_link_outputs(run_folder: Path, run_id: str, folder: Path, from_step: int, ckpt: dict | None) -> None:
     """A finished link's outputs in `folder` into the run folder, and the run's loss plot drawn again."""
     if ckpt and ckpt["step"] >= from_step:
         merge_checkpoint(folder / "checkpoints" / ckpt["name"], run_folder)
     merge_metrics(run_folder, folder / "metrics.jsonl", from_step)
-    for name in KEPT:
+    for name in ("result.json", "config.json", "device.json"):  # a link's files the run folder takes as they are
         if (folder / name).is_file():
             shutil.copyfile(folder / name, run_folder / name)
     if (run_folder / "metrics.jsonl").is_file():

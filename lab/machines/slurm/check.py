@@ -30,9 +30,7 @@ def quick_check(cluster: Cluster) -> tuple[Shell, dict, dict]:
     """The login node answers with the cluster's Python, and the partition is there: (login, hello, facts)."""
     login = cluster.shell
     slurm(login, ["sbatch", "--version"])  # Slurm's commands are there (else: where to find them)
-    hello = login.helper("hello", cluster.workdir, timeout_s=60)
-    facts = partition_facts(login, cluster.partition)
-    return login, hello, facts
+    return login, login.helper("hello", cluster.workdir, timeout_s=60), partition_facts(login, cluster.partition)
 
 
 def check_cluster(name: str, say: Callable[[str], None] = print, plan: BoxPlan | None = None) -> dict:
@@ -43,8 +41,18 @@ def check_cluster(name: str, say: Callable[[str], None] = print, plan: BoxPlan |
     say(f"{cluster.where}: {partition_line(facts)}")
     say(f"{cluster.where}: a short job with a training burst on one node")
     host, job, waited = _measured_job(cluster, login, hello["workdir"], plan, say)
-    record = _verdict(cluster, host, facts, started)
-    record.update(login=login.label, job=job, queue_wait_s=round(waited, 1))
+    record = verdict(cluster.name, cluster.python, [host], started)
+    record.update(kind="slurm", partition=facts, login=login.label, job=job, queue_wait_s=round(waited, 1))
+    if host.get("missing") and not host.get("error"):
+        line = f"{cluster.python} -m pip install {' '.join(host['missing'])}"
+        record.update(why=f"the cluster's Python lacks {', '.join(host['missing'])} on its nodes, which the training "
+                          f"notebook needs: on the login node, `{line}` (torch for the cluster's CUDA: see "
+                          "pytorch.org).",
+                      why_ru=f"у Python кластера на узлах нет {', '.join(host['missing'])}, а они нужны блокноту "
+                             f"обучения: на узле входа `{line}` (torch под CUDA кластера: см. pytorch.org).")
+    if facts["state"].upper() != "UP":
+        record.update(warning=f"the partition is {facts['state'].lower()} now: jobs wait until it is up",
+                      warning_ru=f"раздел сейчас {facts['state'].lower()}: задачи ждут, пока он не заработает")
     store_burst(name, host)
     write_check(name, record)
     return record
@@ -116,19 +124,3 @@ def _wait(cluster: Cluster, login: Shell, job: str, say: Callable[[str], None]) 
         elif ran is None:
             ran = time.monotonic()
         time.sleep(poll)
-
-
-def _verdict(cluster: Cluster, host: dict, facts: dict, started: datetime) -> dict:
-    record = verdict(cluster.name, cluster.python, [host], started)
-    record.update(kind="slurm", partition=facts)
-    if host.get("missing") and not host.get("error"):
-        line = f"{cluster.python} -m pip install {' '.join(host['missing'])}"
-        record.update(why=f"the cluster's Python lacks {', '.join(host['missing'])} on its nodes, which the training "
-                          f"notebook needs: on the login node, `{line}` (torch for the cluster's CUDA: see "
-                          "pytorch.org).",
-                      why_ru=f"у Python кластера на узлах нет {', '.join(host['missing'])}, а они нужны блокноту "
-                             f"обучения: на узле входа `{line}` (torch под CUDA кластера: см. pytorch.org).")
-    if facts["state"].upper() != "UP":
-        record.update(warning=f"the partition is {facts['state'].lower()} now: jobs wait until it is up",
-                      warning_ru=f"раздел сейчас {facts['state'].lower()}: задачи ждут, пока он не заработает")
-    return record

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 
 from lab.config import UserError
@@ -48,9 +48,7 @@ class Cluster(Stored):
         return f"cluster '{self.name}' ({login}, {partition})"
 
     def to_dict(self) -> dict:
-        return {"name": self.name, "kind": "slurm", "login": None if self.login is None else self.login.to_dict(),
-                "partition": self.partition, "account": self.account, "gres": self.gres, "nodes": self.nodes,
-                "time_min": self.time_min, "python": self.python, "workdir": self.workdir, "added": self.added}
+        return {"name": self.name, "kind": "slurm", **asdict(self)}  # (its login as Address.to_dict writes it)
 
     @classmethod
     def from_dict(cls, d: dict) -> "Cluster":
@@ -73,19 +71,16 @@ def parse_time(text: str) -> int:
     text = text.strip()
     if text.upper() in ("UNLIMITED", "INFINITE", "NONE", "N/A", ""):
         return 0
-    days, _, rest = text.rpartition("-") if "-" in text else ("", "", text)
+    days, _, rest = text.rpartition("-")
     parts = rest.split(":")
     if not (days.isdigit() or days == "") or not all(p.isdigit() for p in parts) or len(parts) > 3:
         raise UserError(f"{text!r} is not a time as Slurm writes it (minutes, H:MM:SS or D-HH:MM:SS)")
     numbers = [int(p) for p in parts]
-    if days:
+    if days:  # D-H, D-H:M, D-H:M:S
         hours, minutes, seconds = (numbers + [0, 0])[:3]
-        return ((int(days) * 24 + hours) * 60 + minutes) * 60 + seconds
-    if len(numbers) == 1:
-        return numbers[0] * 60  # plain minutes
-    if len(numbers) == 2:
-        return numbers[0] * 60 + numbers[1]  # minutes:seconds
-    return (numbers[0] * 60 + numbers[1]) * 60 + numbers[2]
+    else:  # M, M:S, H:M:S
+        hours, minutes, seconds = numbers if len(numbers) == 3 else ([0] + numbers + [0])[:3]
+    return ((int(days or 0) * 24 + hours) * 60 + minutes) * 60 + seconds
 
 
 def checked_shape(partition: str | None, account: str | None, gres: str | None, nodes: int | None,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import asdict
 from pathlib import Path
 from typing import Callable
 
@@ -16,6 +17,7 @@ from lab.corpus.manifests import data_id_of
 from lab.kernel.metrics import read_metrics
 from lab.machines.auto import Machine
 from lab.machines.base import Follow, env_seconds
+from lab.machines.control import tail
 from lab.machines.ending import Said
 from lab.machines.handoff import SessionOutputs
 from lab.machines.lifecycle import LIVE, Away, LinkCtx, Seen, Session, Unreachable, age_s, follow, plan
@@ -26,8 +28,8 @@ from lab.machines.remote.store import check_problem, note_data, read_check
 from lab.machines.slurm.check import quick_check
 from lab.machines.slurm.cluster import Cluster, job_time
 from lab.machines.slurm.job import SlurmLink, cancel_job, find_submitted, job_script, shape_options, submit
-from lab.machines.slurm.query import (POLL_ENV, POLL_S, REQUEUED, JobState, SlurmUnreachable, cluster_offset,
-                                      expected_start, final_state, job_state, partition_facts, reason_words)
+from lab.machines.slurm.query import (POLL_ENV, POLL_S, REQUEUED, JobState, SlurmUnreachable, expected_start,
+                                      final_state, job_state, partition_facts, reason_words)
 from lab.runs import Link, Run, now
 
 CANCEL_GRACE_S = 120.0  # a job asked to stop that still runs this long after is scancelled
@@ -72,7 +74,7 @@ class SlurmSession(Session):
             shutil.rmtree(up, ignore_errors=True)
         note_data(self.cluster.name, 0, data_id_of(data_dir))
         Away.update(run.id, link.n, spec=spec.to_dict())
-        SlurmLink.update(run.id, link.n, remote=st["link"], data=st["data"], rsync=st["rsync"], job_name=name)
+        SlurmLink.update(run.id, link.n, remote=st["link"], rsync=st["rsync"], job_name=name)
 
     def submit(self) -> None:
         rec = self.rec()
@@ -99,7 +101,7 @@ class SlurmSession(Session):
         got = peek(self.login, rec.remote, self.ctx.folder, rec.job, timeout_s=120)
         markers = {k: got.get(k) for k in ("runner", "exit", "requeued", "stop")}
         activity = (got.get("offset"), got.get("log"))
-        state = job_state(self.login, rec.job, cluster_offset(self.login), scontrol=got.get("scontrol"))
+        state = job_state(self.login, rec.job, scontrol=got.get("scontrol"))
         rows = read_metrics(self.ctx.folder / LIVE)
         row = rows[-1] if rows else None
         if Away.of(self.ctx.link()[1]).stop_sent and state is not None and state.state == "RUNNING" \
@@ -153,8 +155,8 @@ class SlurmSession(Session):
 
     def _ended(self, rec: SlurmLink, state: JobState | None, markers: dict, row: dict | None) -> Seen:
         final = final_state(self.login, rec.job, live=state) if state is not None and state.ended else state
-        SlurmLink.update(self.ctx.run_id, self.ctx.n, state=final.to_dict() if final else None, last=markers)
-        said, words = said_of(SlurmLink.of(self.ctx.link()[1]), bool(Away.of(self.ctx.link()[1]).stop_sent))
+        link = SlurmLink.update(self.ctx.run_id, self.ctx.n, state=asdict(final) if final else None, last=markers)
+        said, words = said_of(SlurmLink.of(link), bool(Away.of(link).stop_sent))
         return Seen("ended", words=words, said=said, row=row)
 
     def fetch(self, folder: Path) -> str | None:
@@ -176,9 +178,7 @@ class SlurmSession(Session):
         return f"job {self._note(scancelled=now()).job} was scancelled; what it saved stays"
 
     def facts(self, seen: dict, out: SessionOutputs) -> dict:
-        log = self.ctx.folder / "session.log"
-        return job_facts(self.rec(), out, log.read_text(encoding="utf-8", errors="replace")[-8000:] if log.is_file()
-                         else "")
+        return job_facts(self.rec(), out, tail(self.ctx.folder / "session.log", 100))
 
     def after(self, link: Link, out: SessionOutputs) -> None:
         run, _ = self.ctx.link()
@@ -217,9 +217,8 @@ def said_of(rec: SlurmLink, stop_asked: bool) -> tuple[Said, str]:
 
 def job_facts(rec: SlurmLink, out: SessionOutputs, log: str) -> dict:
     error = ((rec.last or {}).get("exit") or {}).get("error")
-    hint = ""
-    if error and "ModuleNotFoundError" in error:
-        hint = "(the cluster's Python lacks it: `lab machines check` on the cluster lists what to install)"
+    hint = ("(the cluster's Python lacks it: `lab machines check` on the cluster lists what to install)"
+            if error and "ModuleNotFoundError" in error else "")
     lines = [x.strip() for x in log.splitlines() if x.strip() and not x.startswith("Executing")]
     if lines and not out.saved:
         hint = f"{hint} Its log ends: {' | '.join(lines[-LOG_LINES:])}.".strip()

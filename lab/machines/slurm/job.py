@@ -20,8 +20,7 @@ class SlurmLink(LinkRecord):
     """A cluster's own record of a link (kept in `Link.detail` beside the lifecycle's `Away`)."""
     minutes: int = 0  # the job's time limit, and how long before its end Slurm signals it
     signal_s: int = 0
-    remote: str | None = None  # the link's folder on the cluster, and the data there
-    data: str | None = None
+    remote: str | None = None  # the link's folder on the cluster
     rsync: bool = False
     job_name: str = ""
     job: str | None = None  # Slurm's job id once submitted
@@ -35,12 +34,8 @@ class SlurmLink(LinkRecord):
 
 
 def shape_options(cluster: Cluster) -> list[str]:
-    out = [f"--nodes={cluster.nodes}", "--ntasks-per-node=1"]
-    for flag, value in (("--partition", cluster.partition), ("--account", cluster.account),
-                        ("--gres", cluster.gres)):
-        if value:
-            out.append(f"{flag}={value}")
-    return out
+    named = (("--partition", cluster.partition), ("--account", cluster.account), ("--gres", cluster.gres))
+    return [f"--nodes={cluster.nodes}", "--ntasks-per-node=1"] + [f"{flag}={value}" for flag, value in named if value]
 
 
 def job_script(cluster: Cluster, rec: SlurmLink, title: str) -> str:

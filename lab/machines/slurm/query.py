@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 
 from lab.config import UserError
@@ -20,7 +20,6 @@ ENDED = {"COMPLETED", "TIMEOUT", "PREEMPTED", "NODE_FAIL", "CANCELLED", "OUT_OF_
          "DEADLINE", "REVOKED", "SPECIAL_EXIT"}
 REQUEUED = {"REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED"}  # requeued, on its way back into the queue
 _KEY = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z0-9_/:.]*)=")
-_START = re.compile(r"to start at (\S+)")
 
 
 @dataclass(frozen=True)
@@ -44,9 +43,6 @@ class JobState:
     def pending(self) -> bool:
         return self.state in ("PENDING", "REQUEUE_HOLD", "REQUEUE_FED")
 
-    def to_dict(self) -> dict:
-        return asdict(self)
-
 
 def slurm(login: Shell, argv: list[str], timeout_s: float = 60.0):
     proc = login.run(argv, timeout_s=timeout_s)
@@ -68,11 +64,9 @@ def scontrol_fields(line: str) -> dict[str, str]:
 
 
 def _utc(text: str | None, offset: timedelta) -> str | None:
-    if not text or text in ("Unknown", "None", "N/A"):
-        return None
     try:
-        local = datetime.fromisoformat(text)
-    except ValueError:
+        local = datetime.fromisoformat(text or "")
+    except ValueError:  # "Unknown", "None", "N/A"
         return None
     return (local - offset).replace(tzinfo=timezone.utc).isoformat(timespec="seconds")
 
@@ -139,21 +133,19 @@ def _from_sacct(login: Shell, job: str, offset: timedelta) -> JobState | None:
     return None
 
 
-def job_state(login: Shell, job: str, offset: timedelta | None = None,
-              scontrol: dict | None = None) -> JobState | None:
+def job_state(login: Shell, job: str, scontrol: dict | None = None) -> JobState | None:
     """The job now, as the controller holds it, else its accounting record; `scontrol`: its answer read already."""
-    offset = cluster_offset(login) if offset is None else offset
+    offset = cluster_offset(login)
     live = _from_scontrol(login, job, offset) if scontrol is None else from_scontrol(job, scontrol, offset)
     return live or _from_sacct(login, job, offset)
 
 
-def final_state(login: Shell, job: str, offset: timedelta | None = None,
-                live: JobState | None = None) -> JobState | None:
+def final_state(login: Shell, job: str, live: JobState | None = None) -> JobState | None:
     """How the job ended: its accounting record, else the controller's (`live`: its word read already)."""
-    offset = cluster_offset(login) if offset is None else offset
+    offset = cluster_offset(login)
     kept = _from_sacct(login, job, offset)
     if kept is not None and kept.state in ENDED:
-        return JobState(**{**kept.to_dict(), "restarts": live.restarts if live else 0})
+        return replace(kept, restarts=live.restarts if live else 0)
     return live if live is not None and live.ended else _from_scontrol(login, job, offset) or kept
 
 
@@ -194,15 +186,15 @@ def partition_facts(login: Shell, partition: str | None) -> dict:
             "preempt_type": preempt_type, "tres": chosen.get("TRES", "")}
 
 
-def expected_start(login: Shell, shape: list[str], offset: timedelta | None = None) -> tuple[str | None, str | None]:
+def expected_start(login: Shell, shape: list[str]) -> tuple[str | None, str | None]:
     """(when Slurm would start a job of `shape` if it were sent now, in UTC, or None; Slurm's refusal)."""
     proc = slurm(login, ["sbatch", "--test-only", *shape, "--wrap", "true"])
     text = proc.stdout + proc.stderr
-    found = _START.search(text)
+    found = re.search(r"to start at (\S+)", text)
     if proc.returncode != 0 or not found:
         lines = [line.split("error:", 1)[-1].strip() for line in text.strip().splitlines() if line.strip()]
         return None, (lines[-1] if lines else f"sbatch --test-only exit {proc.returncode}")
-    return _utc(found.group(1), cluster_offset(login) if offset is None else offset), None
+    return _utc(found.group(1), cluster_offset(login)), None
 
 
 # Slurm's reasons for a pending job, in words: (English, Russian). The last group never start.
