@@ -10,7 +10,6 @@ import sys
 
 from lab.config import UserError
 from lab.machines import driver
-from lab.runs import load_run
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -19,11 +18,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--resume", action="store_true", help="forget an earlier cancel")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     try:
-        run_id = load_run(args.run).id
-        if driver.driver_alive(run_id):
-            return 0
-        final = driver.drive(run_id, resume=args.resume, progress=True)
-    except driver.DriverBusy:  # another process took it just now
+        final = driver.drive(args.run, resume=args.resume, progress=True)
+    except driver.DriverBusy:  # another process drives it
         return 0
     except UserError as e:
         print(f"lab driver: error: {e}", file=sys.stderr, flush=True)

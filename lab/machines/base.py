@@ -1,7 +1,5 @@
-"""The one small interface every machine gives the driver, which chains links into a run through it alone:
-what the machine has free (`state`), a run's next link recorded there (`start`), taken to its end with its
-outputs in the run folder and its typed outcome (`follow`), and a cancel. Each kind is one entry in
-lab.machines.registry, and builds its own settings."""
+"""The one small interface every machine gives the driver, which chains links into a run through it alone.
+Each kind is one entry in lab.machines.registry, and builds its own settings."""
 from __future__ import annotations
 
 import os

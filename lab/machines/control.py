@@ -24,10 +24,9 @@ ACTIVE = ("starting", "running")
 
 def spawn_driver(run_id: str, resume: bool = False) -> int:
     """`python -m lab.machines.background RUN` in its own session: it survives the notebook."""
-    folder = runs_dir() / run_id
     cmd = [sys.executable, "-m", "lab.machines.background", run_id] + (["--resume"] if resume else [])
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "LAB_HOME": str(lab_home())}
-    with open(folder / "driver.log", "ab") as log:
+    with open(runs_dir() / run_id / "driver.log", "ab") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
                                 start_new_session=True)
     spawned[run_id] = proc
@@ -49,10 +48,8 @@ def read_control(run_id: str) -> dict:
 
 
 def set_control(run_id: str, **values) -> None:
-    path = _control_file(run_id)
-    state = {**read_control(run_id), **values, "updated": now()}
-    text = json.dumps(state, indent=1, ensure_ascii=False)
-    atomic_write(path, lambda f: f.write(text.encode("utf-8")))
+    text = json.dumps({**read_control(run_id), **values, "updated": now()}, indent=1, ensure_ascii=False)
+    atomic_write(_control_file(run_id), lambda f: f.write(text.encode("utf-8")))
 
 
 def cancel_flag(run_id: str) -> Path:
@@ -112,10 +109,6 @@ def active_runs() -> dict[str, list[str]]:
         if link is not None and (not in_driver or driver_alive(run.id)):
             out.setdefault(link.machine, []).append(run.id)
     return out
-
-
-def active_runs_on(machine: str) -> list[str]:
-    return active_runs().get(machine, [])
 
 
 def logged(run_id: str, say: Callable[[str], None]) -> Callable[[str], None]:

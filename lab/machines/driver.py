@@ -19,6 +19,7 @@ from lab.machines.auto import FOREIGN, Choice, Machine, pick, worth_waiting
 from lab.machines.base import Follow, env_seconds
 from lab.machines.control import (DriverLock, active_link, active_runs, cancel_flag, cancel_requested, driver_alive,
                                   logged, read_control, set_control)
+from lab.machines.lifecycle import age_s
 from lab.machines.needs import data_id, finish_hours, need_hours, pin_data, source_checkpoint
 from lab.machines.pace import measured_on, slow_links
 from lab.machines.registry import host_for, host_of, hosts
@@ -45,9 +46,7 @@ def overview(patient: bool = False, only: str | None = None) -> list[Machine]:
     """Every machine of the lab with its state, asked all at once (`only`: that one)."""
     active = active_runs()
     found = hosts(only)
-    if not found:
-        return []
-    with ThreadPoolExecutor(max_workers=min(8, len(found))) as pool:
+    with ThreadPoolExecutor(max_workers=min(8, len(found)) or 1) as pool:
         return list(pool.map(lambda h: h.state(active.get(h.name, []), patient), found))
 
 
@@ -58,11 +57,10 @@ def drive(run_id: str, *, say: Callable[[str], None] = print, resume: bool = Tru
     run_id = load_run(run_id).id
     lock = DriverLock(run_id)
     # `driver_alive` probes with this very lock for an instant: a few tries tell a probe from a driver.
-    for attempt in range(LOCK_TRIES):
+    for _ in range(LOCK_TRIES):
         if lock.acquire():
             break
-        if attempt < LOCK_TRIES - 1:
-            time.sleep(LOCK_RETRY_S)
+        time.sleep(LOCK_RETRY_S)
     else:
         raise DriverBusy(f"run {run_id} is already being driven by another process; `lab watch {run_id}` follows it")
     say = logged(run_id, say)
@@ -146,8 +144,8 @@ def _after(run_id: str, ended: Link, state: _Driving, say: Callable[[str], None]
         state.exclude(ended.machine, out)
     if out.kind in REFUSED:  # a picked machine too: the lab waits for it and asks again
         # Until the time the machine named (Kaggle's Retry-After), else until a recheck.
-        state.exclude(ended.machine, out, _seconds_until(out.until) if out.until else None)
-        again = f" at {_when(out.until)}" if out.until else ""
+        state.exclude(ended.machine, out, -age_s(out.until) if out.until else None)
+        again = f" at {datetime.fromisoformat(out.until).astimezone(timezone.utc):%H:%M:%S UTC}" if out.until else ""
         say(f"{out.reason} The lab tries another machine meanwhile and asks {ended.machine} again{again}."
             if load_run(run_id).cfg.machine in ("auto", "", None) else f"{out.reason} The lab waits for it and "
                                                                         f"asks again{again}.")
@@ -315,14 +313,6 @@ def _as_left(m: Machine, state: _Driving) -> Machine:
     return replace(m, free=False, running=m.running + [FOREIGN])
 
 
-def _seconds_until(iso: str) -> float:
-    return (datetime.fromisoformat(iso) - datetime.now(timezone.utc)).total_seconds()
-
-
-def _when(iso: str) -> str:
-    return datetime.fromisoformat(iso).astimezone(timezone.utc).strftime("%H:%M:%S UTC")
-
-
 def _wait(run_id: str, choice: Choice, poll_s: float) -> None:
     # The message first: whoever sees the run waiting finds why, and what for.
     en, ru = choice.waits_for or (None, None)
@@ -332,7 +322,7 @@ def _wait(run_id: str, choice: Choice, poll_s: float) -> None:
         r.status = "waiting"
     deadline = time.monotonic() + RECHECK_POLLS * poll_s
     if choice.wait_until:
-        deadline = min(deadline, time.monotonic() + max(_seconds_until(choice.wait_until), 0.0) + poll_s)
+        deadline = min(deadline, time.monotonic() + max(-age_s(choice.wait_until), 0.0) + poll_s)
     while time.monotonic() < deadline and not cancel_requested(run_id):
         time.sleep(min(poll_s, max(0.0, deadline - time.monotonic())))
 

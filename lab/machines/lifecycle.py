@@ -191,7 +191,7 @@ class Unreachable(UserError):
     """The session's machine cannot be asked now: the session goes on there, and the watch asks again."""
 
 
-def follow(session: Session, watchdog: Watchdog | None = None) -> Link:
+def follow(session: Session) -> Link:
     """Takes the link from wherever its record says it is to its end; the ended link. Raises UserError
     only when it cannot be ended now: the link stays as it is, and `lab watch RUN` takes it up again."""
     ctx = session.ctx
@@ -200,7 +200,7 @@ def follow(session: Session, watchdog: Watchdog | None = None) -> Link:
         if done is not None:
             return done
     if ctx.record.phase == "submitted":
-        _watch(session, watchdog or Watchdog.from_env())
+        _watch(session, Watchdog.from_env())
     if ctx.record.phase == "ended":
         _collect(session)
     return _finish(session)
@@ -361,7 +361,7 @@ def _collect(session: Session) -> None:
     ctx = session.ctx
     folder = ctx.folder
     folder.mkdir(parents=True, exist_ok=True)
-    for attempt in range(2):
+    for _ in range(2):
         problem = session.fetch(folder)
         out = read_outputs(folder)
         out = replace(out, problem=out.problem or problem)
@@ -410,11 +410,9 @@ def _finish(session: Session) -> Link:
 
 def set_state(ctx: LinkCtx, state: str) -> None:
     """Records where the session is now (`Link.state`), when that changed."""
-    _, link = ctx.link()
-    if link.state == state:
-        return
-    with updating(ctx.run_id) as run:
-        _put_state(run.links[ctx.n - 1], state)
+    if ctx.link()[1].state != state:
+        with updating(ctx.run_id) as run:
+            _put_state(run.links[ctx.n - 1], state)
 
 
 def _put_state(link: Link, state: str) -> None:

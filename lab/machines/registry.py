@@ -64,11 +64,10 @@ def hosts(only: str | None = None) -> list[Host]:
 
 def limits(cfg: RunConfig) -> list[Problem]:
     """What the run's fields meet where it goes: its machine's own limits, or under Auto each kind's, as notes."""
-    machine = cfg.machine or "auto"
-    if machine == "auto":
+    if (cfg.machine or "auto") == "auto":
         return [p for kind in KINDS if host_class(kind).listed for p in host_class(kind).limits_under_auto(cfg)]
     try:
-        return host_for(machine).limits(cfg)
+        return host_for(cfg.machine).limits(cfg)
     except UserError:  # a machine not in the lab: registering it says so (lab.settle.check_machine)
         return []
 

@@ -175,7 +175,7 @@ def test_wrong_or_missing_credentials_make_an_account_unusable_and_say_what_to_d
 def test_lab_accounts_and_overview_show_what_runs_on_an_account(kaggle_lab, pydoc_data):
     run = settle.register_run(RunConfig(data_dir=str(pydoc_data), steps_until=5).to_dict(), machine="alice")
     km.plan_link(run.id, "alice", 3600, None, "test")
-    assert control.active_runs_on("alice") == [run.id] and control.active_runs_on("bob") == []
+    assert control.active_runs().get("alice") == [run.id] and "bob" not in control.active_runs()
     assert {m.name: m.running for m in machines.overview()}["alice"] == [run.id]
     state = api_runs.status(run.id)
     assert state.status == "running" and state.links[0].machine == "alice"
