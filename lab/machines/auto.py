@@ -62,7 +62,6 @@ def takes_link(m: Machine) -> bool:
 
 
 def usable(m: Machine) -> bool:
-    """A Kaggle account or a box that can take a useful link now."""
     return m.kind in ELSEWHERE and takes_link(m)
 
 
@@ -93,9 +92,8 @@ def pick(cfg: RunConfig, need_hours: float | None, machines: list[Machine], hold
 def worth_waiting(machines: list[Machine], pinned: str) -> bool:
     """Waiting helps when some machine is only busy or out of quota, not when every one elsewhere is broken."""
     elsewhere = [m for m in machines if m.kind in ELSEWHERE]
-    if not elsewhere or any(m.name == pinned and m.kind == "local" for m in machines):
-        return True
-    return any(m.error is None for m in elsewhere)
+    picked_here = any(m.name == pinned and m.kind == "local" for m in machines)
+    return not elsewhere or picked_here or any(m.error is None for m in elsewhere)
 
 
 def _h(x: float, ru: bool = False) -> str:
@@ -133,7 +131,7 @@ def choose(cfg: RunConfig, need_hours: float | None, machines: list[Machine],
     local_en, local_ru = (_LOCAL_EN, _LOCAL_RU) if any(m.kind == "local" for m in machines) else ("", "")
     if covers(best):
         rivals = [m for m in candidates if covers(m) and m.name != best.name]
-        en, ru = _covering(best, rivals, need(best), finish_h, has(best), _passed_over(best, candidates, holds, covers),
+        en, ru = _covering(best, rivals, need(best), finish_h, has(best), _passed_over(best, candidates, has, covers),
                            measured.get(best.name))
         return Choice(best.name, en + local_en, ru + local_ru)
     en, ru = _continued(best, candidates, need_hours, has(best))
@@ -145,23 +143,20 @@ def _covering(best: Machine, rivals: list[Machine], need_hours: float | None, fi
     soon_en, soon_ru = _soonest(best, rivals, finish_h)
     holds_en, holds_ru = ((f"; it already holds {_WHAT[held][0]}", f"; на нём уже есть {_WHAT[held][1]}")
                           if held in _WHAT else ("", ""))
-    if best.kind == "slurm":
-        return (f"{best.name}: one of the lab's Slurm clusters, with no quota, so it covers the whole run"
-                f"{_queue(best)[0]}{soon_en}{holds_en}{passed[0]}.",
-                f"{best.name}: кластер Slurm лабы, без квоты, так что его хватит на весь прогон"
-                f"{_queue(best)[1]}{soon_ru}{holds_ru}{passed[1]}.")
-    if best.kind == "ssh":
-        return (f"{best.name}: one of the lab's own machines, with no quota, so it covers the whole run"
-                f"{soon_en}{holds_en}{passed[0]}.",
-                f"{best.name}: своя машина лабы, без квоты, так что её хватит на весь прогон"
-                f"{soon_ru}{holds_ru}{passed[1]}.")
+    tail_en, tail_ru = f"{soon_en}{holds_en}{passed[0]}.", f"{soon_ru}{holds_ru}{passed[1]}."
+    if best.kind in OWN:  # only a cluster has a queue: a box's is ("", "")
+        slurm = best.kind == "slurm"
+        what_en, what_ru, its = (("one of the lab's Slurm clusters", "кластер Slurm лабы", "его") if slurm
+                                 else ("one of the lab's own machines", "своя машина лабы", "её"))
+        return (f"{best.name}: {what_en}, with no quota, so it covers the whole run{_queue(best)[0]}{tail_en}",
+                f"{best.name}: {what_ru}, без квоты, так что {its} хватит на весь прогон{_queue(best)[1]}{tail_ru}")
     at_en, at_ru = ((f" at the {tok_s:,.0f} tok/s this run's last session there measured",
                      f" при {tok_s:,.0f} ток/с, измеренных последней сессией прогона там".replace(",", "\u00a0"))
                     if tok_s else ("", ""))
     return (f"{best.name}: its {_h(best.quota_left_h)} h of GPU quota cover the whole run "
-            f"({_h(need_hours)} h{at_en}){soon_en}{holds_en}{passed[0]}.",
+            f"({_h(need_hours)} h{at_en}){tail_en}",
             f"{best.name}: его {_h(best.quota_left_h, True)} ч квоты GPU хватит на весь прогон "
-            f"({_h(need_hours, True)} ч{at_ru}){soon_ru}{holds_ru}{passed[1]}.")
+            f"({_h(need_hours, True)} ч{at_ru}){tail_ru}")
 
 
 def _queue(m: Machine) -> tuple[str, str]:
@@ -179,12 +174,10 @@ def _queue(m: Machine) -> tuple[str, str]:
 
 def _soonest(best: Machine, rivals: list[Machine], finish_h: dict[str, float | None]) -> tuple[str, str]:
     """"; it finishes soonest ..." where a box is among the machines that cover the run."""
-    if best.kind not in OWN and not any(m.kind in OWN for m in rivals):
-        return "", ""  # Kaggle accounts alike: their cards are the same
     hours = finish_h.get(best.name)
+    if best.kind not in OWN and (hours is None or not any(m.kind in OWN for m in rivals)):
+        return "", ""  # Kaggle accounts alike: their cards are the same
     if hours is None:
-        if best.kind not in OWN:
-            return "", ""
         return (f"; its speed is not measured yet (`lab machines check {best.name}`)",
                 f"; её скорость ещё не измерена (`lab machines check {best.name}`)")
     others = [(m.name, finish_h[m.name]) for m in rivals if finish_h.get(m.name) is not None]
@@ -217,15 +210,14 @@ def _continued(best: Machine, candidates: list[Machine], need_hours: float | Non
             f"кончится, лаба продолжит прогон с чекпоинта на другой свободной машине.")
 
 
-def _passed_over(best: Machine, candidates: list[Machine], holds: dict[str, set[str]], covers) -> tuple[str, str]:
+def _passed_over(best: Machine, candidates: list[Machine], has, covers) -> tuple[str, str]:
     """Why a machine that holds more of the link than `best` was not picked, as a clause of the reason
-    (covering comes first); ("", "") when none holds more. `covers(machine)`: choose's own test."""
-    mine = holds.get(best.name, set()) & _BOTH
-    richer = [m for m in candidates if m.name != best.name and len(holds.get(m.name, set()) & _BOTH) > len(mine)]
+    (covering comes first); ("", "") when none holds more. `has(machine)`, `covers(machine)`: choose's own tests."""
+    richer = [m for m in candidates if m.name != best.name and len(has(m)) > len(has(best))]
     if not richer:
         return "", ""
-    m = max(richer, key=lambda m: (len(holds.get(m.name, set()) & _BOTH), m.quota_left_h or 0.0))
-    en, ru = _WHAT[frozenset(holds.get(m.name, set()) & _BOTH)]
+    m = max(richer, key=lambda m: (len(has(m)), m.quota_left_h or 0.0))
+    en, ru = _WHAT[has(m)]
     if covers(m) and (m.kind in OWN or best.kind in OWN):  # the soonest to finish decided
         return f"; {m.name} holds {en} but not all of the link", f"; у {m.name} есть {ru}, но не всё для звена"
     if covers(m):  # it holds only part of the link: the most quota decides

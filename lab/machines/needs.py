@@ -16,10 +16,14 @@ from lab.runs import Run, load_run, updating
 
 def need_hours(run: Run) -> float | None:
     """GPU quota the rest of the run needs, start-ups included (the calculator's figure)."""
-    cfg = run.cfg
-    ckpt = {"step": run.step, "config": cfg.to_dict()} if run.step else None
+    est = _estimate(run.cfg, run.step)
+    return None if est is None else est.hours_to_finish
+
+
+def _estimate(cfg: RunConfig, step: int) -> sizing.Estimate | None:
+    ckpt = {"step": step, "config": cfg.to_dict()} if step else None
     try:
-        return sizing.estimate(cfg, checkpoint=ckpt).hours_to_finish
+        return sizing.estimate(cfg, checkpoint=ckpt)
     except (UserError, ValueError):  # the rule works without it (most quota left)
         return None
 
@@ -43,12 +47,8 @@ def finish_hours(cfg: RunConfig, step: int, machines: list, measured: dict[str, 
 
 
 def _hours_on(cfg: RunConfig, step: int, gpu: str, machine: str) -> float | None:
-    ckpt = {"step": step, "config": cfg.to_dict()} if step else None
-    try:
-        est = sizing.estimate(replace(cfg, gpu=gpu, machine=machine), checkpoint=ckpt)
-    except (UserError, ValueError):
-        return None
-    return None if est.run_hours.value is None else float(est.run_hours.value)
+    est = _estimate(replace(cfg, gpu=gpu, machine=machine), step)
+    return None if est is None or est.run_hours.value is None else float(est.run_hours.value)
 
 
 def found_data(cfg: RunConfig) -> Path | None:
@@ -57,17 +57,12 @@ def found_data(cfg: RunConfig) -> Path | None:
     return corpus.find_prepared(cfg.constellations)
 
 
-def find_data(cfg: RunConfig, prepare: bool = False, say: Callable[[str], None] = print,
-              progress: bool = False) -> Path:
+def find_data(cfg: RunConfig) -> Path:
     found = found_data(cfg)
-    if found is not None:
-        return found
-    names = "+".join(cfg.constellations)
-    if not prepare:
+    if found is None:
         flags = " ".join(f"-c {n}" for n in cfg.constellations)
-        raise UserError(f"constellations {names} are not prepared: run `lab prepare {flags}`")
-    say(f"preparing the data for {names}")
-    return corpus.prepare(cfg.constellations, progress=progress)
+        raise UserError(f"constellations {'+'.join(cfg.constellations)} are not prepared: run `lab prepare {flags}`")
+    return found
 
 
 def data_problems(cfg: RunConfig, folder: Path) -> list[Problem]:
@@ -91,7 +86,10 @@ def pin_data(run_id: str, say: Callable[[str], None], progress: bool = False) ->
                             ru=f"прогон {run_id}: его папки данных {run.cfg.data_dir} больше нет: подготовьте данные "
                                f"заново")
         return
-    found = find_data(run.cfg, prepare=True, say=say, progress=progress)
+    found = found_data(run.cfg)
+    if found is None:
+        say(f"preparing the data for {'+'.join(run.cfg.constellations)}")
+        found = corpus.prepare(run.cfg.constellations, progress=progress)
     raise_on_errors(data_problems(run.cfg, found))
     with updating(run_id) as r:
         r.settled = r.settled.pinned(str(found), sha256_file(found / "manifest.json"))
@@ -111,13 +109,10 @@ _verified: dict[str, tuple[int, int, dict]] = {}  # path -> (mtime_ns, size, sou
 def source_checkpoint(run: Run) -> dict | None:
     """The checkpoint the next link starts from (the run's newest, or a fork's start), verified against its sidecar."""
     found = list_checkpoints(run.folder / "checkpoints")
-    if found:
-        target = run.folder
-    elif run.parent and run.parent.get("checkpoint"):
-        target = Path(run.parent["checkpoint"])
-    else:
+    fork = run.parent.get("checkpoint") if run.parent else None
+    if not found and not fork:
         return None
-    newest = found[-1] if found else target
+    target, newest = (run.folder, found[-1]) if found else (Path(fork), Path(fork))
     if newest.is_file():  # a waiting driver asks often: a checkpoint of gigabytes is hashed once
         st = newest.stat()
         hit = _verified.get(str(newest))

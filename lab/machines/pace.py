@@ -20,8 +20,7 @@ def link_speed(rows: list[dict], link: Link) -> float | None:
     """The median tokens/s the link's session logged after its first few steps (None: too few)."""
     end = link.to_step if link.to_step is not None else float("inf")
     mine = [r["tok_s"] for r in rows if isinstance(r.get("tok_s"), (int, float)) and r.get("tok_s") > 0
-            and "loss" in r and link.from_step < r.get("step", 0) <= end]
-    mine = mine[WARMUP_ROWS:]
+            and "loss" in r and link.from_step < r.get("step", 0) <= end][WARMUP_ROWS:]
     return float(statistics.median(mine)) if len(mine) >= MIN_ROWS else None
 
 
@@ -34,14 +33,10 @@ def measured_on(run: Run) -> dict[str, float]:
     return {link.machine: s for link, s in _speeds(run)}
 
 
-def tokens_per_step(run: Run) -> float | None:
-    rows = [r for r in read_metrics(run.folder) if isinstance(r.get("tokens"), (int, float)) and r.get("step")]
-    return rows[-1]["tokens"] / rows[-1]["step"] if rows else None
-
-
 def hours_on(run: Run, machine: str, tok_s: float, kaggle: bool) -> float | None:
     """The rest of the run on `machine` at `tok_s`, with its session's start (as a Kaggle account measured it)."""
-    per_step = tokens_per_step(run)
+    rows = [r for r in read_metrics(run.folder) if isinstance(r.get("tokens"), (int, float)) and r.get("step")]
+    per_step = rows[-1]["tokens"] / rows[-1]["step"] if rows else None
     if not per_step:
         return None
     left = max(0, run.cfg.steps_until - run.step) * per_step / tok_s
