@@ -10,7 +10,7 @@ from enum import Enum
 from typing import Callable
 
 from lab.machines.handoff import SessionOutputs
-from lab.runs import End, Outcome
+from lab.runs import End, Link, Outcome, now
 
 
 class Said(str, Enum):
@@ -50,6 +50,15 @@ class Ending:
     @property
     def reason(self) -> str:
         return self.outcome.reason
+
+    def put(self, link: Link, out: SessionOutputs) -> None:
+        """The ending on `link` (being written, in lab.runs.updating), with how far it took the run: its newest
+        whole checkpoint past its start, and the step of the result it saved."""
+        link.ended, link.status, link.reason, link.outcome = now(), self.status, self.reason, self.outcome
+        if out.went_on(link.from_step):
+            link.checkpoint, link.to_step = dict(out.checkpoint), out.checkpoint["step"]
+        if out.saved and self.status != "failed":
+            link.to_step = int(out.result["step"])
 
 
 def _step(f: Facts) -> int:

@@ -389,15 +389,12 @@ def _finish(session: Session) -> Link:
     rec = Away.of(link)
     out = SessionOutputs.from_dict(rec.output)
     end = ended(facts_of(session))
-    outcome = end.outcome if not rec.deleted else replace(end.outcome, pass_over=True)
+    if rec.deleted:  # its service lost it: the next link goes elsewhere where it can
+        end = replace(end, outcome=replace(end.outcome, pass_over=True))
     merge_link_outputs(run.folder, run.id, ctx.folder, link.from_step, out.checkpoint)
     with updating(ctx.run_id) as r:
         link = r.links[ctx.n - 1]
-        link.ended, link.status, link.reason, link.outcome = now(), end.status, outcome.reason, outcome
-        if out.checkpoint:
-            link.checkpoint, link.to_step = dict(out.checkpoint), out.checkpoint["step"]
-        if out.result and end.status in ("done", "stopped", "cancelled") and out.saved:
-            link.to_step = int(out.result.get("step", link.to_step or 0))
+        end.put(link, out)
         if (ctx.folder / "executed.ipynb").is_file():
             link.notebook = f"{rec.folder}/executed.ipynb"
         Away.put(link, phase="merged")

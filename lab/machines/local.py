@@ -1,5 +1,7 @@
-"""The "own card" machine: a link's training notebook executed here by papermill with the run folder as
-its working directory, kept as `links/<n>-local.ipynb`; progress streams to the terminal while it runs."""
+"""This computer as a machine. `local`, the "own card" machine: a link's training notebook executed here by
+papermill with the run folder as its working directory, kept as `links/<n>-local.ipynb`; progress streams to the
+terminal while it runs. `inline`: the loop in the driving process, without the notebook (not listed among the lab's
+machines: a run registered for it goes there by name)."""
 from __future__ import annotations
 
 import functools
@@ -126,12 +128,8 @@ def execute_link(run: Run, link: Link, data_dir: Path, resume: Path | None, *, p
     end = ended(facts_here(link, out, error, cancelled(), out_nb))
     with updating(run.id) as r:
         link = r.links[link.n - 1]
-        link.ended, link.status, link.reason, link.outcome = now(), end.status, end.reason, end.outcome
+        end.put(link, out)
         Away.put(link, spec=spec.to_dict())  # what it was sent, as every kind records it
-        if out.checkpoint and out.checkpoint["step"] > link.from_step:
-            link.checkpoint, link.to_step = dict(out.checkpoint), out.checkpoint["step"]
-        if out.saved:
-            link.to_step = int(out.result["step"])
         r.status = link.status
     return link
 
@@ -164,3 +162,52 @@ class HumanLines:
 
     def flush(self) -> None:
         self.stream.flush()
+
+
+STOP_FILE = "inline-stop"  # in the run folder: the loop stops at its next step boundary, saving first
+
+
+class InlineHost(LocalHost):
+    """This computer in the driving process itself: the training loop without the notebook (the path `lab train`
+    takes), so a tiny CPU sweep (`lab sweep --inline`) starts no kernel per run."""
+    kind = "inline"
+    listed = False  # not among the lab's machines: only a run registered for it goes there
+    keeps_notebook = False
+
+    def follow(self, run: Run, link: Link, how: Follow) -> Link:
+        from lab.kernel.train import train  # torch: only where a link trains in this process
+        stop = run.folder / STOP_FILE
+        stop.unlink(missing_ok=True)
+        resume = run.folder if list_checkpoints(run.folder / "checkpoints") else None
+        error, result = None, None
+        try:
+            result = train(run.cfg, run.folder, Path(run.cfg.data_dir), resume=resume, log=lambda s: None,
+                           stop_file=stop)
+        except Exception as e:  # noqa: BLE001 - recorded on the link as its outcome
+            error = f"{type(e).__name__}: {e}"
+        finally:
+            stop.unlink(missing_ok=True)
+        out = read_outputs(run.folder)
+        out = out if result is None else type(out)(**{**out.to_dict(), "result": result})
+        end = ended(Facts("this process", Said.EXITED, out, link.from_step, cancel_asked=how.cancelled(),
+                          error=error))
+        with updating(run.id) as r:
+            last = r.links[link.n - 1]
+            end.put(last, out)
+            r.status = end.status
+        return last
+
+    def cancel(self, run: Run, link: Link, driver_pid: int | None) -> str:
+        ask_to_stop(run.folder, "cancelled")
+        return f"run {run.id}: the loop in this process saves a checkpoint and stops"
+
+    def cards(self) -> str | None:
+        return "cpu"
+
+    def log_tail(self, run: Run, link: Link, lines: int) -> str:
+        return ""
+
+
+def ask_to_stop(folder: Path, why: str) -> None:
+    """The loop running a run of this folder in this process saves at its next step and stops, for `why`."""
+    (folder / STOP_FILE).write_text(why, encoding="utf-8")

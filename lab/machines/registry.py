@@ -14,7 +14,7 @@ KINDS: dict[str, str | type[Host]] = {
     "kaggle": "lab.machines.kaggle.host:KaggleHost",  # each Kaggle account of lab.kaggle.accounts
     "ssh": "lab.machines.ssh.host:SshHost",  # each of the lab's own boxes (or groups) of lab.machines.ssh.boxes
     "slurm": "lab.machines.slurm.host:SlurmHost",  # each of the lab's Slurm clusters of lab.machines.slurm.cluster
-    "inline": "lab.machines.inline:InlineHost",  # this computer in the driving process (`lab sweep --inline`)
+    "inline": "lab.machines.local:InlineHost",  # this computer in the driving process (`lab sweep --inline`)
 }
 
 

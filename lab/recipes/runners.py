@@ -19,7 +19,7 @@ from lab.config import UserError
 from lab.kernel.metrics import read_metrics
 from lab.machines import driver
 from lab.machines.control import driver_alive, spawn_driver
-from lab.machines.inline import ask_to_stop
+from lab.machines.local import ask_to_stop
 from lab.procs import descendants, signal_quietly
 from lab.recipes.points import DivergenceWatch, diverged_why, mark_diverged
 from lab.runs import load_run
@@ -87,7 +87,7 @@ class LocalRunner(DrivenRunner):
 
 
 class InlineRunner(DrivenRunner):
-    """The loop in this process without the notebook (lab.machines.inline): no kernel start per
+    """The loop in this process without the notebook (lab.machines.local's `inline`): no kernel start per
     run, so tiny CPU sweeps finish in seconds."""
     machine = "inline"
 
