@@ -27,7 +27,7 @@ from lab.machines.control import (active_link, cancel_requested, driver_alive, r
                                   spawned, tail)
 from lab.machines.driver import HALTED
 from lab.machines.live import live_curve
-from lab.machines.pace import Slow, slow_links
+from lab.machines.needs import Slow, slow_links
 from lab.machines.registry import host_of
 from lab.models.bpb import last_val, val_bpb
 from lab.recipes.branch import DECAY_FRAC, branch_steps, create_branch

@@ -20,8 +20,7 @@ from lab.machines.base import Follow, env_seconds
 from lab.machines.control import (DriverLock, active_link, active_runs, cancel_flag, cancel_requested, driver_alive,
                                   logged, read_control, set_control)
 from lab.machines.lifecycle import age_s
-from lab.machines.needs import data_id, finish_hours, need_hours, pin_data, source_checkpoint
-from lab.machines.pace import measured_on, slow_links
+from lab.machines.needs import data_id, finish_hours, measured_on, need_hours, pin_data, slow_links, source_checkpoint
 from lab.machines.registry import host_for, host_of, hosts
 from lab.runs import REFUSED, End, Link, Outcome, Run, load_run, now, updating
 from lab.sizing.calibration import read_predictions, record_prediction
@@ -291,7 +290,7 @@ def _next_choice(run: Run, state: _Driving) -> tuple[Choice, list[Machine]]:
         if choice.machine is not None or not went_on:
             return choice, mine
     machines = _considered(state)
-    measured = measured_on(run)  # the plan learns from the run's own sessions (lab.machines.pace)
+    measured = measured_on(run)  # the plan learns from the run's own sessions (lab.machines.needs)
     return pick(run.cfg, need_hours(run), machines, holdings(machines, run.cfg, run), pinned, went_on,
                 finish_hours(run.cfg, run.step, machines, measured, run), measured), machines
 

@@ -11,7 +11,7 @@ from lab.config import RunConfig
 from lab.machines import driver
 from lab.machines.auto import Machine, choose
 from lab.machines.needs import finish_hours
-from lab.machines.pace import link_speed, measured_on, slow_links
+from lab.machines.needs import link_speed, measured_on, slow_links
 from lab.runs import End, Link, Outcome, Settled, create_run, load_run, updating
 
 CFG = RunConfig(steps_until=5000, batch_per_card=4, context=32)
