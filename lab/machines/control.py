@@ -41,15 +41,25 @@ def _control_file(run_id: str) -> Path:
 
 
 def read_control(run_id: str) -> dict:
-    try:
-        return json.loads(_control_file(run_id).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
+    return read_json(_control_file(run_id)) or {}
 
 
 def set_control(run_id: str, **values) -> None:
-    text = json.dumps({**read_control(run_id), **values, "updated": now()}, indent=1, ensure_ascii=False)
-    atomic_write(_control_file(run_id), lambda f: f.write(text.encode("utf-8")))
+    write_json(_control_file(run_id), {**read_control(run_id), **values, "updated": now()})
+
+
+def read_json(path: Path) -> dict | None:
+    """A JSON object the lab wrote (a record, a state), or None where it is missing or unreadable."""
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def write_json(path: Path, value: dict) -> None:
+    text = json.dumps(value, indent=1, ensure_ascii=False)
+    atomic_write(path, lambda f: f.write(text.encode("utf-8")))
 
 
 def cancel_flag(run_id: str) -> Path:
@@ -72,14 +82,12 @@ class DriverLock:
             fcntl.flock(self.file, fcntl.LOCK_EX | fcntl.LOCK_NB)
             return True
         except OSError:
-            self.file.close()
-            self.file = None
+            self.release()
             return False
 
     def release(self) -> None:
         if self.file is not None:
-            fcntl.flock(self.file, fcntl.LOCK_UN)
-            self.file.close()
+            self.file.close()  # (closing the file drops its lock)
             self.file = None
 
 

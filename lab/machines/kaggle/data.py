@@ -25,8 +25,8 @@ from lab.faults import reached
 from lab.home import lab_home
 from lab.kaggle.client import AccountClient, KaggleError, get_account
 from lab.kaggle.datasets import STORAGE_HINT, upload_files
-from lab.kernel.checkpoint import atomic_write
 from lab.machines.base import env_seconds
+from lab.machines.control import read_json, write_json
 from lab.machines.handoff import put, stage_checkpoint
 from lab.machines.kaggle.names import ckpt_slug, data_licences, data_slug, kaggle_licence, licence_note, title_of
 from lab.machines.kaggle.record import KaggleLinkRecord
@@ -85,16 +85,13 @@ def _locked(path: Path) -> Iterator[None]:
 def _holdings() -> Iterator[dict]:
     path = _holdings_file()
     with _locked(path.with_name(".holdings.lock")):
-        data = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+        data = read_json(path) or {}
         yield data
-        text = json.dumps(data, indent=1)
-        atomic_write(path, lambda f: f.write(text.encode("utf-8")))
+        write_json(path, data)
 
 
 def held(username: str, kind: str, key: str) -> dict | None:
-    path = _holdings_file()
-    data = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
-    return (data.get(username.lower(), {}).get(kind) or {}).get(key)
+    return ((read_json(_holdings_file()) or {}).get(username.lower(), {}).get(kind) or {}).get(key)
 
 
 def _set_held(username: str, kind: str, key: str, value: dict | None) -> None:

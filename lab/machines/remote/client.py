@@ -35,9 +35,6 @@ class Address:
     def __str__(self) -> str:
         return self.host + (f" (port {self.port})" if self.port else "")
 
-    def to_dict(self) -> dict:
-        return {"host": self.host, "port": self.port}
-
     @classmethod
     def from_dict(cls, d: dict) -> "Address":
         return cls(str(d["host"]), int(d["port"]) if d.get("port") else None)

@@ -5,16 +5,16 @@ folder: a measured speed on the machine's cards) and `holds.json` (the data each
 """
 from __future__ import annotations
 
-import json
 import re
 import shutil
 import tempfile
+from dataclasses import asdict
 from pathlib import Path
 
 from lab.config import UserError, card_set
 from lab.home import machines_dir
 from lab.kaggle.probed import store_measurement
-from lab.kernel.checkpoint import atomic_write
+from lab.machines.control import read_json, write_json
 
 NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,39}")
 ROOM_GB = 0.1  # room a session needs in a machine's workdir beyond what is copied (its checkpoints, its log)
@@ -22,8 +22,11 @@ CHECK_FILE, HOLDS_FILE, BURST_FOLDER = "check.json", "holds.json", "check"
 
 
 class Stored:
-    """One of the lab's own machines as stored here, its record `FILE` in its folder (a dataclass)."""
-    FILE = NOUN = HOW = ""
+    """One of the lab's own machines as stored here, its record `FILE` in its folder (a dataclass of kind `KIND`)."""
+    FILE = NOUN = HOW = KIND = ""
+
+    def to_dict(self) -> dict:
+        return {"kind": self.KIND, **asdict(self)}
 
     @property
     def folder(self) -> Path:
@@ -37,7 +40,7 @@ class Stored:
             raise UserError(f"the lab already has a machine called '{self.name}': pick another name, or `lab "
                             f"machines remove {self.name}` first")
         self.folder.mkdir(parents=True, exist_ok=True)
-        write(self.folder / self.FILE, self.to_dict())
+        write_json(self.folder / self.FILE, self.to_dict())
         return self
 
     def remove(self) -> None:
@@ -46,7 +49,7 @@ class Stored:
     @classmethod
     def all(cls) -> list:
         root = machines_dir()
-        found = [read(folder / cls.FILE) for folder in sorted(root.iterdir())] if root.is_dir() else []
+        found = [read_json(folder / cls.FILE) for folder in sorted(root.iterdir())] if root.is_dir() else []
         return [cls.from_dict(r) for r in found if r is not None]
 
     @classmethod
@@ -59,11 +62,11 @@ class Stored:
 
 
 def read_check(name: str) -> dict | None:
-    return read(machines_dir() / name / CHECK_FILE)
+    return read_json(machines_dir() / name / CHECK_FILE)
 
 
 def write_check(name: str, record: dict) -> None:
-    write(machines_dir() / name / CHECK_FILE, record)
+    write_json(machines_dir() / name / CHECK_FILE, record)
 
 
 def check_problem(name: str) -> str | None:
@@ -85,24 +88,12 @@ def store_burst(name: str, host: dict) -> None:
 
 
 def holds_data(name: str, host: int, key: str) -> bool:
-    return key in (read(machines_dir() / name / HOLDS_FILE) or {}).get(str(host), [])
+    return key in (read_json(machines_dir() / name / HOLDS_FILE) or {}).get(str(host), [])
 
 
 def note_data(name: str, host: int, key: str, held: bool = True) -> None:
     path = machines_dir() / name / HOLDS_FILE
-    holds = read(path) or {}
+    holds = read_json(path) or {}
     holds[str(host)] = [k for k in holds.get(str(host), []) if k != key] + ([key] if held else [])
-    write(path, holds)
+    write_json(path, holds)
 
-
-def read(path: Path) -> dict | None:
-    try:
-        value = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return value if isinstance(value, dict) else None
-
-
-def write(path: Path, value: dict) -> None:
-    text = json.dumps(value, indent=1, ensure_ascii=False)
-    atomic_write(path, lambda f: f.write(text.encode("utf-8")))

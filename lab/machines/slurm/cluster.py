@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
 from lab.config import UserError
@@ -25,6 +25,7 @@ SLURM_WORD = re.compile(r"[A-Za-z0-9_.+-]+")
 class Cluster(Stored):
     """One Slurm partition the lab sends jobs to, reached from `login` (None: this computer)."""
     FILE, NOUN, HOW = "cluster.json", "Slurm cluster", "lab machines add NAME --slurm [USER@]LOGIN_HOST --partition P"
+    KIND = "slurm"
     name: str
     login: Address | None
     partition: str | None = None  # None: the cluster's default partition
@@ -46,9 +47,6 @@ class Cluster(Stored):
         login = "this computer" if self.login is None else self.login.host
         partition = f"partition {self.partition}" if self.partition else "its default partition"
         return f"cluster '{self.name}' ({login}, {partition})"
-
-    def to_dict(self) -> dict:
-        return {"name": self.name, "kind": "slurm", **asdict(self)}  # (its login as Address.to_dict writes it)
 
     @classmethod
     def from_dict(cls, d: dict) -> "Cluster":

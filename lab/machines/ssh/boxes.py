@@ -17,7 +17,7 @@ DEFAULT_WORKDIR = "lab-box"  # relative: in the remote user's home
 @dataclass
 class Box(Stored):
     """One of the lab's SSH machines: one host, or a group of hosts (node 0 first)."""
-    FILE, NOUN, HOW = "machine.json", "SSH machine", "lab machines add NAME --ssh [USER@]HOST"
+    FILE, NOUN, HOW, KIND = "machine.json", "SSH machine", "lab machines add NAME --ssh [USER@]HOST", "ssh"
     name: str
     hosts: list[Address]
     python: str = DEFAULT_PYTHON
@@ -28,10 +28,6 @@ class Box(Stored):
     def where(self) -> str:  # as messages name it: "box 'gpu1' (me@gpu1.lab)"
         hosts = ", ".join(a.host for a in self.hosts)
         return f"{'group' if len(self.hosts) > 1 else 'box'} '{self.name}' ({hosts})"
-
-    def to_dict(self) -> dict:
-        return {"name": self.name, "kind": "ssh", "hosts": [a.to_dict() for a in self.hosts], "python": self.python,
-                "workdir": self.workdir, "added": self.added}
 
     @classmethod
     def from_dict(cls, d: dict) -> "Box":
