@@ -26,7 +26,7 @@ from lab.machines.remote.client import SshError
 from lab.machines.remote.host import OwnHost, data_key, fetch_from, params_of, peek, spec_there, stage_on, up_folder
 from lab.machines.remote.store import check_problem, note_data, read_check
 from lab.machines.slurm.check import quick_check
-from lab.machines.slurm.cluster import Cluster, job_time
+from lab.machines.slurm.cluster import Cluster, JobTime, job_time
 from lab.machines.slurm.job import SlurmLink, cancel_job, find_submitted, job_script, shape_options, submit
 from lab.machines.slurm.query import (POLL_ENV, POLL_S, REQUEUED, JobState, SlurmUnreachable, expected_start,
                                       final_state, job_state, partition_facts, reason_words)
@@ -235,13 +235,16 @@ class SlurmHost(OwnHost):
     def cluster(self) -> Cluster:
         return self.machine
 
+    def job_time(self, limit_min: float, facts: dict | None = None) -> JobTime:
+        """A link's job for a run of `limit_min`, within the partition's limits as its check read them."""
+        facts = facts or (read_check(self.name) or {}).get("partition") or {}
+        return job_time(self.cluster.time_min, facts.get("default_time_s", 0), facts.get("max_time_s", 0), limit_min)
+
     def state(self, running: list[str], patient: bool = False) -> Machine:
         cluster = self.cluster
         m = self.checked(running, cluster.nodes)
         if m.error is None:
-            facts = (read_check(self.name) or {}).get("partition") or {}  # the job a run would send: a link's time
-            minutes = job_time(cluster.time_min, facts.get("default_time_s", 0), facts.get("max_time_s", 0),
-                               RunConfig().limit_min).minutes
+            minutes = self.job_time(RunConfig().limit_min).minutes  # the job a run would send: a link's time
             try:
                 start, refused = expected_start(cluster.shell, shape_options(cluster) + [f"--time={minutes}"])
             except UserError as e:  # one cluster's trouble does not hide the other machines
@@ -259,8 +262,7 @@ class SlurmHost(OwnHost):
         quick_check(self.cluster)
 
     def limits(self, cfg: RunConfig) -> list[Problem]:
-        cluster, facts = self.cluster, (read_check(self.name) or {}).get("partition") or {}
-        time = job_time(cluster.time_min, facts.get("default_time_s", 0), facts.get("max_time_s", 0), cfg.limit_min)
+        cluster, time = self.cluster, self.job_time(cfg.limit_min)
         if cfg.limit_min <= 0 or time.limit_min >= cfg.limit_min:
             return []
         return [Problem("limit_min", f"a job on {cluster.where} runs at most {time.minutes} min (its partition's time "
@@ -271,10 +273,9 @@ class SlurmHost(OwnHost):
                         f"по {time.limit_min:g} мин", severity="note")]
 
     def start(self, run: Run, machine: Machine, why: str) -> Link:
-        cluster = self.cluster
-        # The partition's limits as its check read them (sbatch refuses a time above them anyway).
-        facts = (read_check(self.name) or {}).get("partition") or partition_facts(cluster.shell, cluster.partition)
-        time = job_time(cluster.time_min, facts["default_time_s"], facts["max_time_s"], run.cfg.limit_min)
+        # Never checked: the partition's limits read now (sbatch refuses a time above them anyway).
+        checked = (read_check(self.name) or {}).get("partition")
+        time = self.job_time(run.cfg.limit_min, checked or partition_facts(self.cluster.shell, self.cluster.partition))
         return plan(run.id, self.name, self.kind, source_checkpoint(run), why, time.limit_min,
                     **SlurmLink(minutes=time.minutes, signal_s=time.signal_s).as_detail())
 
