@@ -49,30 +49,23 @@ class LinkRecord:
         names = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in link.detail.items() if k in names})
 
-    def as_detail(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def _known(cls, changes: dict) -> dict:
-        unknown = sorted(set(changes) - {f.name for f in fields(cls)})
-        if unknown:
-            raise TypeError(f"{cls.__name__} has no field(s) {', '.join(unknown)}")
-        return changes
-
     @classmethod
     def update(cls, run_id: str, n: int, *, status: str | None = None, **changes: Any) -> Link:
-        """Its fields changed (and the link's status) in one locked write; a misspelt field is an error."""
+        """Its fields changed (and the link's status) in one locked write."""
         with updating(run_id) as run:
             link = run.links[n - 1]
-            link.detail.update(cls._known(changes))
+            cls.put(link, **changes)
             if status is not None:
                 link.status = status
         return link
 
     @classmethod
     def put(cls, link: Link, **changes: Any) -> None:
-        """Changes fields on a link being written (inside `lab.runs.updating`)."""
-        link.detail.update(cls._known(changes))
+        """Changes fields on a link being written (inside `lab.runs.updating`); a misspelt field is an error."""
+        unknown = sorted(set(changes) - {f.name for f in fields(cls)})
+        if unknown:
+            raise TypeError(f"{cls.__name__} has no field(s) {', '.join(unknown)}")
+        link.detail.update(changes)
 
 
 @dataclass
@@ -435,7 +428,7 @@ def plan(run_id: str, machine: str, kind: str, source: dict | None, why: str, li
         n = len(run.links) + 1
         link = Link(n=n, machine=machine, kind=kind, status="starting", limit_min=limit_min,
                     from_step=source["step"] if source else run.step)
-        link.detail = {**Away(folder=f"links/{n:03d}-{machine}", why=why, source=source).as_detail(), **kind_record}
+        link.detail = {**asdict(Away(folder=f"links/{n:03d}-{machine}", why=why, source=source)), **kind_record}
         _put_state(link, "planned")
         run.links.append(link)
         run.status = "running"

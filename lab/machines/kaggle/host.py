@@ -5,6 +5,7 @@ link normally ends by its own time-limit save rather than by Kaggle's kill. A ca
 """
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import Callable
 
 from lab.config import Problem, RunConfig, UserError
@@ -45,7 +46,7 @@ def plan_link(run_id: str, account: str, quota_left_s: float, source: dict | Non
     limit = link_limit_min(load_run(run_id).cfg.limit_min, quota_left_s, margin)
     timeout_s = int(min(KAGGLE_TIMEOUT_MAX_S, (limit + margin) * 60))
     record = KaggleLinkRecord(account=account, margin_min=margin, session_timeout_s=timeout_s)
-    return plan(run_id, account, KaggleHost.kind, source, why, limit, **record.as_detail())
+    return plan(run_id, account, KaggleHost.kind, source, why, limit, **asdict(record))
 
 
 class KaggleHost(Host):

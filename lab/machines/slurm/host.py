@@ -277,7 +277,7 @@ class SlurmHost(OwnHost):
         checked = (read_check(self.name) or {}).get("partition")
         time = self.job_time(run.cfg.limit_min, checked or partition_facts(self.cluster.shell, self.cluster.partition))
         return plan(run.id, self.name, self.kind, source_checkpoint(run), why, time.limit_min,
-                    **SlurmLink(minutes=time.minutes, signal_s=time.signal_s).as_detail())
+                    **asdict(SlurmLink(minutes=time.minutes, signal_s=time.signal_s)))
 
     def follow(self, run: Run, link: Link, how: Follow) -> Link:
         # The job lives on the cluster: a driver that died left it there (`how.fresh` matters not).
