@@ -172,8 +172,8 @@ class Monitor(Panel):
         link = _active_link(self.status)
         try:
             lab_runs.cancel(self.run_id)
-        except UserError as e:
-            self._answer(lambda: note(error_text(e), "error"))
+        except UserError as e:  # drawn again in each language, after `e` is gone from this block
+            self._answer(lambda error=e: note(error_text(error), "error"))
         else:
             self._answer(lambda: _stop_words(link, loses), ("stop", link.n if link is not None else None))
         self.refresh()
@@ -185,8 +185,8 @@ class Monitor(Panel):
         links = len(self.status.links) if self.status is not None else 0
         try:
             lab_runs.continue_run(self.run_id)
-        except UserError as e:
-            self._answer(lambda: note(error_text(e), "error"))
+        except UserError as e:  # drawn again in each language, after `e` is gone from this block
+            self._answer(lambda error=e: note(error_text(error), "error"))
         else:
             self._answer(lambda: note(tr("Continuing from the checkpoint…", "Продолжаю с чекпоинта…"), "ok"),
                          ("continue", links))

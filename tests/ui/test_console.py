@@ -17,7 +17,7 @@ import pytest
 
 from kaggle_fixtures import kaggle_emulator, kaggle_lab, make_kaggle_emulator  # noqa: F401 (fixtures)
 from lab import ui
-from lab.config import RunConfig
+from lab.config import RunConfig, UserError
 from lab.machines.control import set_control
 from lab.runs import Link, Settled, create_run, updating
 from lab.api import accounts as api_accounts
@@ -365,6 +365,25 @@ def test_stop_on_kaggle_says_what_it_loses_asks_first_and_continue_goes_on(monke
             r.status = status
         monitor.refresh()
     assert monitor.said.value == ""
+
+
+@pytest.mark.parametrize("button", ["stop", "continue"])
+def test_a_stop_or_continue_the_lab_refuses_stays_said_in_either_language(button, monkeypatch):
+    run = create_run(Settled.whole(RunConfig(**TINY, steps_until=30)))
+    with updating(run.id) as r:
+        r.links = [Link(n=1, machine="local", kind="local", status="running" if button == "stop" else "stopped")]
+        r.status = "running" if button == "stop" else "stopped"
+
+    def refuse(*args, **kwargs):
+        raise UserError("the lab refuses it now", ru="лаба сейчас отказывает")
+    monkeypatch.setattr(api_runs, "cancel_loses", lambda run_id: None)
+    monkeypatch.setattr(api_runs, "cancel" if button == "stop" else "continue_run", refuse)
+    monitor = ui.Monitor(run_id=run.id, every_s=3600)
+    (monitor.stop_button if button == "stop" else monitor.continue_button).click()
+    assert "лаба сейчас отказывает" in text(monitor.said.value)
+    ui.set_language("en")  # the answer is drawn again, in the other language
+    monitor.refresh()
+    assert "the lab refuses it now" in text(monitor.said.value)
 
 
 def test_the_log_the_monitor_shows_holds_the_human_lines_only():
