@@ -17,7 +17,6 @@ each means, Cyrillic as Cyrillic.
 from __future__ import annotations
 
 import ast
-import copy
 import json
 import re
 from pathlib import Path
