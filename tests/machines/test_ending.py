@@ -4,6 +4,7 @@ lab.machines.local.facts_here) to the one table (lab.machines.ending), give the 
 this computer, a Kaggle account, a box and a Slurm cluster. A test per ending."""
 from __future__ import annotations
 
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
@@ -57,9 +58,9 @@ def sessions(kaggle_lab, tmp_path):
     made = {}
     box = Box("gpu1", [Address("me@gpu1.lab")])
     cluster = Cluster("hpc", None, partition="gpu")
-    for kind, machine, record in (("kaggle", "alice", KaggleLinkRecord(account="alice", ran=True,
-                                                                        kaggle_status="COMPLETE").as_detail()),
-                                  ("ssh", "gpu1", {}), ("slurm", "hpc", SlurmLink(job="41", minutes=60).as_detail())):
+    for kind, machine, record in (("kaggle", "alice", asdict(KaggleLinkRecord(account="alice", ran=True,
+                                                                              kaggle_status="COMPLETE"))),
+                                  ("ssh", "gpu1", {}), ("slurm", "hpc", asdict(SlurmLink(job="41", minutes=60)))):
         link = lifecycle.plan(run.id, machine, kind, {"step": 10, "name": "x", "sha256": "y", "path": "z"}, "test",
                               30.0, **record)
         made[kind] = (link.n, machine)
