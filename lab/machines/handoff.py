@@ -11,6 +11,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
+from typing import TypeVar
 
 from lab.config import UserError
 from lab.kernel.checkpoint import (INPUT_NOT_READY, checkpoint_meta, checkpoint_step, list_checkpoints,
@@ -19,6 +20,8 @@ from lab.kernel.metrics import metrics_lines, write_metrics_lines
 from lab.kernel.saver import kept_steps
 from lab.kernel.plots import save_loss_plot
 from lab.kernel.preflight import NO_GPU, TIMELINE
+
+T = TypeVar("T")
 
 
 def put(src: Path, dst: Path) -> None:
@@ -87,8 +90,13 @@ class SessionOutputs:
 
     @classmethod
     def from_dict(cls, d: dict | None) -> "SessionOutputs":
-        names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in (d or {}).items() if k in names})
+        return from_known(cls, d)
+
+
+def from_known(cls: type[T], d: dict | None) -> T:
+    """`cls` from a record the lab kept as JSON, the keys it does not know (an older or newer record's) left out."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    return cls(**{k: v for k, v in (d or {}).items() if k in names})
 
 
 def read_outputs(folder: Path) -> SessionOutputs:

@@ -27,7 +27,7 @@ from lab.config import UserError
 from lab.kernel.metrics import read_metrics
 from lab.machines.base import env_seconds
 from lab.machines.ending import Facts, Said, ended
-from lab.machines.handoff import SessionOutputs, merge_link_outputs, read_outputs
+from lab.machines.handoff import SessionOutputs, from_known, merge_link_outputs, read_outputs
 from lab.runs import End, Link, Outcome, Run, load_run, now, updating
 
 LIVE = "live-metrics.jsonl"  # the running session's metrics rows as its machine shows them, in the link's folder
@@ -46,8 +46,7 @@ class LinkRecord:
     its kind's): each reads its own keys, and keys it does not know are kept as they are."""
     @classmethod
     def of(cls: type[R], link: Link) -> R:
-        names = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in link.detail.items() if k in names})
+        return from_known(cls, link.detail)
 
     @classmethod
     def update(cls, run_id: str, n: int, *, status: str | None = None, **changes: Any) -> Link:

@@ -6,6 +6,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from lab.machines.handoff import from_known
 from lab.machines.lifecycle import LinkRecord
 from lab.runs import Link
 
@@ -61,8 +62,7 @@ class KaggleLinkRecord(LinkRecord):
     @classmethod
     def of(cls, link: Link) -> "KaggleLinkRecord":
         record = super().of(link)
-        names = {f.name for f in dataclasses.fields(KernelPush)}
-        record.kernel = KernelPush(**{k: v for k, v in (link.detail.get("kernel") or {}).items() if k in names})
+        record.kernel = from_known(KernelPush, link.detail.get("kernel"))
         return record
 
     def update_kernel(self, run_id: str, n: int, **changes: Any) -> KernelPush:
