@@ -363,10 +363,7 @@ def at_end_note(grace_s: float) -> tuple[str, str]:
 
 
 def _epoch(iso: str | None) -> float | None:
-    try:
-        return datetime.fromisoformat(iso).timestamp() if iso else None
-    except (TypeError, ValueError):
-        return None
+    return datetime.fromisoformat(iso).timestamp() if iso else None
 
 
 def _span(start: float | None, end: float | None) -> float | None:
