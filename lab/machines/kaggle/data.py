@@ -147,25 +147,21 @@ class Upload:
     licences: list[str]  # the terms of the data's texts (lab.machines.kaggle.names.kaggle_licence)
 
 
-def ensure_data(run_id: str, n: int, ctx: LinkContext, data_dir: Path) -> dict:
-    record = KaggleLinkRecord.of(get_link(run_id, n)[1])
-    if (record.data or {}).get("ready"):
-        return record.data
+def ensure_data(run_id: str, n: int, ctx: LinkContext, data_dir: Path) -> None:
+    if (KaggleLinkRecord.of(get_link(run_id, n)[1]).data or {}).get("ready"):
+        return
     data_id = data_id_of(data_dir)
     slug = f"{ctx.c.username}/{data_slug(data_id)}"
     data = _dataset_once(ctx, Upload("data", data_id, slug, {"data_id": data_id}, lambda: stage_data(data_dir),
                                      f"lab data {data_id}", data_licences(data_dir)))
     KaggleLinkRecord.update(run_id, n, data=data)
-    return data
 
 
-def ensure_checkpoint(run_id: str, n: int, ctx: LinkContext) -> dict | None:
+def ensure_checkpoint(run_id: str, n: int, ctx: LinkContext) -> None:
     run, link = get_link(run_id, n)
-    source, done = Away.of(link).source, KaggleLinkRecord.of(link).ckpt
-    if not source:
-        return None
-    if (done or {}).get("ready"):
-        return done
+    source = Away.of(link).source
+    if not source or (KaggleLinkRecord.of(link).ckpt or {}).get("ready"):
+        return
     slug = f"{ctx.c.username}/{ckpt_slug(run_id)}"
     folder = run.folder / Away.of(link).folder / ".handoff"
     staged: dict = {}
@@ -182,7 +178,6 @@ def ensure_checkpoint(run_id: str, n: int, ctx: LinkContext) -> dict | None:
     held_now = {**held_now, "sha256_source": source["sha256"],
                 "sha256_staged": staged.get("sha256", held_now.get("sha256"))}
     KaggleLinkRecord.update(run_id, n, ckpt=held_now)
-    return held_now
 
 
 def _dataset_once(ctx: LinkContext, up: Upload) -> dict:
