@@ -235,8 +235,7 @@ def _upload(ctx: LinkContext, up: Upload) -> dict:
     version = c.upload_dataset(up.slug, folder, title_of(up.slug), up.notes, licence,
                                ready_wait_s=ctx.settings.dataset_wait_s)
     reached(f"after-{up.kind}-upload")
-    h = {"slug": up.slug, **up.match, "uploading": False, "before": before, "version": version,
-         "uploaded_at": now(), "licence": licence, "files": files}
+    h = {**intent, "uploading": False, "version": version, "uploaded_at": now(), "licence": licence}
     _set_held(c.username, up.kind, up.key, h)
     return h
 
