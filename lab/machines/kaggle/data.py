@@ -23,7 +23,7 @@ from lab.corpus.folders import atomic_folder
 from lab.corpus.manifests import data_id_of, read_manifest
 from lab.faults import reached
 from lab.home import lab_home
-from lab.kaggle.client import AccountClient, KaggleError, get_account
+from lab.kaggle.client import AccountClient, KaggleError
 from lab.kaggle.datasets import STORAGE_HINT, upload_files
 from lab.machines.base import env_seconds
 from lab.machines.control import read_json, write_json
@@ -98,19 +98,6 @@ def _set_held(username: str, kind: str, key: str, value: dict | None) -> None:
             table.pop(key, None)
         else:
             table[key] = value
-
-
-def holds(account: str, data_id: str | None, ckpt_sha256: str | None, run_id: str) -> set[str]:
-    """What of a run's next link the account already has, READY on Kaggle: {"data", "checkpoint"}."""
-    try:
-        username = get_account(account).username
-    except UserError:
-        return set()
-    data = (held(username, "data", data_id) if data_id else None) or {}
-    ckpt = held(username, "checkpoints", f"{username}/{ckpt_slug(run_id)}") or {}
-    ready = {"data": data.get("ready"),
-             "checkpoint": ckpt_sha256 and ckpt.get("ready") and ckpt.get("sha256") == ckpt_sha256}
-    return {what for what, yes in ready.items() if yes}
 
 
 def stage_data(data_dir: Path) -> Path:

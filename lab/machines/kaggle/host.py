@@ -19,8 +19,8 @@ from lab.kaggle.sessions import push_margin_min
 from lab.machines.auto import FOREIGN, Machine
 from lab.machines.base import Follow, Host
 from lab.machines.control import spawn_driver, tail_text
-from lab.machines.kaggle.data import KaggleSettings, holds
-from lab.machines.kaggle.names import kernel_slug
+from lab.machines.kaggle.data import KaggleSettings, held
+from lab.machines.kaggle.names import ckpt_slug, kernel_slug
 from lab.machines.kaggle.record import KaggleLinkRecord
 from lab.machines.kaggle.refusals import MAX_GPU_SESSIONS, until_of
 from lab.machines.kaggle.session import KAGGLE_CARDS, KaggleSession, at_end_note
@@ -117,7 +117,16 @@ class KaggleHost(Host):
         client_for(account, retry=_QUOTA_RETRY, timeout_s=20.0).quota()
 
     def holds(self, data_id: str | None, ckpt_sha256: str | None, run_id: str) -> set[str]:
-        return holds(self.name, data_id, ckpt_sha256, run_id)
+        """What the account holds READY on Kaggle, as the lab's holdings of its uploads say (no call to Kaggle)."""
+        try:
+            username = get_account(self.name).username
+        except UserError:
+            return set()
+        data = (held(username, "data", data_id) if data_id else None) or {}
+        ckpt = held(username, "checkpoints", f"{username}/{ckpt_slug(run_id)}") or {}
+        ready = {"data": data.get("ready"),
+                 "checkpoint": ckpt_sha256 and ckpt.get("ready") and ckpt.get("sha256") == ckpt_sha256}
+        return {what for what, yes in ready.items() if yes}
 
     def limits(self, cfg: RunConfig) -> list[Problem]:
         return limit_problems(cfg)
