@@ -56,12 +56,11 @@ MAX_PUSHES = 3  # pushes of one link whose answers were not known and whose kern
 
 
 class KaggleSession(Session):
-    """One link's verbs on one account."""
     def __init__(self, ctx: LinkCtx, c: AccountClient, settings: KaggleSettings):
         super().__init__(ctx, f"Kaggle account '{c.account.name}'")
         self.c, self.settings = c, settings
         self.poll_s = settings.poll_s
-        self.end_margin_s = KaggleLinkRecord.of(ctx.link()[1]).margin_min * 60
+        self.end_margin_s = self.rec().margin_min * 60
         self.data = LinkContext(c, ctx.say, settings)
         self.curve: LiveLog | None = None
         self.polls = self.missing = 0
@@ -127,9 +126,9 @@ class KaggleSession(Session):
         sources = [record.data["slug"]] + ([record.ckpt["slug"]] if record.ckpt else [])
         spec = self.spec(record.ckpt)
         nb = self.notebook(spec)
-        self.ctx.folder.mkdir(parents=True, exist_ok=True)
-        text = json.dumps(nb, ensure_ascii=False)
-        (self.ctx.folder / "pushed.ipynb").write_text(text, encoding="utf-8")  # the push as sent
+        folder = self.ctx.folder
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "pushed.ipynb").write_text(json.dumps(nb, ensure_ascii=False), encoding="utf-8")  # the push as sent
         # A later link is pinned to the run's first link's image, unless `lab watch RUN --newest-image`.
         image = None if read_control(run.id).get("kaggle_image") == "newest" else self._first_image()
         kernel = record.update_kernel(run.id, link.n, slug=slug, sources=sources, nccl_env=spec.session.nccl_env,
@@ -148,8 +147,8 @@ class KaggleSession(Session):
 
     def _first_image(self) -> str | None:
         run, link = self.ctx.link()
-        return next((KaggleLinkRecord.of(x).image for x in run.links[:link.n - 1] if x.kind == "kaggle"
-                     and KaggleLinkRecord.of(x).image), None)
+        images = (KaggleLinkRecord.of(x).image for x in run.links[:link.n - 1] if x.kind == "kaggle")
+        return next(filter(None, images), None)
 
     def _not_pushed(self, kernel: KernelPush, e: KaggleError) -> None:
         """A push Kaggle did not plainly take: run without some sources (the session is real), unsure
@@ -187,7 +186,8 @@ class KaggleSession(Session):
         self.ctx.say(f"link {self.ctx.n}: pushed {kernel.slug}{version}" + (f" ({kernel.url})" if kernel.url else ""))
 
     def poll(self) -> Seen:
-        record, kernel = self.rec(), self.rec().kernel
+        record = self.rec()
+        kernel = record.kernel
         if self.curve is None:
             grace_s = self.settings.log_grace_s
             if (read_probe(self.c.account.name) or {}).get("log_while_running") is False:
@@ -231,13 +231,13 @@ class KaggleSession(Session):
 
     def _ended(self, status: str, failure: str) -> Seen:
         self.close()
-        if status == "CANCEL_ACKNOWLEDGED" and Away.of(self.ctx.link()[1]).stop_sent:
+        if status == "CANCEL_ACKNOWLEDGED" and self.ctx.record.stop_sent:
             return Seen("ended", words="cancelled on Kaggle", said=Said.CANCELLED)
         if status == "CANCEL_ACKNOWLEDGED":  # Kaggle's own stop at its runtime limit reads the same
             return Seen("ended", said=Said.CUT, words="the session ended CANCEL_ACKNOWLEDGED without being asked: "
                                                       "Kaggle's own stop, at its runtime limit most likely")
-        return Seen("ended", said=Said.EXITED, words=f"the session ended {status}" + (f": {failure}" if failure
-                                                                                      else ""))
+        return Seen("ended", said=Said.EXITED,
+                    words=f"the session ended {status}" + (f": {failure}" if failure else ""))
 
     def _not_started(self, status: str, kernel: KernelPush) -> None:
         waited = age_s(kernel.pushed_at)
@@ -412,4 +412,3 @@ def patiently(session: KaggleSession, what: str, fn: Callable[[], T]) -> T:
             until = (datetime.now(timezone.utc) + timedelta(seconds=wait)).strftime("%H:%M:%S UTC")
             session.ctx.say(f"{what}: {e.what}; waiting until {until} (try {tries})")
             time.sleep(wait)
-    raise AssertionError("unreachable")
