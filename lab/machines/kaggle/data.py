@@ -103,7 +103,6 @@ def _set_held(username: str, kind: str, key: str, value: dict | None) -> None:
 def stage_data(data_dir: Path) -> Path:
     """The data folder flattened for a dataset upload (`pydoc/train_0000.bin` as `pydoc__train_0000.bin`,
     named so in the manifest: the notebook reads the mounted dataset as the folder here). Once per data id."""
-    data_dir = Path(data_dir)
     manifest = read_manifest(data_dir)
     data_id = data_id_of(data_dir)
     stage = lab_home() / "kaggle" / "stage" / re.sub(r"[^A-Za-z0-9._+-]", "_", data_id)
