@@ -192,15 +192,15 @@ def _dataset_once(ctx: LinkContext, up: Upload) -> dict:
 
 def _known_upload(ctx: LinkContext, up: Upload) -> dict | None:
     """What the holdings say of this content, checked against Kaggle: None when a (new) upload is due."""
-    c, say = ctx.c, ctx.say
+    c = ctx.c
     h = held(c.username, up.kind, up.key)
-    if h and any(h.get(k) != v for k, v in up.match.items()):
-        return None  # another content (an older checkpoint): a new version is due
-    if h and h.get("version") and c.dataset_version(up.slug) is None:  # on one's own, 403 and 404 read None
-        say(f"{c.account.name}: dataset {up.slug} is gone from Kaggle; uploading it again")
+    if not h or any(h.get(k) != v for k, v in up.match.items()):
+        return None  # none, or another content (an older checkpoint): a new version is due
+    if h.get("version") and c.dataset_version(up.slug) is None:  # on one's own, 403 and 404 read None
+        ctx.say(f"{c.account.name}: dataset {up.slug} is gone from Kaggle; uploading it again")
         _set_held(c.username, up.kind, up.key, None)
         return None
-    if h and h.get("uploading"):
+    if h.get("uploading"):
         current = c.dataset_version(up.slug) or 0
         if current <= h["before"]:
             return None
