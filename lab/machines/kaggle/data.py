@@ -161,9 +161,8 @@ def ensure_checkpoint(run_id: str, n: int, ctx: LinkContext) -> None:
     held_now = _dataset_once(ctx, Upload("checkpoints", slug, slug, match, make_folder,
                                        f"run {run_id} link {n}: {source['name']} sha256 {source['sha256']}", texts))
     shutil.rmtree(folder, ignore_errors=True)
-    held_now = {**held_now, "sha256_source": source["sha256"],
-                "sha256_staged": staged.get("sha256", held_now.get("sha256"))}
-    KaggleLinkRecord.update(run_id, n, ckpt=held_now)
+    KaggleLinkRecord.update(run_id, n, ckpt={**held_now, "sha256_source": source["sha256"],
+                                             "sha256_staged": staged.get("sha256", held_now.get("sha256"))})
 
 
 def _dataset_once(ctx: LinkContext, up: Upload) -> dict:
