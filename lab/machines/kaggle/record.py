@@ -43,8 +43,7 @@ class KernelPush:
 
 @dataclass
 class KaggleLinkRecord(LinkRecord):
-    """A Kaggle link: the account, its session timeout and margin, the datasets, the kernel push, what the watch
-    saw, the image the session ran (Kaggle's docker image, read back from the kernel) and what it measured."""
+    """A Kaggle link's own keys; `image`: Kaggle's docker image the session ran, read back from its kernel."""
     account: str = ""
     session_timeout_s: int = 0
     margin_min: float = 0.0
