@@ -210,15 +210,12 @@ def kill(link: str, reason: str) -> dict:
 
 
 def outputs(link: str) -> dict:
+    """The files with their sizes; the checkpoint the result names (else the newest: lab.machines.handoff.wanted)."""
     here = Path(link)
-    files = _sizes(here / "out")
-    extra = {name: (here / name).stat().st_size for name in ("executed.ipynb", "session.log", "exit.json")
-             if (here / name).is_file()}
-    committed = sorted(name[len("checkpoints/"):] for name in files if name.startswith("checkpoints/ckpt_")
-                       and name.endswith(".pt") and name[:-3] + ".json" in files)
+    own = {name: (here / name).stat().st_size for name in ("executed.ipynb", "session.log", "exit.json")
+           if (here / name).is_file()}
     named = Path(str((_read_json(here / "out" / "result.json") or {}).get("checkpoint") or "")).name
-    pick = named if named in committed else (committed[-1] if committed else None)
-    return {"out": files, "link": extra, "exit": _read_json(here / "exit.json"), "checkpoint": pick}
+    return {"out": _sizes(here / "out"), "link": own, "checkpoint": named}
 
 
 def port() -> dict:

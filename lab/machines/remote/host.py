@@ -21,8 +21,6 @@ from lab.machines.remote.store import ROOM_GB, Stored, check_problem, holds_data
 from lab.runs import Link, Run
 from lab.spec import LinkSpec
 
-LINK_FILES = ("executed.ipynb", "session.log", "exit.json")  # the session's own, beside its outputs
-
 
 def data_key(data_dir: Path) -> tuple[str, str]:
     """(the folder name of the data on the lab's machines, the sha256 of its manifest)."""
@@ -75,7 +73,7 @@ def fetch_from(shell: Shell, link: str, folder: Path, rsync: bool, cfg) -> None:
         if rel.startswith("checkpoints/") and here.is_file() and here.stat().st_size != listing["out"][rel]:
             here.unlink()
     shell.copy_down(f"{link}/out", wanted(listing["out"], listing["checkpoint"], cfg), folder, rsync)
-    shell.copy_down(link, {k: v for k, v in listing["link"].items() if k in LINK_FILES}, folder, rsync)
+    shell.copy_down(link, listing["link"], folder, rsync)  # the session's own, beside its outputs
 
 
 def spec_there(run: Run, link: Link, folder: str, data: str, **group) -> LinkSpec:
