@@ -168,7 +168,7 @@ def peek(link: str, offset: str, job_id: str = "") -> dict:
     answer = {"metrics": whole.decode("utf-8", "replace"), "from": pos, "offset": pos + len(whole),
               "phase": _phase(here, _read_json(here / "exit.json"), _alive(here)),
               "log": "\n".join(line.rsplit("\r", 1)[-1] for line in log),
-              **{m: _read_json(here / f"{m}.json") for m in MARKERS}}
+              "markers": {m: _read_json(here / f"{m}.json") for m in MARKERS}}
     if job_id:
         proc = _run(["scontrol", "show", "job", "-o", job_id])
         answer["scontrol"] = {"rc": proc.returncode, "out": proc.stdout, "err": proc.stderr}

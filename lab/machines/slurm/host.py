@@ -99,7 +99,7 @@ class SlurmSession(Session):
     def _look(self) -> Seen:
         rec = self.rec()
         got = peek(self.login, rec.remote, self.ctx.folder, rec.job, timeout_s=120)
-        markers = {k: got.get(k) for k in ("runner", "exit", "requeued", "stop")}
+        markers = got["markers"]
         activity = (got.get("offset"), got.get("log"))
         state = job_state(self.login, rec.job, scontrol=got.get("scontrol"))
         rows = read_metrics(self.ctx.folder / LIVE)
