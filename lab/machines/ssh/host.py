@@ -145,11 +145,8 @@ def rendezvous_host(address: Address) -> str:
                              timeout=30).stdout
     except (OSError, subprocess.SubprocessError):
         out = ""
-    for line in out.splitlines():
-        key, _, value = line.partition(" ")
-        if key == "hostname" and value.strip():
-            return value.strip()
-    return address.host.rpartition("@")[2]
+    named = (line[len("hostname "):].strip() for line in out.splitlines() if line.startswith("hostname "))
+    return next((name for name in named if name), address.host.rpartition("@")[2])
 
 
 class SshHost(OwnHost):
