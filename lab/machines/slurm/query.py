@@ -167,13 +167,11 @@ def partition_facts(login: Shell, partition: str | None) -> dict:
         raise UserError(f"Slurm on {login.label} has {what} (its partitions: {known}): give one of them with "
                         "--partition", ru=f"в Slurm на {login.label} нет раздела «{partition}» (есть: {known})")
     name = chosen["PartitionName"]
-    nodes = []
-    for line in slurm(login, ["sinfo", "-h", "-N", "-p", name, "-o", "%N|%c|%m|%G|%T"]).stdout.splitlines():
-        parts = line.strip().split("|")
-        if len(parts) == 5:
-            nodes.append({"node": parts[0], "cpus": int(parts[1]) if parts[1].isdigit() else None,
-                          "memory_mb": int(parts[2]) if parts[2].isdigit() else None,
-                          "gres": "" if parts[3] == "(null)" else parts[3], "state": parts[4]})
+    sinfo = slurm(login, ["sinfo", "-h", "-N", "-p", name, "-o", "%N|%c|%m|%G|%T"]).stdout
+    rows = [line.strip().split("|") for line in sinfo.splitlines()]
+    nodes = [{"node": p[0], "cpus": int(p[1]) if p[1].isdigit() else None,
+              "memory_mb": int(p[2]) if p[2].isdigit() else None, "gres": "" if p[3] == "(null)" else p[3],
+              "state": p[4]} for p in rows if len(p) == 5]
     config = slurm(login, ["scontrol", "show", "config"]).stdout
     preempt_type = next((line.split("=", 1)[1].strip() for line in config.splitlines()
                          if line.split("=")[0].strip() == "PreemptType"), "preempt/none")
