@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import datetime
 
 from lab.config import card_set
@@ -25,6 +25,9 @@ class BoxPlan:
     gpu_size: dict = field(default_factory=lambda: dict(GPU_SIZE))
     cpu_size: dict = field(default_factory=lambda: dict(CPU_SIZE))
 
+    def args(self, workdir: str, burst: bool) -> str:  # the check's one argument on a host (lab.trial.box_session)
+        return json.dumps({**asdict(self), "workdir": workdir, "burst": burst, "min_free_gb": ROOM_GB})
+
 
 def check_script() -> str:
     box_half = (HERE / "box_session.py").read_text(encoding="utf-8").replace("from __future__ import annotations\n", "")
@@ -33,9 +36,8 @@ def check_script() -> str:
 
 def check_host(shell: Shell, workdir: str, plan: BoxPlan, burst: bool) -> dict:
     """One host's facts (an error the check met there among them); an unreachable host, or no Python, raises."""
-    args = json.dumps({"workdir": workdir, "gpu_size": plan.gpu_size, "cpu_size": plan.cpu_size,
-                       "steps": plan.steps, "timeout_s": plan.timeout_s, "burst": burst, "min_free_gb": ROOM_GB})
-    proc = shell.run([shell.python, "-", args], stdin=check_script(), timeout_s=plan.timeout_s + 120)
+    proc = shell.run([shell.python, "-", plan.args(workdir, burst)], stdin=check_script(),
+                     timeout_s=plan.timeout_s + 120)
     if proc.returncode in (126, NOT_FOUND):
         shell.answer(proc, "the check")  # raises: no Python there
     lines = proc.stdout.strip().splitlines()

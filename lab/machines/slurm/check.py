@@ -16,7 +16,7 @@ from lab.config import UserError
 from lab.machines.base import env_seconds
 from lab.machines.remote.check import BoxPlan, check_script, verdict
 from lab.machines.remote.client import Shell, python_word
-from lab.machines.remote.store import ROOM_GB, store_burst, write_check
+from lab.machines.remote.store import store_burst, write_check
 from lab.machines.slurm.cluster import Cluster
 from lab.machines.slurm.job import cancel_job, shape_options, submit
 from lab.machines.slurm.query import POLL_ENV, POLL_S, job_state, partition_facts, reason_words, slurm
@@ -74,8 +74,6 @@ def partition_line(facts: dict) -> str:
 def _measured_job(cluster: Cluster, login: Shell, workdir: str, plan: BoxPlan,
                   say: Callable[[str], None]) -> tuple[dict, str, float]:
     folder = f"{workdir}/check/{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%S')}"
-    args = json.dumps({"workdir": folder, "gpu_size": plan.gpu_size, "cpu_size": plan.cpu_size, "steps": plan.steps,
-                       "timeout_s": plan.timeout_s, "burst": True, "min_free_gb": ROOM_GB})
     shape = [o for o in shape_options(cluster) if not o.startswith("--nodes")] + ["--nodes=1"]
     script = "\n".join(["#!/bin/bash", f"#SBATCH --job-name=lab-check-{cluster.name}",
                         f"#SBATCH --output={folder}/check.log", f"#SBATCH --chdir={folder}",
@@ -86,7 +84,7 @@ def _measured_job(cluster: Cluster, login: Shell, workdir: str, plan: BoxPlan,
                         f"\"$(cat {shlex.quote(folder + '/args.json')})\"", ""])
     login.run(["mkdir", "-p", folder])
     with tempfile.TemporaryDirectory(prefix="lab-slurm-check-") as tmp:
-        for name, text in {"check.py": check_script(), "args.json": args, "job.sh": script}.items():
+        for name, text in {"check.py": check_script(), "args.json": plan.args(folder, True), "job.sh": script}.items():
             (Path(tmp) / name).write_text(text, encoding="utf-8")
         login.copy_up(Path(tmp), folder, False, {})
     job = submit(login, f"{folder}/job.sh", cluster.where, then="then check it again")
