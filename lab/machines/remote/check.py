@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 
 from lab.config import card_set
-from lab.machines.remote.client import NOT_FOUND, Shell
+from lab.machines.remote.client import NOT_FOUND, Shell, last_line
 from lab.machines.remote.store import ROOM_GB
 from lab.trial.sources import CPU_SIZE, GPU_SIZE, HERE, session_source, worker_source
 
@@ -44,7 +44,7 @@ def check_host(shell: Shell, workdir: str, plan: BoxPlan, burst: bool) -> dict:
     try:
         return {"host": shell.label, **json.loads(lines[-1])}
     except (IndexError, ValueError):
-        why = (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
+        why = last_line(proc.stderr) or f"exit {proc.returncode}"
         return {"host": shell.label, "error": f"the check did not finish on {shell.label}: {why}"}
 
 

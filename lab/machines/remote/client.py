@@ -86,7 +86,7 @@ def python_word(python: str) -> str:
 
 def connection_error(address: Address, stderr: str) -> SshError:
     text, host = stderr.strip(), address.host
-    last = _last(text) or "ssh failed without a message"
+    last = last_line(text) or "ssh failed without a message"
     if "IDENTIFICATION HAS CHANGED" in text or "Host key for" in text and "has changed" in text:
         return SshError(address, "host-key", (
             f"{address}: its host key is not the one your known_hosts holds: the box was reinstalled, or "
@@ -139,7 +139,7 @@ def _copy(address: Address, cmd: list[str], stdin: str | None = None) -> None:
                         "free some space there, or give the machine another --workdir")
     if proc.returncode == SSH_FAILED or "Connection closed" in text or "connection unexpectedly closed" in text:
         raise connection_error(address, text)
-    raise UserError(f"{address}: copying failed ({_last(text) or f'exit {proc.returncode}'})")
+    raise UserError(f"{address}: copying failed ({last_line(text) or f'exit {proc.returncode}'})")
 
 
 @dataclass(frozen=True)
@@ -176,13 +176,13 @@ class Shell:
         """The JSON answer of the half's `verb`, or what went wrong, said with what to do."""
         if proc.returncode in (126, NOT_FOUND):
             raise UserError(f"{self.owner}: there is no Python at {self.python} on {self.label} "
-                            f"({_last(proc.stderr) or 'not found'}): give the machine's Python (`"
+                            f"({last_line(proc.stderr) or 'not found'}): give the machine's Python (`"
                             + (f"ssh {self.address.host} " if self.address else "") + "which python3` finds one; on a "
                             f"cluster, a path on its shared file system) with `lab machines remove {self.name}` and "
                             f"`lab machines add {self.name} ... --python PATH`")
         lines = proc.stdout.strip().splitlines()
         if proc.returncode != 0 or not lines:
-            why = _last(proc.stderr) or f"exit {proc.returncode}"
+            why = last_line(proc.stderr) or f"exit {proc.returncode}"
             if "No space left on device" in proc.stderr or "Disk quota exceeded" in proc.stderr:
                 raise UserError(f"{self.owner}: the disk of {self.label} is full ({why}): free some space in the "
                                 "kit's workdir there, or give the machine another --workdir")
@@ -272,5 +272,5 @@ def _here(argv: list[str], stdin: str | None, timeout_s: float) -> subprocess.Co
         raise UserError(f"`{argv[0]}` gave no answer on this computer within {timeout_s:.0f} s") from None
 
 
-def _last(text: str) -> str:
+def last_line(text: str) -> str:
     return (text.strip().splitlines() or [""])[-1]

@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 
 from lab.config import UserError
-from lab.machines.remote.client import NOT_FOUND, Shell
+from lab.machines.remote.client import NOT_FOUND, Shell, last_line
 from lab.machines.slurm.cluster import parse_time
 
 POLL_ENV = "LAB_SLURM_POLL_S"  # how often the lab asks Slurm about a job (the person's setting)
@@ -154,7 +154,7 @@ def partition_facts(login: Shell, partition: str | None) -> dict:
     whether a job there can be preempted. No such partition is an error that names the cluster's."""
     proc = slurm(login, ["scontrol", "show", "partition", "-o", *([partition] if partition else [])])
     if proc.returncode != 0 and "not found" not in proc.stdout + proc.stderr:
-        said = (proc.stderr.strip().splitlines() or [f"scontrol exit {proc.returncode}"])[-1]
+        said = last_line(proc.stderr) or f"scontrol exit {proc.returncode}"
         raise UserError(f"Slurm's commands on {login.label} reach no controller ({said}): is this the cluster's "
                         "login node, with its slurm.conf (or SLURM_CONF) in place?")
     found = [scontrol_fields(line) for line in proc.stdout.splitlines() if line.startswith("PartitionName=")]
