@@ -17,6 +17,7 @@ from lab.kaggle.probed import store_measurement
 from lab.machines.control import read_json, write_json
 
 NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,39}")
+DEFAULT_PYTHON = "python3"  # a box's or a cluster's Python where none is given
 ROOM_GB = 0.1  # room a session needs in a machine's workdir beyond what is copied (its checkpoints, its log)
 CHECK_FILE, HOLDS_FILE, BURST_FOLDER = "check.json", "holds.json", "check"
 

@@ -12,10 +12,9 @@ from datetime import datetime, timezone
 
 from lab.config import UserError
 from lab.machines.remote.client import Address, Shell, parse_hosts
-from lab.machines.remote.store import Stored
+from lab.machines.remote.store import DEFAULT_PYTHON, Stored
 
 LOCAL = "local"  # `--slurm local`: Slurm's commands run on this computer (it is the login node)
-DEFAULT_PYTHON = "python3"
 DEFAULT_WORKDIR = "lab-slurm"  # relative: in the home on the cluster's shared file system
 GRES = re.compile(r"[A-Za-z0-9_]+(:[A-Za-z0-9_.-]+)?(:\d+)?(,[A-Za-z0-9_]+(:[A-Za-z0-9_.-]+)?(:\d+)?)*")
 SLURM_WORD = re.compile(r"[A-Za-z0-9_.+-]+")

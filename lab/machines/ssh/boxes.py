@@ -8,9 +8,8 @@ from typing import Callable
 
 from lab.machines.remote.check import BoxPlan, check_host, verdict
 from lab.machines.remote.client import Address, Shell
-from lab.machines.remote.store import Stored, store_burst, write_check
+from lab.machines.remote.store import DEFAULT_PYTHON, Stored, store_burst, write_check
 
-DEFAULT_PYTHON = "python3"
 DEFAULT_WORKDIR = "lab-box"  # relative: in the remote user's home
 
 
