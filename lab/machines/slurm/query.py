@@ -122,15 +122,13 @@ def _from_sacct(login: Shell, job: str, offset: timedelta) -> JobState | None:
     proc = slurm(login, ["sacct", "-j", job, "-X", "-n", "-P", "-o", "JobID,State,ExitCode,Reason,Start,End,NodeList"])
     if "accounting storage is disabled" in proc.stdout + proc.stderr:
         _NO_ACCOUNTING[login.label] = time.monotonic()
-    if proc.returncode != 0:
+    rows = [line.split("|") for line in proc.stdout.splitlines()] if proc.returncode == 0 else []
+    parts = next((p for p in rows if len(p) >= 7 and p[0] == job), None)
+    if parts is None:
         return None
-    for line in proc.stdout.splitlines():
-        parts = line.split("|")
-        if len(parts) >= 7 and parts[0] == job:
-            state = parts[1].split()[0] if parts[1] else "UNKNOWN"  # "CANCELLED by 1000"
-            return JobState(job, state, "" if parts[3] == "None" else parts[3], parts[2], 0, _utc(parts[4], offset),
-                            _utc(parts[5], offset), parts[6] if parts[6] != "None assigned" else "", "sacct")
-    return None
+    state = parts[1].split()[0] if parts[1] else "UNKNOWN"  # "CANCELLED by 1000"
+    return JobState(job, state, "" if parts[3] == "None" else parts[3], parts[2], 0, _utc(parts[4], offset),
+                    _utc(parts[5], offset), parts[6] if parts[6] != "None assigned" else "", "sacct")
 
 
 def job_state(login: Shell, job: str, scontrol: dict | None = None) -> JobState | None:
