@@ -138,13 +138,10 @@ def job_state(login: Shell, job: str, scontrol: dict | None = None) -> JobState 
     return live or _from_sacct(login, job, offset)
 
 
-def final_state(login: Shell, job: str, live: JobState | None = None) -> JobState | None:
-    """How the job ended: its accounting record, else the controller's (`live`: its word read already)."""
-    offset = cluster_offset(login)
-    kept = _from_sacct(login, job, offset)
-    if kept is not None and kept.state in ENDED:
-        return replace(kept, restarts=live.restarts if live else 0)
-    return live if live is not None and live.ended else _from_scontrol(login, job, offset) or kept
+def final_state(login: Shell, job: str, live: JobState) -> JobState:
+    """How the job ended: its accounting record, else `live` (the controller's word that it ended, read already)."""
+    kept = _from_sacct(login, job, cluster_offset(login))
+    return replace(kept, restarts=live.restarts) if kept is not None and kept.state in ENDED else live
 
 
 def partition_facts(login: Shell, partition: str | None) -> dict:
