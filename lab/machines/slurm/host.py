@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import shutil
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Callable
 
@@ -57,16 +57,15 @@ class SlurmSession(Session):
         if read_check(self.cluster.name) is None:  # never checked: at least the login node and the partition
             quick_check(self.cluster)
         run, link = self.ctx.link()
-        rec, away = self.rec(), Away.of(link)
         data_dir, name = Path(run.cfg.data_dir), f"lab-{run.id}-{link.n}"
         remote = f"runs/{run.id}/{link.n:03d}"
         workdir = self.login.helper("hello", self.cluster.workdir)["workdir"]
         # Each node adds its place in the group itself (lab.machines.remote.half).
         spec = spec_there(run, link, f"{workdir}/{remote}", f"{workdir}/data/{data_key(data_dir)[0]}")
-        script = job_script(self.cluster, SlurmLink(minutes=rec.minutes, signal_s=rec.signal_s, job_name=name,
-                                                    remote=f"{workdir}/{remote}"), f"run {run.id}, link {link.n}")
-        up = up_folder(self.ctx.folder, run.folder, away.source, {"params.json": json.dumps(params_of(spec)),
-                                                                   "job.sh": script})
+        rec = replace(SlurmLink.of(link), job_name=name, remote=f"{workdir}/{remote}")
+        script = job_script(self.cluster, rec, f"run {run.id}, link {link.n}")
+        up = up_folder(self.ctx.folder, run.folder, Away.of(link).source, {"params.json": json.dumps(params_of(spec)),
+                                                                           "job.sh": script})
         try:
             st = stage_on(self.login, self.cluster.workdir, data_dir, remote, up,
                           lambda s: self.ctx.say(f"link {link.n}: {s}"))
