@@ -40,10 +40,9 @@ def check_host(shell: Shell, workdir: str, plan: BoxPlan, burst: bool) -> dict:
                      timeout_s=plan.timeout_s + 120)
     if proc.returncode in (126, NOT_FOUND):
         shell.answer(proc, "the check")  # raises: no Python there
-    lines = proc.stdout.strip().splitlines()
     try:
-        return {"host": shell.label, **json.loads(lines[-1])}
-    except (IndexError, ValueError):
+        return {"host": shell.label, **json.loads(last_line(proc.stdout))}
+    except ValueError:  # no answer ("") too
         why = last_line(proc.stderr) or f"exit {proc.returncode}"
         return {"host": shell.label, "error": f"the check did not finish on {shell.label}: {why}"}
 
