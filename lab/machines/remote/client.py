@@ -248,8 +248,8 @@ class Shell:
                 lines.append(f"{verb} {_sftp_quote(f'{remote}/{rel}')} {_sftp_quote(str(here))}")
         _sftp(address, lines)
 
-    def read(self, path: str, max_bytes: int = 256 * 1024) -> str:
-        proc = self.run(["tail", "-c", str(max_bytes), path], timeout_s=60)
+    def read(self, path: str) -> str:  # its last 256 KiB
+        proc = self.run(["tail", "-c", str(256 * 1024), path], timeout_s=60)
         return proc.stdout if proc.returncode == 0 else ""
 
     def remove(self, path: str, under: str) -> None:
