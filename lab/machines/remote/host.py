@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import json
 import shutil
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 from lab.config import UserError
 from lab.kernel.checkpoint import sha256_file
@@ -28,7 +29,8 @@ def data_key(data_dir: Path) -> tuple[str, str]:
     return f"{data_dir.name}-{digest[:16]}", digest
 
 
-def up_folder(folder: Path, run_folder: Path, source: dict | None, extra: dict[str, str]) -> Path:
+@contextmanager
+def up_folder(folder: Path, run_folder: Path, source: dict | None, extra: dict[str, str]) -> Iterator[Path]:
     from lab.notebooks import TRAIN_NOTEBOOK  # nbformat, imported only for a link
     up = folder / ".up"
     shutil.rmtree(up, ignore_errors=True)
@@ -39,7 +41,10 @@ def up_folder(folder: Path, run_folder: Path, source: dict | None, extra: dict[s
         (up / name).write_text(text, encoding="utf-8")
     if source:  # the checkpoint, its sidecar and the curve up to it; sha256 checked as staged
         stage_checkpoint(source, run_folder, up / "resume")
-    return up
+    try:
+        yield up
+    finally:  # removed here once copied, or once the copy failed
+        shutil.rmtree(up, ignore_errors=True)
 
 
 def stage_on(shell: Shell, workdir: str, data_dir: Path, link: str, up: Path, say: Callable[[str], None]) -> dict:

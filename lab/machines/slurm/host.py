@@ -7,7 +7,6 @@ link (the session saved at Slurm's SIGTERM; the requeued job is scancelled so th
 from __future__ import annotations
 
 import json
-import shutil
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Callable
@@ -64,13 +63,10 @@ class SlurmSession(Session):
         spec = spec_there(run, link, f"{workdir}/{remote}", f"{workdir}/data/{data_key(data_dir)[0]}")
         rec = replace(SlurmLink.of(link), job_name=name, remote=f"{workdir}/{remote}")
         script = job_script(self.cluster, rec, f"run {run.id}, link {link.n}")
-        up = up_folder(self.ctx.folder, run.folder, Away.of(link).source, {"params.json": json.dumps(params_of(spec)),
-                                                                           "job.sh": script})
-        try:
+        with up_folder(self.ctx.folder, run.folder, Away.of(link).source,
+                       {"params.json": json.dumps(params_of(spec)), "job.sh": script}) as up:
             st = stage_on(self.login, self.cluster.workdir, data_dir, remote, up,
                           lambda s: self.ctx.say(f"link {link.n}: {s}"))
-        finally:
-            shutil.rmtree(up, ignore_errors=True)
         note_data(self.cluster.name, 0, data_id_of(data_dir))
         Away.update(run.id, link.n, spec=spec.to_dict())
         SlurmLink.update(run.id, link.n, remote=st["link"], rsync=st["rsync"], job_name=name)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import base64
 import json
-import shutil
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,12 +47,9 @@ class BoxSession(Session):
         fit_to_run(self.box, self.ctx.say)
         run, link = self.ctx.link()
         data_dir = Path(run.cfg.data_dir)
-        up = up_folder(self.ctx.folder, run.folder, Away.of(link).source, {})
-        try:
+        with up_folder(self.ctx.folder, run.folder, Away.of(link).source, {}) as up:
             hosts = [stage_on(shell, self.box.workdir, data_dir, f"runs/{run.id}/{link.n:03d}-{i}", up,
                               lambda s: self.ctx.say(f"link {link.n}: {s}")) for i, shell in enumerate(self.shells)]
-        finally:
-            shutil.rmtree(up, ignore_errors=True)
         for i in range(len(hosts)):
             note_data(self.box.name, i, data_id_of(data_dir))
         BoxRecord.update(run.id, link.n, hosts=hosts)
