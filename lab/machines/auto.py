@@ -61,10 +61,6 @@ def takes_link(m: Machine) -> bool:
     return m.free and m.error is None and enough
 
 
-def usable(m: Machine) -> bool:
-    return m.kind in ELSEWHERE and takes_link(m)
-
-
 def pick(cfg: RunConfig, need_hours: float | None, machines: list[Machine], holds: dict[str, set[str]],
          pinned: str, went_on: bool, finish_h: dict[str, float | None] | None = None,
          measured: dict[str, float] | None = None) -> Choice:
@@ -119,7 +115,7 @@ def choose(cfg: RunConfig, need_hours: float | None, machines: list[Machine],
     elsewhere = [m for m in machines if m.kind in ELSEWHERE]
     if not elsewhere:
         return _local_only(machines)
-    candidates = [m for m in elsewhere if usable(m)]
+    candidates = [m for m in elsewhere if takes_link(m)]
     if not candidates:
         return nothing_free(elsewhere)
     has = lambda m: frozenset(holds.get(m.name, set()) & _BOTH)  # noqa: E731

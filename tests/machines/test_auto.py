@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 
 from lab.config import RunConfig
-from lab.machines.auto import FOREIGN, Machine, choose, pick, usable, worth_waiting
+from lab.machines.auto import FOREIGN, Machine, choose, pick, takes_link, worth_waiting
 
 CFG = RunConfig()
 SOON = (datetime.now(timezone.utc) + timedelta(hours=5)).isoformat()
@@ -97,7 +97,7 @@ def test_busy_broken_and_nearly_empty_accounts_are_not_free():
     machines_ = [acct("busy", 30.0, running=["r1", "r2"]), acct("broken", 30.0, error="Kaggle refused the key"),
                  acct("empty", 0.2), acct("ok", 1.0)]
     assert choose(CFG, 5.0, machines_).machine == "ok"  # 0.2 h cannot hold a start-up and a useful link
-    assert [m.name for m in machines_ if usable(m)] == ["ok"]
+    assert [m.name for m in machines_ if takes_link(m)] == ["ok"]
     assert choose(CFG, 5.0, [acct("one", 30.0, running=["r1"])]).machine == "one"  # one session of two
 
 
