@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from itertools import takewhile
-from typing import Callable
+from typing import Callable, Iterator
 
 from lab.config import RunConfig, UserError
 from lab.machines.auto import FOREIGN, Choice, Machine, pick, worth_waiting
@@ -157,8 +157,7 @@ def _after(run_id: str, ended: Link, state: _Driving, say: Callable[[str], None]
         say(f"{out.reason} The lab continues the run on another machine where one can take it.")
         return None
     if out.kind is End.PUSH_AGAIN:
-        kinds = (link.outcome.kind if link.outcome else None for link in reversed(load_run(run_id).links))
-        if len(list(takewhile(lambda kind: kind is End.PUSH_AGAIN, kinds))) < MAX_INPUT_WAITS:
+        if len(list(takewhile(lambda kind: kind is End.PUSH_AGAIN, _endings(load_run(run_id))))) < MAX_INPUT_WAITS:
             return None  # the machine waited; the next link pushes again
         return _halt_on(run_id, f"{out.reason}; {MAX_INPUT_WAITS} sessions in a row found their inputs not "
                         "mounted: the lab stops here", f"{out.reason_ru or out.reason}; {MAX_INPUT_WAITS} сессии "
@@ -191,16 +190,14 @@ def _failed_or_cancelled(run_id: str) -> str:
     return "cancelled" if cancel_requested(run_id) else "failed"
 
 
+def _endings(run: Run) -> Iterator[End | None]:  # its links' outcomes, the newest first
+    return (link.outcome.kind if link.outcome else None for link in reversed(run.links))
+
+
 def _lost_in_a_row(run: Run) -> int:
     """How many sessions were lost one after another at the run's end (links of other endings between skipped)."""
-    count = 0
-    for link in reversed(run.links):
-        kind = link.outcome.kind if link.outcome else None
-        if kind is End.LOST:
-            count += 1
-        elif kind in (End.CONTINUE, End.CANCELLED):
-            break
-    return count
+    kinds = takewhile(lambda kind: kind not in (End.CONTINUE, End.CANCELLED), _endings(run))
+    return sum(kind is End.LOST for kind in kinds)
 
 
 def _next_step(run: Run, state: _Driving, say: Callable[[str], None]) -> Run | None:
