@@ -88,10 +88,6 @@ class SessionOutputs:
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 
-    @classmethod
-    def from_dict(cls, d: dict | None) -> "SessionOutputs":
-        return from_known(cls, d)
-
 
 def from_known(cls: type[T], d: dict | None) -> T:
     """`cls` from a record the lab kept as JSON, the keys it does not know (an older or newer record's) left out."""

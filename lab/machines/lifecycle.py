@@ -367,7 +367,7 @@ def facts_of(session: Session) -> Facts:
     ctx = session.ctx
     _, link = ctx.link()
     rec = Away.of(link)
-    out, seen = SessionOutputs.from_dict(rec.output), rec.seen or {}
+    out, seen = from_known(SessionOutputs, rec.output), rec.seen or {}
     facts = Facts(where=session.where, said=Said(seen.get("said") or Said.EXITED.value), out=out,
                   from_step=link.from_step, words=seen.get("words") or "",
                   cancel_asked=bool(rec.stop_sent) or ctx.cancelled(), folder=rec.folder)
@@ -379,7 +379,7 @@ def _finish(session: Session) -> Link:
     ctx = session.ctx
     run, link = ctx.link()
     rec = Away.of(link)
-    out = SessionOutputs.from_dict(rec.output)
+    out = from_known(SessionOutputs, rec.output)
     end = ended(facts_of(session))
     if rec.deleted:  # its service lost it: the next link goes elsewhere where it can
         end = replace(end, outcome=replace(end.outcome, pass_over=True))
