@@ -57,9 +57,7 @@ def _hours_on(cfg: RunConfig, step: int, gpu: str, machine: str) -> float | None
 
 
 def found_data(cfg: RunConfig) -> Path | None:
-    if cfg.data_dir:
-        return Path(cfg.data_dir)
-    return corpus.find_prepared(cfg.constellations)
+    return Path(cfg.data_dir) if cfg.data_dir else corpus.find_prepared(cfg.constellations)
 
 
 def find_data(cfg: RunConfig) -> Path:
@@ -185,12 +183,9 @@ class Slow:
 def slow_links(run: Run) -> list[Slow]:
     """The run's Kaggle links that trained below `SLOW` of the median of its other Kaggle links."""
     found = [(link, s) for link, s in _speeds(run) if link.kind == "kaggle"]
-    out = []
-    for link, speed in found:
-        others = [s for other, s in found if other.n != link.n]
-        if others and speed < SLOW * statistics.median(others):
-            out.append(Slow(link.n, link.machine, speed, statistics.median(others)))
-    return out
+    typical = [(link, speed, statistics.median(others)) for link, speed in found  # a lone link has no others
+               if (others := [s for other, s in found if other.n != link.n])]
+    return [Slow(link.n, link.machine, speed, median) for link, speed, median in typical if speed < SLOW * median]
 
 
 def _n(x: float, ru: bool = False) -> str:
