@@ -187,10 +187,8 @@ def follow(session: Session) -> Link:
     """Takes the link from wherever its record says it is to its end; the ended link. Raises UserError
     only when it cannot be ended now: the link stays as it is, and `lab watch RUN` takes it up again."""
     ctx = session.ctx
-    if ctx.record.phase in ("planned", "staged", "submitting"):
-        done = _start(session)
-        if done is not None:
-            return done
+    if ctx.record.phase in ("planned", "staged", "submitting") and (done := _start(session)) is not None:
+        return done
     if ctx.record.phase == "submitted":
         _watch(session, Watchdog.from_env())
     if ctx.record.phase == "ended":
