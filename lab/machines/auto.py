@@ -272,8 +272,7 @@ def _why_not(m: Machine) -> tuple[str, str]:
 
 def nothing_free(elsewhere: list[Machine]) -> Choice:
     """No Kaggle account or box can take the run: why each cannot, and what the lab waits for."""
-    reasons = [_why_not(m) for m in elsewhere]
-    why_en, why_ru = [en for en, _ in reasons], [ru for _, ru in reasons]
+    why_en, why_ru = zip(*(_why_not(m) for m in elsewhere))
     boxes = any(m.kind in OWN for m in elsewhere)
     head_en, head_ru = (("No machine can take the run now (", "Ни одна машина сейчас не может взять прогон (")
                         if boxes else ("No Kaggle account can take the run now (",
