@@ -33,9 +33,7 @@ def _named(listed: bool = True) -> list[tuple[str, str]]:
     seen: dict[str, str] = {}
     for kind in KINDS:
         cls = host_class(kind)
-        if listed and not cls.listed:
-            continue
-        for name in cls.names():
+        for name in cls.names() if cls.listed or not listed else ():
             seen.setdefault(name, kind)
     return list(seen.items())
 
