@@ -33,8 +33,9 @@ def _named(listed: bool = True) -> list[tuple[str, str]]:
     seen: dict[str, str] = {}
     for kind in KINDS:
         cls = host_class(kind)
-        for name in cls.names() if cls.listed or not listed else ():
-            seen.setdefault(name, kind)
+        if cls.listed or not listed:
+            for name in cls.names():
+                seen.setdefault(name, kind)
     return list(seen.items())
 
 

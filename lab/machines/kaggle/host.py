@@ -50,6 +50,7 @@ def plan_link(run_id: str, account: str, quota_left_s: float, source: dict | Non
 
 
 class KaggleHost(Host):
+    """A lab member's Kaggle account as a machine, with the person's settings (KaggleSettings)."""
     kind = "kaggle"
 
     def __init__(self, name: str):

@@ -267,7 +267,8 @@ class KaggleSession(Session):
             text = self.c.kernel_log(slug)
         except UserError:
             return  # the log is a courtesy: the status decides
-        if text:  # (into the folder the curve's LiveLog.start made)
+        if text:
+            self.ctx.folder.mkdir(parents=True, exist_ok=True)
             atomic_write(self.ctx.folder / "live.log", lambda f: f.write(text.encode("utf-8")))
 
     def fetch(self, folder: Path) -> str | None:
