@@ -40,6 +40,27 @@ def pytest_collection_modifyitems(items: list) -> None:
     items.sort(key=lambda item: not item.nodeid.startswith(LONG_FIRST))
 
 
+@pytest.fixture(scope="session", autouse=True)
+def forked_kernels():
+    """Every Jupyter kernel the tests start (and the processes they start start) is forked from
+    one that has imported torch already (tests/forked_kernels.py): LAB_TEST_FORKED_KERNELS=0
+    starts each the usual way."""
+    if os.environ.get("LAB_TEST_FORKED_KERNELS", "1") == "0":
+        yield
+        return
+    import shutil
+    import tempfile
+    from tests import forked_kernels
+    where = Path(tempfile.mkdtemp(prefix="lab-kernels-"))  # short: a socket's path has a limit
+    forked_kernels.install_kernelspec(where)
+    os.environ["JUPYTER_PATH"] = os.pathsep.join(filter(None, [str(where), os.environ.get("JUPYTER_PATH")]))
+    server = forked_kernels.start_server(where)
+    yield
+    server.kill()
+    server.wait()
+    shutil.rmtree(where, ignore_errors=True)
+
+
 @pytest.fixture(scope="session")
 def lab_home(tmp_path_factory) -> Path:
     home = tmp_path_factory.mktemp("lab-home")

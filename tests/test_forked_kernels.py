@@ -1,0 +1,54 @@
+"""The tests' forked kernels (tests/forked_kernels.py) behave as a kernel started the usual way:
+the launcher's folder and environment, an interrupt that reaches the running cell, the exit."""
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+from jupyter_client.manager import start_new_kernel
+
+
+def _run(client, code: str) -> tuple[str, str]:
+    out = []
+    reply = client.execute_interactive(code, timeout=60, output_hook=lambda m: out.append(m["content"].get("text", "")))
+    return "".join(out), reply["content"]["status"]
+
+
+@pytest.mark.skipif(os.environ.get("LAB_TEST_FORKED_KERNELS") == "0", reason="kernels start the usual way")
+def test_a_forked_kernel_has_the_launchers_folder_and_environment_and_takes_an_interrupt(tmp_path, monkeypatch):
+    monkeypatch.setenv("LAB_FORK_CHECK", "here")
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    manager, client = start_new_kernel(kernel_name="python3", cwd=str(tmp_path))
+    try:
+        text, status = _run(client, "import os, sys, tempfile\n"
+                                    "print(os.getcwd(), os.environ['LAB_FORK_CHECK'], tempfile.gettempdir(),\n"
+                                    "      'torch' in sys.modules, os.getpgid(0) == os.getpid())")
+        cwd, value, temp, imported, leader = text.split()
+        assert status == "ok" and (cwd, value, temp) == (str(tmp_path), "here", str(tmp_path))
+        assert imported == "True", "the kernel was not forked from the server"
+        assert leader == "True", "a kernel leads a process group of its own, as jupyter_client starts one"
+        for interrupt in (manager.interrupt_kernel,  # Jupyter's, by message
+                          lambda: os.killpg(manager.provisioner.pgid, signal.SIGINT)):  # the stop button's signal
+            client.execute("import time; time.sleep(60)", stop_on_error=False)  # the next cell runs after it
+            time.sleep(0.5)
+            interrupt()
+            reply = client.get_shell_msg(timeout=20)
+            assert reply["content"]["status"] == "error" and reply["content"]["ename"] == "KeyboardInterrupt"
+    finally:
+        client.stop_channels()
+        manager.shutdown_kernel(now=False)
+    assert manager.provisioner is None or not manager.is_alive()
+
+
+def test_a_kernel_whose_python_path_differs_starts_the_usual_way(tmp_path, monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))  # a sitecustomize there would run at its start
+    (tmp_path / "sitecustomize.py").write_text("import os\nos.environ['LAB_SITE_RAN'] = '1'\n")
+    manager, client = start_new_kernel(kernel_name="python3", cwd=str(tmp_path))
+    try:
+        text, status = _run(client, "import os, sys\nprint(os.environ.get('LAB_SITE_RAN'), 'torch' in sys.modules)")
+        assert status == "ok" and text.split() == ["1", "False"]
+    finally:
+        client.stop_channels()
+        manager.shutdown_kernel(now=True)
