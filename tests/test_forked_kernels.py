@@ -1,13 +1,16 @@
 """The tests' forked kernels (tests/forked_kernels.py) behave as a kernel started the usual way:
-the launcher's folder and environment, an interrupt that reaches the running cell, the exit."""
+the launcher's folder and environment, an interrupt that reaches the running cell, the end with its
+shutdown; and a kernel whose environment would change the server's imports starts the usual way."""
 from __future__ import annotations
 
 import os
 import signal
-import time
+from pathlib import Path
 
 import pytest
 from jupyter_client.manager import start_new_kernel
+
+from tests.conftest import wait_for
 
 
 def _run(client, code: str) -> tuple[str, str]:
@@ -24,22 +27,24 @@ def test_a_forked_kernel_has_the_launchers_folder_and_environment_and_takes_an_i
     try:
         text, status = _run(client, "import os, sys, tempfile\n"
                                     "print(os.getcwd(), os.environ['LAB_FORK_CHECK'], tempfile.gettempdir(),\n"
-                                    "      'torch' in sys.modules, os.getpgid(0) == os.getpid())")
-        cwd, value, temp, imported, leader = text.split()
+                                    "      'torch' in sys.modules, os.getpgid(0) == os.getpid(), os.getpid())")
+        cwd, value, temp, imported, leader, kernel = text.split()
         assert status == "ok" and (cwd, value, temp) == (str(tmp_path), "here", str(tmp_path))
         assert imported == "True", "the kernel was not forked from the server"
         assert leader == "True", "a kernel leads a process group of its own, as jupyter_client starts one"
         for interrupt in (manager.interrupt_kernel,  # Jupyter's, by message
                           lambda: os.killpg(manager.provisioner.pgid, signal.SIGINT)):  # the stop button's signal
-            client.execute("import time; time.sleep(60)", stop_on_error=False)  # the next cell runs after it
-            time.sleep(0.5)
+            asked = client.execute("import time; time.sleep(60)", stop_on_error=False)  # the next cell runs after it
+            while not (msg := client.get_iopub_msg(timeout=20))["msg_type"] == "execute_input" \
+                    or msg["parent_header"].get("msg_id") != asked:
+                pass
             interrupt()
             reply = client.get_shell_msg(timeout=20)
             assert reply["content"]["status"] == "error" and reply["content"]["ename"] == "KeyboardInterrupt"
     finally:
         client.stop_channels()
         manager.shutdown_kernel(now=False)
-    assert manager.provisioner is None or not manager.is_alive()
+    wait_for(lambda: not Path(f"/proc/{kernel}").exists(), 30, "the kernel to end with its shutdown")
 
 
 def test_a_kernel_whose_python_path_differs_starts_the_usual_way(tmp_path, monkeypatch):
