@@ -34,8 +34,10 @@ def test_a_forked_kernel_has_the_launchers_folder_and_environment_and_takes_an_i
         assert leader == "True", "a kernel leads a process group of its own, as jupyter_client starts one"
         for interrupt in (manager.interrupt_kernel,  # Jupyter's, by message
                           lambda: os.killpg(manager.provisioner.pgid, signal.SIGINT)):  # the stop button's signal
-            asked = client.execute("import time; time.sleep(60)", stop_on_error=False)  # the next cell runs after it
-            while not (msg := client.get_iopub_msg(timeout=20))["msg_type"] == "execute_input" \
+            # The next cell runs after this one's error; the interrupt comes once the cell's own code
+            # runs (one that lands before, in ipykernel's handling of the request, loses the reply).
+            asked = client.execute("import time; print('asleep', flush=True); time.sleep(60)", stop_on_error=False)
+            while not (msg := client.get_iopub_msg(timeout=20))["msg_type"] == "stream" \
                     or msg["parent_header"].get("msg_id") != asked:
                 pass
             interrupt()
