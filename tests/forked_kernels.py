@@ -1,17 +1,18 @@
 """Jupyter kernels for the tests, forked from a process that has already imported torch.
 
 Every notebook the tests execute (papermill's own, the emulator's Kaggle sessions, the local
-machine's runs) starts a fresh ipykernel, and each one spent about 4 of its 6 CPU seconds importing
-torch, `torch._dynamo` (torch's optimizers import it at their first step) and ipykernel itself: on
-the two-core CI machine, a large share of the suite. Here one server per test process imports them
-once; the kernelspec that the tests put first on JUPYTER_PATH starts `launch`, which asks the server
-for a fork and stands in for it, so that Jupyter, papermill and the kit see one process as they
-would see the kernel:
+machine's runs) starts a fresh ipykernel, and each one spent about 3.3 s of the 3.7 s to its first
+optimizer step importing torch, `torch._dynamo` (torch's optimizers import it at their first step)
+and ipykernel itself: on the two-core CI machine, a large share of the suite. Here one server per
+test process imports them once; the kernelspec that the tests put first on JUPYTER_PATH starts
+`launch`, which asks the server for a fork and stands in for it, so that Jupyter, papermill and the
+kit see one process as they would see the kernel:
 
 - the fork starts its own session (as jupyter_client starts a kernel) and takes the launcher's
   environment, working folder, arguments and standard streams;
-- a signal to the launcher (Jupyter's interrupt, a stop forwarded by the kit or the emulator) goes
-  on to the fork's process group, as Jupyter's stop button sends it. One difference stays: whoever
+- a signal to the launcher (the stop button's SIGINT, a stop forwarded by the kit or the emulator)
+  goes on to the fork's process group, as the stop button sends it to a kernel's; Jupyter's own
+  interrupt goes by message (see the kernelspec). One difference stays: whoever
   signals each of a kernel's descendants (the kit's cancel, the emulator's stop) reaches torchrun
   and its workers, in sessions of their own, only through the kernel, which passes a stop on;
 - a launcher killed (or left by its parent) takes the kernel and everything below it down;
@@ -150,8 +151,9 @@ def _become_kernel(request: dict, fds: list[int]) -> None:
     for sig in FORWARDED:
         signal.signal(sig, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    # The parent ipykernel would have read from JPY_PARENT_PID when it was imported (the server's).
-    parent = [f"--IPKernelApp.parent_handle={request['env']['JPY_PARENT_PID']}"] if "JPY_PARENT_PID" in request["env"] else []
+    # ipykernel reads its parent from JPY_PARENT_PID when it is imported: in the server, where it is unset.
+    env = request["env"]
+    parent = [f"--IPKernelApp.parent_handle={env['JPY_PARENT_PID']}"] if "JPY_PARENT_PID" in env else []
     sys.argv = ["ipykernel_launcher", *request["argv"], *parent]
     sys.path[0] = request["cwd"]  # as `python -m ipykernel_launcher` started there would have it
     from ipykernel import kernelapp
