@@ -44,6 +44,8 @@ SAME_PREFIXES = ("OMP_", "GOMP_", "KMP_", "MKL_", "OPENBLAS_", "TORCH", "PYTORCH
 # Read when a compile runs, not at import (and set by inductor in the test process once it compiled).
 READ_LATER = ("TORCHINDUCTOR_CACHE_DIR",)
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
+# The server ignores these (a stop sent to a test's descendants is not for it); its kernels do not.
+IGNORED_BY_THE_SERVER = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 def install_kernelspec(where: Path) -> Path:
@@ -74,7 +76,7 @@ def serve(path: str) -> None:
     """Imports what every kernel imports, then forks a kernel for each launcher that asks."""
     import ipykernel.kernelapp  # noqa: F401
     import torch._dynamo  # noqa: F401 - torch with it
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # a stop sent to a test's descendants is not for it
+    for sig in IGNORED_BY_THE_SERVER:
         signal.signal(sig, signal.SIG_IGN)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)
@@ -137,22 +139,21 @@ def _fork_kernel(conn: socket.socket, listener, picker, kernels: dict) -> int | 
 
 
 def _become_kernel(request: dict, fds: list[int]) -> None:
+    env = request["env"]
     for target, fd in enumerate(fds):
         os.dup2(fd, target)
         os.close(fd)
     os.environ.clear()
-    os.environ.update(request["env"])
+    os.environ.update(env)
     os.chdir(request["cwd"])
     import tempfile
     tempfile.tempdir = None  # the kernel's own TMPDIR, not the server's
-    if request["env"].get("PYTHONUNBUFFERED"):
+    if env.get("PYTHONUNBUFFERED"):
         sys.stdout.reconfigure(write_through=True)
         sys.stderr.reconfigure(write_through=True)
-    for sig in FORWARDED:
-        signal.signal(sig, signal.SIG_DFL)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    for sig in IGNORED_BY_THE_SERVER:  # as a fresh Python has them
+        signal.signal(sig, signal.default_int_handler if sig == signal.SIGINT else signal.SIG_DFL)
     # ipykernel reads its parent from JPY_PARENT_PID when it is imported: in the server, where it is unset.
-    env = request["env"]
     parent = [f"--IPKernelApp.parent_handle={env['JPY_PARENT_PID']}"] if "JPY_PARENT_PID" in env else []
     sys.argv = ["ipykernel_launcher", *request["argv"], *parent]
     sys.path[0] = request["cwd"]  # as `python -m ipykernel_launcher` started there would have it
