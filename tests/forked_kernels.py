@@ -44,9 +44,11 @@ from pathlib import Path
 SOCKET_ENV = "FORKED_KERNELS_SOCKET"
 # Environment that changes what an import does: a kernel that differs from the server in any of
 # these starts the usual way.
+# Not HOME, which the Kaggle tests set to a fresh folder: a kernel forked for them keeps the
+# matplotlib settings the server read under its own HOME, which differ only where the person running
+# the tests keeps a matplotlibrc there.
 SAME_NAMES = ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PYTHONNOUSERSITE", "PYTHONSAFEPATH",
-              "PYTHONDONTWRITEBYTECODE", "LD_PRELOAD", "LD_LIBRARY_PATH",
-              "HOME", "XDG_CONFIG_HOME", "XDG_CACHE_HOME")  # where matplotlib reads its rc and font cache
+              "PYTHONDONTWRITEBYTECODE", "LD_PRELOAD", "LD_LIBRARY_PATH")
 SAME_PREFIXES = ("OMP_", "GOMP_", "KMP_", "MKL_", "OPENBLAS_", "TORCH", "PYTORCH_", "MPL")
 # Read when a compile runs, not at import (and set by inductor in the test process once it compiled).
 READ_LATER = ("TORCHINDUCTOR_CACHE_DIR",)

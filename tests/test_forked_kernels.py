@@ -28,6 +28,7 @@ def _run(client, code: str) -> tuple[str, str]:
 def test_a_forked_kernel_has_the_launchers_folder_and_environment_and_takes_an_interrupt(tmp_path, monkeypatch):
     monkeypatch.setenv("LAB_FORK_CHECK", "here")
     monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setenv("HOME", str(tmp_path))  # as the Kaggle tests set it
     manager, client = start_new_kernel(kernel_name="python3", cwd=str(tmp_path))
     try:
         text, status = _run(client, "import os, sys, tempfile\n"
@@ -81,7 +82,8 @@ def test_papermill_through_the_launcher_runs_in_its_folder_and_ends_as_papermill
     command = papermill_command()
     assert "papermill" in command and "-m" not in command, "the launcher stands in for papermill"
     done = subprocess.run([*command, "in.ipynb", "out.ipynb", "-k", "python3", "--log-output", "--no-progress-bar"],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
+                          cwd=tmp_path, env={**os.environ, "HOME": str(tmp_path)},  # as the Kaggle tests set it
+                          capture_output=True, text=True, timeout=120)
     assert done.returncode == 1, done.stderr
     assert "the second cell fails" in done.stderr and f"here {tmp_path}" in done.stderr
     first = next(c for c in nbformat.read(tmp_path / "out.ipynb", as_version=4).cells if c.cell_type == "code")
