@@ -4,10 +4,10 @@ Every notebook the tests execute (papermill's own, the emulator's Kaggle session
 machine's runs) starts a fresh ipykernel, and each one spent about 3.3 s of the 3.7 s to its first
 optimizer step importing torch, `torch._dynamo` (torch's optimizers import it at their first step)
 and ipykernel itself, then 0.3 s importing matplotlib for its first loss plot: on the two-core CI
-machine, a large share of the suite. Here one server per test process imports them once; the
-kernelspec that the tests put first on JUPYTER_PATH starts `launch`, which asks the server for a
-fork and stands in for it, so that Jupyter, papermill and the kit see one process as they would see
-the kernel:
+machine, a large share of the suite. Here one server per test process imports them once (and
+freezes what they made: `serve`); the kernelspec that the tests put first on JUPYTER_PATH starts
+`launch`, which asks the server for a fork and stands in for it, so that Jupyter, papermill and the
+kit see one process as they would see the kernel:
 
 - the fork starts its own session (as jupyter_client starts a kernel) and takes the launcher's
   environment, working folder, arguments and standard streams;
@@ -22,15 +22,11 @@ the kernel:
 A kernel whose environment would have changed what the server imported (its Python path, a
 `sitecustomize`, thread or library settings) is started as usual instead (`execv`), as is any kernel
 where the server is not running. Nothing of the kit knows about this: it is a kernelspec.
-
-The Kaggle emulator's sessions start papermill the same way (`papermill_command`): each spent about
-1 s importing papermill, nbclient and nbformat. The emulator stops a session as Kaggle would, by
-signalling what runs below its papermill; here that is only the launcher, which passes the signal
-on to what runs below the papermill it stands in for.
 """
 from __future__ import annotations
 
 import array
+import gc
 import json
 import os
 import selectors
@@ -82,15 +78,16 @@ def _import_relevant(env: dict) -> dict:
 # ---- the server -----------------------------------------------------------------------------
 
 def serve(path: str) -> None:
-    """Imports what every kernel imports, then forks a kernel (or papermill) for each launcher
-    that asks."""
+    """Imports what every kernel imports, then forks a kernel for each launcher that asks."""
     import ipykernel.kernelapp  # noqa: F401
     import torch._dynamo  # noqa: F401 - torch with it
     # The kit's loss plots: matplotlib, with the backend ipykernel sets before anything imports it.
     os.environ.setdefault("MPLBACKEND", "module://matplotlib_inline.backend_inline")
     import matplotlib.backends.backend_agg  # noqa: F401
     import matplotlib.figure  # noqa: F401
-    import papermill.cli  # noqa: F401 - the Kaggle emulator's sessions
+    # Out of the collector's sight: otherwise each fork's collections walk every object these imports
+    # made, writing to (and so copying) their pages, and a fork cost more than a fresh process.
+    gc.freeze()
     for sig in IGNORED_BY_THE_SERVER:
         signal.signal(sig, signal.SIG_IGN)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -99,13 +96,13 @@ def serve(path: str) -> None:
     print("ready", flush=True)  # to whoever started the server: it takes kernels now
     picker = selectors.DefaultSelector()
     picker.register(listener, selectors.EVENT_READ)
-    kernels: dict[int, socket.socket] = {}  # a kernel's (or papermill's) pid → its launcher's connection
+    kernels: dict[int, socket.socket] = {}  # a kernel's pid → its launcher's connection
     parent = os.getppid()
     while os.getppid() == parent:  # the test process is gone: so is the server
         for key, _ in picker.select(timeout=0.2):
             if key.fileobj is listener:
                 conn, _ = listener.accept()
-                pid = _fork(conn, listener, picker, kernels)
+                pid = _fork_kernel(conn, listener, picker, kernels)
                 if pid:
                     kernels[pid] = conn
                     picker.register(conn, selectors.EVENT_READ, pid)
@@ -117,7 +114,7 @@ def serve(path: str) -> None:
         _kill_kernel(pid)
 
 
-def _fork(conn: socket.socket, listener, picker, kernels: dict) -> int | None:
+def _fork_kernel(conn: socket.socket, listener, picker, kernels: dict) -> int | None:
     request, fds = _receive(conn)
     if request is None:
         conn.close()
@@ -133,14 +130,12 @@ def _fork(conn: socket.socket, listener, picker, kernels: dict) -> int | None:
             for other in kernels.values():
                 other.close()
             conn.close()
-            _become(request, fds)
+            _become_kernel(request, fds)
         except SystemExit:  # the kernel's end: up and out as any kernel process ends (atexit included)
             raise
         except BaseException:  # noqa: BLE001 - whatever else happens, the fork never returns to the loop
             import traceback
             traceback.print_exc()
-            sys.stdout.flush()
-            sys.stderr.flush()
             os._exit(1)
     for fd in fds:
         os.close(fd)
@@ -155,9 +150,7 @@ def _fork(conn: socket.socket, listener, picker, kernels: dict) -> int | None:
     return pid
 
 
-def _become(request: dict, fds: list[int]) -> None:
-    """The launcher's process, as far as Python can tell: its streams, environment, folder and
-    signals; then the kernel or papermill."""
+def _become_kernel(request: dict, fds: list[int]) -> None:
     env = request["env"]
     for target, fd in enumerate(fds):
         os.dup2(fd, target)
@@ -172,13 +165,10 @@ def _become(request: dict, fds: list[int]) -> None:
         sys.stderr.reconfigure(write_through=True)
     for sig in IGNORED_BY_THE_SERVER:  # as a fresh Python has them
         signal.signal(sig, signal.default_int_handler if sig == signal.SIGINT else signal.SIG_DFL)
-    sys.path[0] = request["cwd"]  # as `python -m ...` started there would have it
-    if request["what"] == "papermill":
-        from papermill.cli import papermill
-        papermill(args=request["argv"], prog_name="papermill")  # click: ends with SystemExit
     # ipykernel reads its parent from JPY_PARENT_PID when it is imported: in the server, where it is unset.
     parent = [f"--IPKernelApp.parent_handle={env['JPY_PARENT_PID']}"] if "JPY_PARENT_PID" in env else []
     sys.argv = ["ipykernel_launcher", *request["argv"], *parent]
+    sys.path[0] = request["cwd"]  # as `python -m ipykernel_launcher` started there would have it
     from ipykernel import kernelapp
     kernelapp.launch_new_instance()
     raise SystemExit(0)
@@ -217,14 +207,6 @@ def _kill_kernel(pid: int) -> None:
         signal_quietly(child, signal.SIGKILL)
 
 
-def _signal_below(pid: int, sig: int) -> None:
-    """`sig` to each of `pid`'s descendants (to `pid` where it has none), as the emulator signals
-    its papermill's."""
-    from lab.procs import descendants, signal_quietly
-    for each in descendants(pid) or [pid]:
-        signal_quietly(each, sig)
-
-
 def _kill_group(pid: int, sig: int) -> None:
     try:
         os.killpg(pid, sig)
@@ -255,18 +237,10 @@ def _receive(conn: socket.socket) -> tuple[dict | None, list[int]]:
 
 # ---- the launcher ---------------------------------------------------------------------------
 
-def papermill_command() -> list[str]:
-    """How the Kaggle emulator starts papermill: through the server where it runs."""
-    if os.environ.get(SOCKET_ENV):
-        return [sys.executable, str(Path(__file__).resolve()), "papermill"]
-    return [sys.executable, "-m", "papermill"]
-
-
-def launch(what: str, argv: list[str]) -> None:
-    """Stands in for the kernel or papermill the server forks; starts one the usual way where it
-    cannot."""
+def launch(argv: list[str]) -> None:
+    """Stands in for the kernel the server forks; starts one the usual way where it cannot."""
     path = os.environ.get(SOCKET_ENV)
-    usual = [sys.executable, "-m", what, *argv]
+    usual = [sys.executable, "-m", "ipykernel_launcher", *argv]
     if not path or _import_relevant(os.environ) != _server_env(path):
         os.execv(sys.executable, usual)
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -274,14 +248,13 @@ def launch(what: str, argv: list[str]) -> None:
         conn.connect(path)
     except OSError:
         os.execv(sys.executable, usual)
-    body = json.dumps({"what": what, "argv": argv, "env": dict(os.environ), "cwd": os.getcwd()}).encode()
+    body = json.dumps({"argv": argv, "env": dict(os.environ), "cwd": os.getcwd()}).encode()
     conn.sendmsg([f"{len(body)}\n".encode() + body],
                  [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [0, 1, 2]))])
     replies = conn.makefile("r")
     pid = int(replies.readline().split()[1])
-    forward = _signal_below if what == "papermill" else _kill_group
     for sig in FORWARDED:
-        signal.signal(sig, lambda s, _: forward(pid, s))
+        signal.signal(sig, lambda s, _: _kill_group(pid, s))
     parent = os.getppid()
 
     def leave_with_the_parent(*_) -> None:  # as ipykernel's poller would: the server then ends the kernel
@@ -325,5 +298,5 @@ def start_server(where: Path):
 if __name__ == "__main__":
     if sys.argv[1] == "serve":
         serve(sys.argv[2])
-    else:  # ipykernel_launcher or papermill
-        launch(sys.argv[1], sys.argv[2:])
+    else:  # ipykernel_launcher
+        launch(sys.argv[2:])

@@ -19,7 +19,6 @@ from typing import Callable, Iterator
 import pytest
 
 from kaggle_emulator import KaggleEmulator
-from tests.forked_kernels import papermill_command
 
 # Fast enough for tests: 1 wall second is 1 emulated minute of quota and session time.
 TEST_EMULATOR = dict(time_scale=60.0, dataset_ready_s=0.3, queue_s=0.05, grace_s=5.0)
@@ -30,8 +29,7 @@ def make_kaggle_emulator(tmp_path_factory) -> Iterator[Callable[..., KaggleEmula
     started: list[KaggleEmulator] = []
 
     def make(**options) -> KaggleEmulator:
-        emu = KaggleEmulator(tmp_path_factory.mktemp("kaggle-emulator"),
-                             **{**TEST_EMULATOR, "papermill": papermill_command(), **options})
+        emu = KaggleEmulator(tmp_path_factory.mktemp("kaggle-emulator"), **{**TEST_EMULATOR, **options})
         emu.add_account("alice")
         emu.add_account("bob")
         started.append(emu.start())

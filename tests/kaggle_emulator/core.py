@@ -24,7 +24,6 @@ import secrets
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -69,8 +68,6 @@ class KaggleEmulator(Datasets, Kernels, Sessions, Logs, Pages, Overnight, Quirks
     quota_at_push: False accepts a push with no quota left and refuses the session at its start.
     input_layout: "new" mounts inputs at input/datasets/<owner>/<slug> and
         input/notebooks/<owner>/<slug>; "old" at input/<slug>.
-    papermill: the command that runs a session's notebook (`python -m papermill` unless given;
-        the tests start it through tests/forked_kernels.py).
 
     The quirks a second reading of other sources found (a busy spell, empty drafts after a refusal,
     401 for a missing kernel, sessions past their quota, ...) are switched on one by one:
@@ -84,8 +81,8 @@ class KaggleEmulator(Datasets, Kernels, Sessions, Logs, Pages, Overnight, Quirks
                  missing_status: int = 404, dataset_visible_s: float = 0.0, mount_lag_s: float = 0.0,
                  timeout_kill: str = "sigterm", timeout_status: str = "CANCEL_ACKNOWLEDGED",
                  enforce_timeout: bool = True, quota_at_push: bool = True, private_storage_bytes: float | None = None,
-                 kernel_name: str = "python3", papermill: list[str] | None = None, tick_s: float = 0.05,
-                 min_step_s: float = 0.0, host: str = "127.0.0.1", port: int = 0):
+                 kernel_name: str = "python3", tick_s: float = 0.05, min_step_s: float = 0.0,
+                 host: str = "127.0.0.1", port: int = 0):
         if input_layout not in ("new", "old"):
             raise ValueError("input_layout must be 'new' or 'old'")
         self._own_state = state_dir is None
@@ -111,7 +108,6 @@ class KaggleEmulator(Datasets, Kernels, Sessions, Logs, Pages, Overnight, Quirks
         self.enforce_timeout = bool(enforce_timeout)
         self.quota_at_push = bool(quota_at_push)
         self.kernel_name = kernel_name
-        self.papermill = list(papermill or [sys.executable, "-m", "papermill"])  # how a session starts it
         self.tick_s = float(tick_s)
         self.min_step_s = float(min_step_s)
         self._host, self._port = host, port

@@ -6,6 +6,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
 from datetime import timedelta
@@ -124,7 +125,7 @@ class Sessions:
                 text = self._kernels[(s.owner, s.slug)].versions[s.version - 1].text
             notebook = s.folder / "notebook.ipynb"
             notebook.write_text(self._as_run_here(text), encoding="utf-8")
-            cmd = [*self.papermill, str(notebook), str(s.folder / "executed.ipynb"),
+            cmd = [sys.executable, "-m", "papermill", str(notebook), str(s.folder / "executed.ipynb"),
                    "--cwd", str(s.working), "-k", self.kernel_name, "--log-output", "--no-progress-bar"]
             proc = subprocess.Popen(cmd, cwd=s.working, env=self._session_env(s), stdin=subprocess.DEVNULL,
                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
