@@ -273,6 +273,16 @@ def launch(argv: list[str]) -> None:
     os._exit(128 + sig)
 
 
+def passed_on() -> dict[str, str]:
+    """What a session started elsewhere on this machine (an SSH box's) needs for its kernels to fork
+    as this process's do: the server's socket and kernelspec, and the environment its imports
+    depend on. Nothing where the server is not running."""
+    path = os.environ.get(SOCKET_ENV)
+    if not path:
+        return {}
+    return {**_server_env(path), SOCKET_ENV: path, "JUPYTER_PATH": os.environ.get("JUPYTER_PATH", "")}
+
+
 def _server_env(path: str) -> dict:
     try:
         return json.loads(Path(path + ".env").read_text(encoding="utf-8"))

@@ -12,7 +12,9 @@ whose known_hosts holds exactly those host keys:
 
 Host-key checking stays on: the config sets no StrictHostKeyChecking at all. The sessions get
 OMP_NUM_THREADS=1 through SetEnv/AcceptEnv, as the tests' own processes have it (fast on two
-cores, and bitwise repeatable).
+cores, and bitwise repeatable), and what the test process's forked kernels need (their server's
+socket and kernelspec, the environment it compares: tests/forked_kernels.py), so that a box's
+session forks its kernel as this computer's sessions do.
 """
 from __future__ import annotations
 
@@ -28,6 +30,8 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
+
+from tests.forked_kernels import passed_on
 
 SSHD = Path("/usr/sbin/sshd")
 PYTHON = str(Path(sys.executable))  # this checkout's .venv python: the boxes' Python
@@ -70,7 +74,7 @@ def start_sshd(folder: Path, authorized: Path, extra: tuple[str, ...] = ()) -> S
         f"Port {port}", "ListenAddress 127.0.0.1", f"HostKey {folder / 'host_key'}",
         f"AuthorizedKeysFile {authorized}", "PidFile none", "StrictModes no", "UsePAM no",
         "PasswordAuthentication no", "KbdInteractiveAuthentication no", "PermitRootLogin prohibit-password",
-        "AcceptEnv OMP_NUM_THREADS", "Subsystem sftp internal-sftp", "LogLevel ERROR", *extra]) + "\n")
+        f"AcceptEnv {' '.join(_passed_on())}", "Subsystem sftp internal-sftp", "LogLevel ERROR", *extra]) + "\n")
     log = open(folder / "sshd.log", "wb")
     proc = subprocess.Popen([str(SSHD), "-D", "-e", "-f", str(config)], stdout=log, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 20
@@ -112,13 +116,19 @@ class SshLab:
                     pass
 
 
+def _passed_on() -> dict[str, str]:
+    """What the boxes' sessions get from the tests: one thread each, and their kernels forked."""
+    return {**passed_on(), "OMP_NUM_THREADS": "1"}
+
+
 def _ssh_config(root: Path, servers: dict[str, Sshd], user_key: Path) -> Path:
     known = root / "known_hosts"
     other = _keygen(root / "other_host_key")  # the "changed" key box-rekeyed's known_hosts entry holds
     known.write_text("".join(f"[127.0.0.1]:{s.port} {s.host_key}\n" for s in servers.values())
                      + f"box-rekeyed {other}\n")
     common = [f"  User {os.environ.get('USER') or 'root'}", f"  IdentityFile {user_key}", "  IdentitiesOnly yes",
-              f"  UserKnownHostsFile {known}", "  GlobalKnownHostsFile /dev/null", "  SetEnv OMP_NUM_THREADS=1"]
+              f"  UserKnownHostsFile {known}", "  GlobalKnownHostsFile /dev/null",
+              "  SetEnv " + " ".join(f"{name}={value}" for name, value in _passed_on().items())]
     blocks = {"box-a": ["  HostName 127.0.0.1", f"  Port {servers['a'].port}"],
               "box-b": ["  HostName 127.0.0.1", f"  Port {servers['b'].port}"],
               "box-rekeyed": ["  HostName 127.0.0.1", f"  Port {servers['a'].port}", "  HostKeyAlias box-rekeyed"],
