@@ -3,11 +3,10 @@
 Every notebook the tests execute (papermill's own, the emulator's Kaggle sessions, the local
 machine's runs) starts a fresh ipykernel, and each one spent about 3.3 s of the 3.7 s to its first
 optimizer step importing torch, `torch._dynamo` (torch's optimizers import it at their first step)
-and ipykernel itself, then 0.3 s importing matplotlib for its first loss plot: on the two-core CI
-machine, a large share of the suite. Here one server per test process imports them once (and
-freezes what they made: `serve`); the kernelspec that the tests put first on JUPYTER_PATH starts
-`launch`, which asks the server for a fork and stands in for it, so that Jupyter, papermill and the
-kit see one process as they would see the kernel:
+and ipykernel itself: on the two-core CI machine, a large share of the suite. Here one server per
+test process imports them once (and freezes what they made: `serve`); the kernelspec that the tests
+put first on JUPYTER_PATH starts `launch`, which asks the server for a fork and stands in for it, so
+that Jupyter, papermill and the kit see one process as they would see the kernel:
 
 - the fork starts its own session (as jupyter_client starts a kernel) and takes the launcher's
   environment, working folder, arguments and standard streams;
@@ -40,12 +39,9 @@ from pathlib import Path
 SOCKET_ENV = "FORKED_KERNELS_SOCKET"
 # Environment that changes what an import does: a kernel that differs from the server in any of
 # these starts the usual way.
-# Not HOME, which the Kaggle tests set to a fresh folder: a kernel forked for them keeps the
-# matplotlib settings the server read under its own HOME, which differ only where the person running
-# the tests keeps a matplotlibrc there.
 SAME_NAMES = ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PYTHONNOUSERSITE", "PYTHONSAFEPATH",
               "PYTHONDONTWRITEBYTECODE", "LD_PRELOAD", "LD_LIBRARY_PATH")
-SAME_PREFIXES = ("OMP_", "GOMP_", "KMP_", "MKL_", "OPENBLAS_", "TORCH", "PYTORCH_", "MPL")
+SAME_PREFIXES = ("OMP_", "GOMP_", "KMP_", "MKL_", "OPENBLAS_", "TORCH", "PYTORCH_")
 # Read when a compile runs, not at import (and set by inductor in the test process once it compiled).
 READ_LATER = ("TORCHINDUCTOR_CACHE_DIR",)
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
@@ -81,10 +77,6 @@ def serve(path: str) -> None:
     """Imports what every kernel imports, then forks a kernel for each launcher that asks."""
     import ipykernel.kernelapp  # noqa: F401
     import torch._dynamo  # noqa: F401 - torch with it
-    # The kit's loss plots: matplotlib, with the backend ipykernel sets before anything imports it.
-    os.environ.setdefault("MPLBACKEND", "module://matplotlib_inline.backend_inline")
-    import matplotlib.backends.backend_agg  # noqa: F401
-    import matplotlib.figure  # noqa: F401
     # Out of the collector's sight: otherwise each fork's collections walk every object these imports
     # made, writing to (and so copying) their pages, and a fork cost more than a fresh process.
     gc.freeze()

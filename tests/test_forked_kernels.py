@@ -1,7 +1,7 @@
 """The tests' forked kernels (tests/forked_kernels.py) behave as a kernel started the usual way:
 the launcher's folder and environment, an interrupt that reaches the running cell, the end with its
-shutdown, matplotlib's backend; and a kernel whose environment would change the server's imports
-starts the usual way."""
+shutdown, matplotlib's backend, none of the server's objects for its collector to walk; and a kernel
+whose environment would change the server's imports starts the usual way."""
 from __future__ import annotations
 
 import os
@@ -14,6 +14,7 @@ from jupyter_client.manager import start_new_kernel
 from tests.conftest import wait_for
 
 INLINE = "module://matplotlib_inline.backend_inline"  # what a kernel's matplotlib draws with
+
 
 def _run(client, code: str) -> tuple[str, str]:
     out = []
