@@ -37,7 +37,7 @@ def test_a_forked_kernel_has_the_launchers_folder_and_environment_and_takes_an_i
         assert imported == "True", "the kernel was not forked from the server"
         assert leader == "True", "a kernel leads a process group of its own, as jupyter_client starts one"
         text, status = _run(client, "import matplotlib; print(matplotlib.rcParams['backend'])")
-        assert (status, text.strip()) == ("ok", INLINE), "the server's matplotlib has the kernel's backend"
+        assert (status, text.strip()) == ("ok", INLINE), "a forked kernel draws with the backend ipykernel sets"
         text, status = _run(client, "import gc; print(gc.get_freeze_count() > 10_000)")
         assert (status, text.strip()) == ("ok", "True"), "the server's objects are out of the collector's sight"
         for interrupt in (manager.interrupt_kernel,  # Jupyter's, by message
