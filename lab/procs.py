@@ -2,14 +2,17 @@
 
 Jupyter kernels start in their own session, so a Ctrl-C at the terminal or a SIGTERM to
 papermill never reaches the training loop inside the kernel. Whoever runs a notebook
-forwards the signal to its descendants instead; the loop's saver turns SIGTERM into a
-checkpoint at the next step boundary.
+forwards the signal to the run's session instead (the processes below it working in the run's
+folder: the kernel papermill started there, and torchrun and its workers); the loop's saver turns
+SIGTERM into a checkpoint at the next step boundary. Only those: the process that runs one run
+may have started others (a notebook's background runs, a test's servers), and they go on.
 """
 from __future__ import annotations
 
 import os
 import signal
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Iterator
 
 from lab.kernel.signals import catching_stop_signals
@@ -38,6 +41,19 @@ def descendants(pid: int) -> list[int]:
     return found
 
 
+def working_in(folder: Path, pid: int | None = None) -> list[int]:
+    """The live processes below `pid` (this process by default) whose working directory is `folder`."""
+    where = os.path.realpath(folder)
+    found = []
+    for p in descendants(os.getpid() if pid is None else pid):
+        try:
+            if os.readlink(f"/proc/{p}/cwd") == where:
+                found.append(p)
+        except OSError:  # ended since, or not ours to read
+            continue
+    return found
+
+
 def signal_quietly(pid: int, sig: int) -> None:
     try:
         os.kill(pid, sig)
@@ -46,12 +62,12 @@ def signal_quietly(pid: int, sig: int) -> None:
 
 
 @contextmanager
-def forwarding_stop_signals(say=print) -> Iterator[dict]:
-    """While inside, the first SIGINT or SIGTERM is passed on to every descendant as SIGTERM
-    (they save and stop); a second one interrupts this process as usual."""
+def forwarding_stop_signals(folder: Path, say=print) -> Iterator[dict]:
+    """While inside, the first SIGINT or SIGTERM is passed on as SIGTERM to the session working in
+    the run's `folder` (it saves and stops); a second one interrupts this process as usual."""
     def forward(name: str) -> None:
         say("stopping: the run saves a checkpoint at the next step (press Ctrl-C again to abandon it)")
-        for pid in descendants(os.getpid()):
+        for pid in working_in(folder):
             signal_quietly(pid, signal.SIGTERM)
 
     with catching_stop_signals(forward) as caught:

@@ -115,7 +115,7 @@ def execute_link(run: Run, link: Link, data_dir: Path, resume: Path | None, *, p
     try:
         # The kernel's own lines (the loop's progress) stream to this terminal; its machine lines stay in the files.
         streams = {"stdout_file": HumanLines(sys.stdout), "stderr_file": HumanLines(sys.stderr)} if progress else {}
-        with forwarding_stop_signals(say=lambda m: print(m, file=sys.stderr, flush=True)):
+        with forwarding_stop_signals(run.folder, say=lambda m: print(m, file=sys.stderr, flush=True)):
             pm.execute_notebook(str(sent), str(out_nb), cwd=str(run.folder), progress_bar=False, kernel_name="python3",
                                 extra_arguments=QUIET_KERNEL, **streams)
     except pm.PapermillExecutionError as e:

@@ -8,7 +8,6 @@ link and stops a diverging one early, marking it (`points.DIVERGED`) so it is no
 """
 from __future__ import annotations
 
-import os
 import signal
 import threading
 import time
@@ -20,7 +19,7 @@ from lab.kernel.metrics import read_metrics
 from lab.machines import driver
 from lab.machines.control import driver_alive, spawn_driver
 from lab.machines.local import ask_to_stop
-from lab.procs import descendants, signal_quietly
+from lab.procs import signal_quietly, working_in
 from lab.recipes.points import DivergenceWatch, diverged_why, mark_diverged
 from lab.runs import load_run
 
@@ -78,11 +77,12 @@ class DrivenRunner:
 
 class LocalRunner(DrivenRunner):
     """The training notebook on this computer (the path `lab run` takes): a diverging run is
-    stopped the way Ctrl-C stops it, SIGTERM to the kernel, which saves and stops."""
+    stopped the way Ctrl-C stops it, SIGTERM to its session (the kernel working in the run's
+    folder, and its workers), which saves and stops. Nothing else this process started hears it."""
     machine = "local"
 
     def stop(self, run_id: str) -> None:
-        for pid in descendants(os.getpid()):
+        for pid in working_in(load_run(run_id).folder):
             signal_quietly(pid, signal.SIGTERM)
 
 

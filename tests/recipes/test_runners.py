@@ -1,6 +1,9 @@
 """A sweep through the training notebook (the path `lab sweep --machine local` takes)."""
 from __future__ import annotations
 
+import subprocess
+import sys
+
 from lab.config import RunConfig
 
 
@@ -14,7 +17,14 @@ def test_a_diverging_run_in_the_notebook_is_stopped_early_and_marked(recipe_data
                                    eval_batches=2, lr=30.0, grad_clip=0.0, warmup_steps=2, steps_until=5000,
                                    machine="local", constellations=["pydoc"], limit_min=10))
     tables = []
-    members = Sweep(plan_configs(cfg), LocalRunner(poll_s=0.5), say=tables.append, poll_s=0).run()
+    # Started by this process for something else (as a notebook's background run is): the stop is not its.
+    bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    try:
+        members = Sweep(plan_configs(cfg), LocalRunner(poll_s=0.5), say=tables.append, poll_s=0).run()
+        assert bystander.poll() is None, f"another process of this one was signalled ({bystander.returncode})"
+    finally:
+        bystander.kill()
+        bystander.wait()
     run = load_run(members[0].run_id)
     assert diverged_why(run.folder)
     assert run.status == "stopped" and run.links[0].reason == "SIGTERM received"
