@@ -149,8 +149,9 @@ def slurm_cluster(tmp_path_factory) -> Iterator[SlurmCluster]:
         _wait_up(cluster)
         yield cluster
     finally:
-        for job in subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True).stdout.split():
-            subprocess.run(["scancel", job], capture_output=True)
+        if cluster.procs.get("slurmctld") and cluster.procs["slurmctld"].poll() is None:  # else squeue retries 20 s
+            for job in subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True).stdout.split():
+                subprocess.run(["scancel", job], capture_output=True)
         cluster.stop()
         if previous is None:
             os.environ.pop("SLURM_CONF", None)
