@@ -17,6 +17,8 @@ import pytest
 from conftest import FP32, ROOT, TINY, lab, lab_here
 from ssh_fixtures import PYTHON, ssh_lab  # noqa: F401 (fixture)
 
+pytestmark = pytest.mark.xdist_group("ssh-home")  # the box is added and checked once: its tests in one process
+
 
 @pytest.fixture(scope="module")
 def ssh_home(ssh_lab, pydoc_data, tmp_path_factory):  # noqa: F811
