@@ -2,6 +2,7 @@
 same process started (a notebook's background runs, a test's servers)."""
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -34,5 +35,29 @@ def test_a_runs_session_is_the_processes_below_working_in_its_folder(tmp_path):
         for pid in working_in(run):
             signal_quietly(pid, signal.SIGKILL)
         for proc in (kernel, bystander):
+            proc.kill()
+            proc.wait()
+
+
+def test_a_cancel_of_a_run_here_signals_its_session_not_what_else_its_driver_started(tmp_path):
+    """The driver may be a notebook's kernel that drives one run and has started others in the background."""
+    from types import SimpleNamespace
+
+    from lab.machines.local import LocalHost
+    run = SimpleNamespace(id="r1", folder=tmp_path / "r1")
+    run.folder.mkdir()
+    (tmp_path / "r2").mkdir()
+    heard = ("import signal, sys, time; signal.signal(signal.SIGINT, lambda *_: sys.exit(3)); print('ready', flush=True); "
+             "time.sleep(600)")
+    kernel, other_run = (subprocess.Popen([sys.executable, "-c", heard], cwd=cwd, stdout=subprocess.PIPE, text=True)
+                         for cwd in (run.folder, tmp_path / "r2"))
+    try:
+        assert kernel.stdout.readline() == other_run.stdout.readline() == "ready\n"
+        assert "saves a checkpoint and stops" in LocalHost().cancel(run, None, driver_pid=os.getpid())
+        assert kernel.wait(timeout=30) == 3, "the run's kernel got the stop button's SIGINT"
+        time.sleep(0.5)
+        assert other_run.poll() is None, "another run of the same driver goes on"
+    finally:
+        for proc in (kernel, other_run):
             proc.kill()
             proc.wait()

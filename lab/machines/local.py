@@ -21,7 +21,7 @@ from lab.machines.handoff import SessionOutputs, read_outputs
 from lab.machines.lifecycle import Away
 from lab.machines.remote.half import smi
 from lab.notebooks import write_link_notebook
-from lab.procs import descendants, forwarding_stop_signals, signal_quietly
+from lab.procs import forwarding_stop_signals, signal_quietly, working_in
 from lab.runs import End, Link, Outcome, Run, now, updating
 from lab.spec import LinkSpec
 
@@ -79,7 +79,8 @@ class LocalHost(Host):
         if driver_pid:
             # To the notebook's kernel (and torchrun's workers), not the driver: the loop's saver
             # catches it, saves a checkpoint and stops cleanly, and the driver records the link.
-            for child in descendants(driver_pid):
+            # Only this run's: the driver may be a notebook's kernel that started other runs.
+            for child in working_in(run.folder, pid=driver_pid):
                 signal_quietly(child, signal.SIGINT)
         return f"run {run.id}: the session on this computer saves a checkpoint and stops"
 
