@@ -128,6 +128,8 @@ def _fork_kernel(conn: socket.socket, listener, picker, kernels: dict) -> int | 
         except BaseException:  # noqa: BLE001 - whatever else happens, the fork never returns to the loop
             import traceback
             traceback.print_exc()
+            sys.stdout.flush()  # os._exit flushes nothing, and the traceback is the one trace left
+            sys.stderr.flush()
             os._exit(1)
     for fd in fds:
         os.close(fd)
@@ -143,6 +145,8 @@ def _fork_kernel(conn: socket.socket, listener, picker, kernels: dict) -> int | 
 
 
 def _become_kernel(request: dict, fds: list[int]) -> None:
+    """The launcher's process, as far as Python can tell: its streams, environment, folder and
+    signals; then the kernel."""
     env = request["env"]
     for target, fd in enumerate(fds):
         os.dup2(fd, target)
