@@ -61,14 +61,19 @@ def signal_quietly(pid: int, sig: int) -> None:
         pass
 
 
+def signal_session(folder: Path, sig: int, pid: int | None = None) -> None:
+    """`sig` to the run's session: each process below `pid` (this one by default) working in `folder`."""
+    for p in working_in(folder, pid):
+        signal_quietly(p, sig)
+
+
 @contextmanager
 def forwarding_stop_signals(folder: Path, say=print) -> Iterator[dict]:
     """While inside, the first SIGINT or SIGTERM is passed on as SIGTERM to the session working in
     the run's `folder` (it saves and stops); a second one interrupts this process as usual."""
     def forward(name: str) -> None:
         say("stopping: the run saves a checkpoint at the next step (press Ctrl-C again to abandon it)")
-        for pid in working_in(folder):
-            signal_quietly(pid, signal.SIGTERM)
+        signal_session(folder, signal.SIGTERM)
 
     with catching_stop_signals(forward) as caught:
         yield caught

@@ -21,7 +21,7 @@ from lab.machines.handoff import SessionOutputs, read_outputs
 from lab.machines.lifecycle import Away
 from lab.machines.remote.half import smi
 from lab.notebooks import write_link_notebook
-from lab.procs import forwarding_stop_signals, signal_quietly, working_in
+from lab.procs import forwarding_stop_signals, signal_session
 from lab.runs import End, Link, Outcome, Run, now, updating
 from lab.spec import LinkSpec
 
@@ -80,8 +80,7 @@ class LocalHost(Host):
             # To the notebook's kernel (and torchrun's workers), not the driver: the loop's saver
             # catches it, saves a checkpoint and stops cleanly, and the driver records the link.
             # Only this run's: the driver may be a notebook's kernel that started other runs.
-            for child in working_in(run.folder, pid=driver_pid):
-                signal_quietly(child, signal.SIGINT)
+            signal_session(run.folder, signal.SIGINT, pid=driver_pid)
         return f"run {run.id}: the session on this computer saves a checkpoint and stops"
 
     def log_tail(self, run: Run, link: Link, lines: int) -> str:

@@ -19,7 +19,7 @@ from lab.kernel.metrics import read_metrics
 from lab.machines import driver
 from lab.machines.control import driver_alive, spawn_driver
 from lab.machines.local import ask_to_stop
-from lab.procs import signal_quietly, working_in
+from lab.procs import signal_session
 from lab.recipes.points import DivergenceWatch, diverged_why, mark_diverged
 from lab.runs import load_run
 
@@ -82,8 +82,7 @@ class LocalRunner(DrivenRunner):
     machine = "local"
 
     def stop(self, run_id: str) -> None:
-        for pid in working_in(load_run(run_id).folder):
-            signal_quietly(pid, signal.SIGTERM)
+        signal_session(load_run(run_id).folder, signal.SIGTERM)
 
 
 class InlineRunner(DrivenRunner):
